@@ -1,0 +1,393 @@
+"""The one exception tree of acmecerts.
+
+Every error acmecerts raises is an :class:`AcmeCertsError`. Foreign errors (httpx,
+josepy, cryptography, OS errors) are translated where they cross into acmecerts
+with ``raise Ours(...) from exc``.
+
+::
+
+    AcmeCertsError
+    ├── InvalidInput                     bad input from the caller (ValueError too)
+    │   ├── InvalidIdentifier            a malformed domain name or IP address
+    │   └── UnsupportedChallenge         e.g. a wildcard with http-01
+    ├── TransportError                   the CA could not be reached or did not answer in time
+    │   ├── ConnectError
+    │   └── RequestTimeout
+    ├── BadServerResponse                the CA answered something that is not valid ACME
+    ├── AcmeProblem                      the CA answered with application/problem+json
+    │   ├── BadNonce                     (transient: replayed with a fresh nonce)
+    │   ├── RateLimited                  carries ``retry_after``
+    │   ├── ServerBusy                   503 / serverInternal: the CA asks us to wait
+    │   ├── AccountDoesNotExist
+    │   ├── ExternalAccountRequired
+    │   ├── AlreadyReplaced              (ARI ``replaces`` rejected)
+    │   └── ...                          one class per problem type that callers act on
+    ├── IssuanceError                    an issuance attempt did not produce a certificate
+    │   ├── AuthorizationFailed          a challenge was answered but validation failed
+    │   ├── OrderFailed                  the order became invalid
+    │   ├── AttemptTimeout               the per-attempt deadline expired
+    │   └── CertificateMismatch          the CA's certificate does not match the request
+    └── StorageError                     a stored file is missing, corrupt or unwritable
+
+Every error is classified by :class:`ErrorKind` (``error.kind``) so that retry policy can
+decide without ``isinstance`` chains: *transient* errors are retried with backoff,
+*rate-limited* and *server-busy* errors wait for ``retry_after``, *permanent* errors end
+the attempt for this order.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import enum
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+__all__ = [
+    "ERROR_PREFIX",
+    "AccountDoesNotExist",
+    "AcmeCertsError",
+    "AcmeProblem",
+    "AlreadyReplaced",
+    "AttemptTimeout",
+    "AuthorizationFailed",
+    "BadCSR",
+    "BadNonce",
+    "BadServerResponse",
+    "CertificateMismatch",
+    "ConnectError",
+    "ErrorKind",
+    "ExternalAccountRequired",
+    "InvalidIdentifier",
+    "InvalidInput",
+    "IssuanceError",
+    "Malformed",
+    "OrderFailed",
+    "OrderNotReady",
+    "ProblemType",
+    "RateLimited",
+    "RejectedIdentifier",
+    "RequestTimeout",
+    "ServerBusy",
+    "StorageError",
+    "TransportError",
+    "Unauthorized",
+    "UnsupportedChallenge",
+    "problem_class",
+]
+
+#: RFC 8555 §6.7: the prefix of every ACME problem type URN.
+ERROR_PREFIX = "urn:ietf:params:acme:error:"
+
+
+class ProblemType(enum.StrEnum):
+    """Every ACME problem type URN (RFC 8555 §6.7, RFC 9773 §7.4, RFC 8738, profiles)."""
+
+    ACCOUNT_DOES_NOT_EXIST = ERROR_PREFIX + "accountDoesNotExist"
+    ALREADY_REPLACED = ERROR_PREFIX + "alreadyReplaced"
+    ALREADY_REVOKED = ERROR_PREFIX + "alreadyRevoked"
+    BAD_CSR = ERROR_PREFIX + "badCSR"
+    BAD_NONCE = ERROR_PREFIX + "badNonce"
+    BAD_PUBLIC_KEY = ERROR_PREFIX + "badPublicKey"
+    BAD_REVOCATION_REASON = ERROR_PREFIX + "badRevocationReason"
+    BAD_SIGNATURE_ALGORITHM = ERROR_PREFIX + "badSignatureAlgorithm"
+    CAA = ERROR_PREFIX + "caa"
+    COMPOUND = ERROR_PREFIX + "compound"
+    CONNECTION = ERROR_PREFIX + "connection"
+    DNS = ERROR_PREFIX + "dns"
+    EXTERNAL_ACCOUNT_REQUIRED = ERROR_PREFIX + "externalAccountRequired"
+    INCORRECT_RESPONSE = ERROR_PREFIX + "incorrectResponse"
+    INVALID_CONTACT = ERROR_PREFIX + "invalidContact"
+    INVALID_PROFILE = ERROR_PREFIX + "invalidProfile"
+    MALFORMED = ERROR_PREFIX + "malformed"
+    ORDER_NOT_READY = ERROR_PREFIX + "orderNotReady"
+    RATE_LIMITED = ERROR_PREFIX + "rateLimited"
+    REJECTED_IDENTIFIER = ERROR_PREFIX + "rejectedIdentifier"
+    SERVER_INTERNAL = ERROR_PREFIX + "serverInternal"
+    TLS = ERROR_PREFIX + "tls"
+    UNAUTHORIZED = ERROR_PREFIX + "unauthorized"
+    UNSUPPORTED_CONTACT = ERROR_PREFIX + "unsupportedContact"
+    UNSUPPORTED_IDENTIFIER = ERROR_PREFIX + "unsupportedIdentifier"
+    USER_ACTION_REQUIRED = ERROR_PREFIX + "userActionRequired"
+
+
+class ErrorKind(enum.Enum):
+    """How a failure should be treated by retry policy (see ``docs/retries.md``)."""
+
+    #: Worth retrying soon with backoff: connection errors, timeouts, 5xx, badNonce.
+    TRANSIENT = "transient"
+    #: The CA refused because a rate limit was hit; wait until ``retry_after``.
+    RATE_LIMITED = "rate-limited"
+    #: The CA is overloaded or in maintenance (503 with ``Retry-After``); wait.
+    SERVER_BUSY = "server-busy"
+    #: Retrying the same request will not help; this order (or input) is done for.
+    PERMANENT = "permanent"
+
+
+class AcmeCertsError(Exception):
+    """Base class of every error acmecerts raises."""
+
+    #: How retry policy should treat this error.
+    kind: ErrorKind = ErrorKind.PERMANENT
+
+    #: Whether the request that failed never reached the CA (so it spent nothing).
+    reached_ca: bool = True
+
+    def __init__(self, message: str, *, retry_after: _dt.datetime | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        #: Instant (timezone-aware UTC) before which the CA asked not to be asked again.
+        self.retry_after = retry_after
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class InvalidInput(AcmeCertsError, ValueError):
+    """The caller passed something acmecerts cannot use; nothing was sent to the CA."""
+
+    reached_ca = False
+
+
+class InvalidIdentifier(InvalidInput):
+    """A domain name or IP address that is not a valid ACME identifier."""
+
+    def __init__(self, identifier: str, reason: str) -> None:
+        super().__init__(f"invalid identifier {identifier!r}: {reason}")
+        self.identifier = identifier
+        self.reason = reason
+
+
+class UnsupportedChallenge(InvalidInput):
+    """No configured solver can answer a challenge the CA offers for an identifier."""
+
+
+class TransportError(AcmeCertsError):
+    """The CA could not be reached, or did not answer in time."""
+
+    kind = ErrorKind.TRANSIENT
+
+    def __init__(self, message: str, *, url: str | None = None, reached_ca: bool = True) -> None:
+        super().__init__(message)
+        self.url = url
+        self.reached_ca = reached_ca
+
+
+class ConnectError(TransportError):
+    """No connection to the CA could be made (refused, reset, DNS, TLS handshake)."""
+
+
+class RequestTimeout(TransportError):
+    """The CA did not answer one HTTP request within the request timeout."""
+
+
+class BadServerResponse(AcmeCertsError):
+    """The CA answered with something that is not valid ACME (bad JSON, missing header...).
+
+    A 5xx answer without a problem document is a :class:`BadServerResponse` of kind
+    ``TRANSIENT``; other malformed answers are ``PERMANENT``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str | None = None,
+        status_code: int | None = None,
+        kind: ErrorKind = ErrorKind.PERMANENT,
+        retry_after: _dt.datetime | None = None,
+    ) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.url = url
+        self.status_code = status_code
+        self.kind = kind
+
+
+class AcmeProblem(AcmeCertsError):
+    """The CA answered with an RFC 7807 / RFC 8555 §6.7 problem document."""
+
+    #: The problem type this class stands for (``None`` for the generic class).
+    problem_type: ClassVar[str | None] = None
+
+    def __init__(
+        self,
+        type: str,
+        detail: str,
+        *,
+        status_code: int | None = None,
+        url: str | None = None,
+        identifier: Mapping[str, str] | None = None,
+        subproblems: Sequence[AcmeProblem] = (),
+        retry_after: _dt.datetime | None = None,
+        document: Mapping[str, Any] | None = None,
+    ) -> None:
+        short = type.removeprefix(ERROR_PREFIX)
+        where = f" ({identifier.get('value')})" if identifier else ""
+        text = f"{short}{where}: {detail}" if detail else f"{short}{where}"
+        if subproblems:
+            text += "; " + "; ".join(str(s) for s in subproblems)
+        super().__init__(text, retry_after=retry_after)
+        #: The problem type URN, e.g. ``urn:ietf:params:acme:error:rateLimited``.
+        self.type = type
+        #: The CA's human-readable explanation.
+        self.detail = detail
+        self.status_code = status_code
+        self.url = url
+        self.identifier = dict(identifier) if identifier else None
+        self.subproblems = tuple(subproblems)
+        self.document = dict(document) if document else {}
+        if status_code is not None and status_code >= 500 and type not in _PERMANENT_5XX:
+            self.kind = ErrorKind.TRANSIENT
+
+
+_PERMANENT_5XX: frozenset[str] = frozenset()
+
+
+class BadNonce(AcmeProblem):
+    """The nonce was refused; the request is replayed with a fresh one."""
+
+    problem_type = ProblemType.BAD_NONCE
+    kind = ErrorKind.TRANSIENT
+
+
+class RateLimited(AcmeProblem):
+    """A rate limit of the CA was hit. ``retry_after`` says when to try again."""
+
+    problem_type = ProblemType.RATE_LIMITED
+    kind = ErrorKind.RATE_LIMITED
+
+
+class ServerBusy(AcmeProblem):
+    """The CA is overloaded or failed internally (``serverInternal``, 503)."""
+
+    problem_type = ProblemType.SERVER_INTERNAL
+    kind = ErrorKind.SERVER_BUSY
+
+
+class AccountDoesNotExist(AcmeProblem):
+    """No account exists for this key (``onlyReturnExisting``, or it was deleted)."""
+
+    problem_type = ProblemType.ACCOUNT_DOES_NOT_EXIST
+
+
+class ExternalAccountRequired(AcmeProblem):
+    """The CA requires external account binding (EAB) to create an account."""
+
+    problem_type = ProblemType.EXTERNAL_ACCOUNT_REQUIRED
+
+
+class AlreadyReplaced(AcmeProblem):
+    """The certificate named in ``replaces`` was already replaced (RFC 9773 §5)."""
+
+    problem_type = ProblemType.ALREADY_REPLACED
+
+
+class Malformed(AcmeProblem):
+    """The CA says the request was malformed."""
+
+    problem_type = ProblemType.MALFORMED
+
+
+class Unauthorized(AcmeProblem):
+    """The account lacks authorization for the request."""
+
+    problem_type = ProblemType.UNAUTHORIZED
+
+
+class RejectedIdentifier(AcmeProblem):
+    """The CA will not issue for this identifier."""
+
+    problem_type = ProblemType.REJECTED_IDENTIFIER
+
+
+class BadCSR(AcmeProblem):
+    """The CA refused the certificate signing request."""
+
+    problem_type = ProblemType.BAD_CSR
+
+
+class OrderNotReady(AcmeProblem):
+    """Finalize was sent before every authorization was valid."""
+
+    problem_type = ProblemType.ORDER_NOT_READY
+
+
+_PROBLEM_CLASSES: dict[str, type[AcmeProblem]] = {
+    cls.problem_type: cls
+    for cls in (
+        BadNonce,
+        RateLimited,
+        ServerBusy,
+        AccountDoesNotExist,
+        ExternalAccountRequired,
+        AlreadyReplaced,
+        Malformed,
+        Unauthorized,
+        RejectedIdentifier,
+        BadCSR,
+        OrderNotReady,
+    )
+    if cls.problem_type is not None
+}
+
+
+def problem_class(problem_type: str) -> type[AcmeProblem]:
+    """Return the exception class for a problem type URN (:class:`AcmeProblem` if none)."""
+    return _PROBLEM_CLASSES.get(problem_type, AcmeProblem)
+
+
+class IssuanceError(AcmeCertsError):
+    """An issuance attempt ended without a certificate."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        order_url: str | None = None,
+        problem: AcmeProblem | None = None,
+        retry_after: _dt.datetime | None = None,
+    ) -> None:
+        super().__init__(message, retry_after=retry_after)
+        self.order_url = order_url
+        #: The CA's problem document behind this failure, when it gave one.
+        self.problem = problem
+
+
+class AuthorizationFailed(IssuanceError):
+    """The CA could not validate control of an identifier."""
+
+    def __init__(
+        self,
+        identifier: str,
+        problem: AcmeProblem | None,
+        *,
+        authorization_url: str,
+        order_url: str | None = None,
+    ) -> None:
+        detail = str(problem) if problem else "authorization became invalid"
+        super().__init__(
+            f"validation of {identifier} failed: {detail}", order_url=order_url, problem=problem
+        )
+        self.identifier = identifier
+        self.authorization_url = authorization_url
+
+
+class OrderFailed(IssuanceError):
+    """The order became invalid (RFC 8555 §7.1.6), or finalization failed."""
+
+
+class AttemptTimeout(IssuanceError):
+    """The per-attempt deadline expired before the certificate was downloaded."""
+
+    kind = ErrorKind.TRANSIENT
+
+
+class CertificateMismatch(IssuanceError):
+    """The CA returned a certificate whose key or names do not match the request."""
+
+
+class StorageError(AcmeCertsError):
+    """Stored state could not be read or written (missing, corrupt, or unwritable)."""
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
