@@ -1,0 +1,6 @@
+"""The HTTP transport to an ACME server."""
+
+from acmecerts.transport._http import USER_AGENT, AcmeResponse, AcmeTransport, RequestHook
+from acmecerts.transport._nonces import NoncePool
+
+__all__ = ["USER_AGENT", "AcmeResponse", "AcmeTransport", "NoncePool", "RequestHook"]

@@ -1,0 +1,694 @@
+"""``AcmeClient``: one account on one CA, driving RFC 8555 over the transport.
+
+The client turns the protocol layer's requests into HTTP through
+:class:`~acmecerts.transport.AcmeTransport`, polls with the server's ``Retry-After``
+(or a short growing interval, never a tight loop), runs every issuance attempt under a
+deadline (30 minutes by default) and cleans up after itself: challenge responses are
+removed and pending authorizations deactivated however an attempt ends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+
+from acmecerts._issued import IssuedCertificate
+from acmecerts._time import Clock, SystemClock, as_seconds
+from acmecerts.errors import (
+    AcmeCertsError,
+    AttemptTimeout,
+    AuthorizationFailed,
+    BadServerResponse,
+    ExternalAccountRequired,
+    InvalidInput,
+    OrderFailed,
+    ProblemType,
+    UnsupportedChallenge,
+)
+from acmecerts.protocol.certificate import (
+    CertificateChain,
+    certificate_info,
+    check_certificate_matches,
+    parse_pem_chain,
+)
+from acmecerts.protocol.challenges import key_authorization
+from acmecerts.protocol.csr import build_csr
+from acmecerts.protocol.identifiers import Identifier, parse_identifiers
+from acmecerts.protocol.jws import eab_binding, key_change_inner
+from acmecerts.protocol.keys import (
+    AccountKey,
+    KeyType,
+    PrivateKey,
+    generate_private_key,
+    private_key_pem,
+)
+from acmecerts.protocol.resources import (
+    Account,
+    Authorization,
+    Challenge,
+    Directory,
+    Order,
+    parse_account,
+    parse_authorization,
+    parse_challenge,
+    parse_order,
+)
+from acmecerts.retry import RequestRetry
+from acmecerts.solvers._base import ChallengeTask, Solver
+from acmecerts.transport import AcmeResponse, AcmeTransport, RequestHook
+
+__all__ = ["AcmeClient", "ExternalAccountBinding", "PollPolicy", "RevocationReason"]
+
+log = logging.getLogger("acmecerts.client")
+
+_PEM_CHAIN = "application/pem-certificate-chain"
+_CLEANUP_SECONDS = 15.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True, repr=False)
+class ExternalAccountBinding:
+    """External account binding credentials (RFC 8555 §7.3.4) from the CA.
+
+    ``hmac_key`` is the base64url MAC key; it never appears in reprs or logs.
+    """
+
+    kid: str
+    hmac_key: str
+    algorithm: str = "HS256"
+
+    def __repr__(self) -> str:
+        return f"ExternalAccountBinding(kid={self.kid!r}, algorithm={self.algorithm!r})"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PollPolicy:
+    """How to poll an order or authorization that is still being processed.
+
+    The server's ``Retry-After`` wins when it gives one (bounded by ``max_interval``
+    scaled up to ``max_retry_after``); otherwise the interval starts at ``initial`` and
+    grows by ``multiplier`` up to ``max_interval``. Never below ``floor``.
+    """
+
+    initial: float = 0.25
+    multiplier: float = 1.6
+    max_interval: float = 10.0
+    floor: float = 0.05
+    #: The longest server ``Retry-After`` honoured for a poll (a longer one is capped).
+    max_retry_after: float = 600.0
+
+    def interval(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds to wait before poll number ``attempt`` (1-based)."""
+        if retry_after is not None:
+            return min(max(self.floor, retry_after), self.max_retry_after)
+        computed = self.initial * self.multiplier ** max(0, attempt - 1)
+        return max(self.floor, min(self.max_interval, computed))
+
+
+class RevocationReason:
+    """CRL reason codes accepted by ACME revocation (RFC 5280 §5.3.1)."""
+
+    UNSPECIFIED = 0
+    KEY_COMPROMISE = 1
+    AFFILIATION_CHANGED = 3
+    SUPERSEDED = 4
+    CESSATION_OF_OPERATION = 5
+
+    ALL: Mapping[str, int] = {
+        "unspecified": 0,
+        "keyCompromise": 1,
+        "affiliationChanged": 3,
+        "superseded": 4,
+        "cessationOfOperation": 5,
+    }
+
+
+class AcmeClient:
+    """An async ACME client for one account on one CA.
+
+    Args:
+        directory_url: The CA's directory URL.
+        account_key: The account key; a new P-256 key is generated when omitted (save
+            ``client.account_key.to_pem()`` to reuse the account).
+        account_url: The account URL if known (saves a ``newAccount`` round-trip).
+        contact: Contact URIs (``mailto:...``) for a new account.
+        eab: External account binding for CAs that require it.
+        ca_bundle: Extra CA certificate to trust for the CA's TLS (e.g. Pebble's).
+        clock: Time source (inject a fake one in tests).
+        request_timeout: Per-HTTP-request timeout.
+        request_retry: Request-level retry policy.
+        attempt_timeout: Deadline for one issuance attempt, new order through download
+            (default 30 minutes).
+        poll: Polling policy for authorizations and orders.
+        transport: A ready transport (otherwise one is made from the arguments above).
+        on_request: Called with ``(method, url)`` for every HTTP request.
+    """
+
+    def __init__(
+        self,
+        directory_url: str,
+        *,
+        account_key: AccountKey | None = None,
+        account_url: str | None = None,
+        contact: Sequence[str] = (),
+        eab: ExternalAccountBinding | None = None,
+        ca_bundle: str | Path | None = None,
+        clock: Clock | None = None,
+        request_timeout: float | _dt.timedelta = 30.0,
+        request_retry: RequestRetry | None = None,
+        attempt_timeout: float | _dt.timedelta = _dt.timedelta(minutes=30),
+        poll: PollPolicy | None = None,
+        http2: bool = True,
+        transport: AcmeTransport | None = None,
+        on_request: RequestHook | None = None,
+    ) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self.transport = transport or AcmeTransport(
+            directory_url,
+            ca_bundle=ca_bundle,
+            timeout=request_timeout,
+            retry=request_retry,
+            clock=self.clock,
+            http2=http2,
+            on_request=on_request,
+        )
+        self.account_key = account_key or AccountKey.generate()
+        self.account_url = account_url
+        self.contact = tuple(contact)
+        self.eab = eab
+        self.attempt_timeout = as_seconds(attempt_timeout)
+        if self.attempt_timeout <= 0:
+            raise InvalidInput("attempt_timeout must be positive")
+        self.poll = poll or PollPolicy()
+        self._account_lock = anyio.Lock()
+
+    async def __aenter__(self) -> AcmeClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections."""
+        await self.transport.aclose()
+
+    def __repr__(self) -> str:
+        return (
+            f"AcmeClient({self.transport.directory_url!r}, account_url={self.account_url!r}, "
+            f"key={self.account_key!r})"
+        )
+
+    # -- directory and account (RFC 8555 §7.1.1, §7.3) ---------------------------------
+
+    async def directory(self) -> Directory:
+        """The CA's directory (fetched once)."""
+        return await self.transport.directory()
+
+    async def _post(
+        self,
+        url: str,
+        payload: Mapping[str, Any] | None,
+        *,
+        accept: str | None = None,
+        idempotent: bool = True,
+    ) -> AcmeResponse:
+        kid = await self._kid()
+        return await self.transport.post(
+            url,
+            key=self.account_key,
+            kid=kid,
+            payload=payload,
+            accept=accept,
+            idempotent=idempotent,
+        )
+
+    async def _kid(self) -> str:
+        if self.account_url is None:
+            async with self._account_lock:
+                if self.account_url is None:
+                    await self.register()
+        assert self.account_url is not None
+        return self.account_url
+
+    async def register(
+        self,
+        *,
+        contact: Sequence[str] | None = None,
+        terms_of_service_agreed: bool = True,
+        eab: ExternalAccountBinding | None = None,
+    ) -> Account:
+        """Create the account for this key, or return the existing one (§7.3, §7.3.1).
+
+        Raises :class:`ExternalAccountRequired` before sending anything when the CA's
+        directory says EAB is required and none was given.
+        """
+        directory = await self.directory()
+        eab = eab or self.eab
+        contacts = tuple(self.contact if contact is None else contact)
+        payload: dict[str, Any] = {"termsOfServiceAgreed": terms_of_service_agreed}
+        if contacts:
+            payload["contact"] = list(contacts)
+        if eab is not None:
+            payload["externalAccountBinding"] = eab_binding(
+                self.account_key,
+                kid=eab.kid,
+                hmac_key_b64url=eab.hmac_key,
+                url=directory.new_account,
+                algorithm=eab.algorithm,
+            )
+        elif directory.external_account_required:
+            raise ExternalAccountRequired(
+                ProblemType.EXTERNAL_ACCOUNT_REQUIRED,
+                "the CA requires external account binding; pass eab=ExternalAccountBinding("
+                "kid, hmac_key) (CLI: --eab-kid/--eab-hmac-key)",
+                url=directory.new_account,
+            )
+        response = await self.transport.post(
+            directory.new_account, key=self.account_key, kid=None, payload=payload
+        )
+        url = response.require_location()
+        account = parse_account(response.json(), url=url)
+        self.account_url = url
+        log.info("account %s (%s)", url, "created" if response.status_code == 201 else "existing")
+        return account
+
+    async def find_account(self) -> Account:
+        """Look up the account of this key without creating one (``onlyReturnExisting``).
+
+        Raises :class:`~acmecerts.errors.AccountDoesNotExist` if there is none.
+        """
+        directory = await self.directory()
+        response = await self.transport.post(
+            directory.new_account,
+            key=self.account_key,
+            kid=None,
+            payload={"onlyReturnExisting": True},
+        )
+        url = response.require_location()
+        self.account_url = url
+        return parse_account(response.json(), url=url)
+
+    async def account(self) -> Account:
+        """Fetch the account object (POST-as-GET)."""
+        url = await self._kid()
+        response = await self._post(url, None)
+        return parse_account(response.json(), url=url)
+
+    async def update_contact(self, contact: Sequence[str]) -> Account:
+        """Replace the account's contact URIs (§7.3.2)."""
+        url = await self._kid()
+        response = await self._post(url, {"contact": list(contact)})
+        self.contact = tuple(contact)
+        return parse_account(response.json(), url=url)
+
+    async def deactivate_account(self) -> Account:
+        """Deactivate the account (§7.3.6). The CA refuses its key afterwards."""
+        url = await self._kid()
+        response = await self._post(url, {"status": "deactivated"})
+        return parse_account(response.json(), url=url)
+
+    async def change_key(self, new_key: AccountKey) -> None:
+        """Roll the account over to ``new_key`` (§7.3.5); the old key stops working."""
+        directory = await self.directory()
+        if directory.key_change is None:
+            raise InvalidInput("the CA does not support account key rollover (no keyChange)")
+        account_url = await self._kid()
+        inner = key_change_inner(
+            old_key=self.account_key,
+            new_key=new_key,
+            account_url=account_url,
+            url=directory.key_change,
+        )
+        await self._post(directory.key_change, inner)
+        self.account_key = new_key
+
+    # -- orders, authorizations, challenges (§7.4, §7.5) --------------------------------
+
+    async def new_order(
+        self,
+        identifiers: Iterable[Identifier | str],
+        *,
+        profile: str | None = None,
+        replaces: str | None = None,
+    ) -> Order:
+        """Create an order (§7.4). ``replaces`` is the ARI certID of the certificate renewed."""
+        idents = _as_identifiers(identifiers)
+        directory = await self.directory()
+        payload: dict[str, Any] = {"identifiers": [i.to_json() for i in idents]}
+        if profile is not None:
+            if directory.profiles and profile not in directory.profiles:
+                offered = ", ".join(sorted(directory.profiles)) or "none"
+                raise InvalidInput(f"the CA offers no profile {profile!r} (offered: {offered})")
+            payload["profile"] = profile
+        if replaces is not None:
+            payload["replaces"] = replaces
+        response = await self._post(directory.new_order, payload, idempotent=False)
+        return parse_order(response.json(), url=response.require_location())
+
+    async def get_order(self, url: str) -> Order:
+        """Fetch an order (POST-as-GET)."""
+        response = await self._post(url, None)
+        return parse_order(response.json(), url=url)
+
+    async def get_authorization(self, url: str) -> Authorization:
+        """Fetch an authorization (POST-as-GET)."""
+        response = await self._post(url, None)
+        return parse_authorization(response.json(), url=url)
+
+    async def answer_challenge(self, challenge: Challenge) -> Challenge:
+        """Tell the CA the challenge is ready to be validated (§7.5.1)."""
+        response = await self._post(challenge.url, {})
+        return parse_challenge(response.json(), url=challenge.url)
+
+    async def deactivate_authorization(self, url: str) -> Authorization:
+        """Deactivate an authorization (§7.5.2) so it stops counting as pending."""
+        response = await self._post(url, {"status": "deactivated"})
+        return parse_authorization(response.json(), url=url)
+
+    async def finalize(self, order: Order, csr_der: bytes) -> Order:
+        """Send the CSR (§7.4); the order moves to ``processing`` or ``valid``."""
+        from acmecerts.protocol.challenges import b64url
+
+        response = await self._post(order.finalize, {"csr": b64url(csr_der)})
+        return parse_order(response.json(), url=order.url)
+
+    async def download_certificate(self, url: str) -> tuple[CertificateChain, list[str]]:
+        """Download a chain (§7.4.2); returns it and the URLs of alternate chains."""
+        response = await self._post(url, None, accept=_PEM_CHAIN)
+        return parse_pem_chain(response.content, url=url), response.links("alternate")
+
+    async def revoke(
+        self,
+        certificate_pem: str | bytes,
+        *,
+        reason: int = RevocationReason.UNSPECIFIED,
+        certificate_key: PrivateKey | None = None,
+    ) -> None:
+        """Revoke a certificate (§7.6), signed by the account key or by the certificate key."""
+        from cryptography.hazmat.primitives import serialization
+
+        from acmecerts.protocol.challenges import b64url
+
+        if reason not in RevocationReason.ALL.values():
+            raise InvalidInput(f"revocation reason {reason} is not allowed by ACME")
+        chain = parse_pem_chain(certificate_pem)
+        der = chain.leaf.public_bytes(serialization.Encoding.DER)
+        directory = await self.directory()
+        if directory.revoke_cert is None:
+            raise InvalidInput("the CA has no revokeCert endpoint")
+        payload = {"certificate": b64url(der), "reason": reason}
+        if certificate_key is None:
+            await self._post(directory.revoke_cert, payload)
+        else:
+            await self.transport.post(
+                directory.revoke_cert,
+                key=AccountKey(certificate_key),
+                kid=None,
+                payload=payload,
+            )
+
+    # -- polling ------------------------------------------------------------------------
+
+    async def _sleep_until_next_poll(
+        self, attempt: int, response_retry_after: _dt.datetime | None, deadline: _dt.datetime
+    ) -> None:
+        now = self.clock.now()
+        retry_after = (
+            max(0.0, (response_retry_after - now).total_seconds())
+            if response_retry_after is not None
+            else None
+        )
+        delay = self.poll.interval(attempt, retry_after)
+        remaining = (deadline - now).total_seconds()
+        if remaining <= 0:
+            raise AttemptTimeout("the attempt deadline passed while waiting for the CA")
+        await self.clock.sleep(min(delay, remaining))
+
+    async def wait_order(
+        self,
+        order: Order,
+        *,
+        until: frozenset[str],
+        deadline: _dt.datetime,
+        retry_after: _dt.datetime | None = None,
+    ) -> Order:
+        """Poll ``order`` until its status is in ``until`` (or ``invalid``)."""
+        attempt = 0
+        while order.status not in until and order.status != "invalid":
+            attempt += 1
+            await self._sleep_until_next_poll(attempt, retry_after, deadline)
+            response = await self._post(order.url, None)
+            order = parse_order(response.json(), url=order.url)
+            retry_after = response.retry_after
+        return order
+
+    async def wait_authorization(
+        self, url: str, *, deadline: _dt.datetime, retry_after: _dt.datetime | None = None
+    ) -> Authorization:
+        """Poll an authorization until it is no longer ``pending``."""
+        attempt = 0
+        while True:
+            attempt += 1
+            await self._sleep_until_next_poll(attempt, retry_after, deadline)
+            response = await self._post(url, None)
+            authz = parse_authorization(response.json(), url=url)
+            if authz.status != "pending":
+                return authz
+            retry_after = response.retry_after
+
+    # -- the one-call API ---------------------------------------------------------------
+
+    async def issue(
+        self,
+        names: Iterable[str],
+        *,
+        solver: Solver | None = None,
+        solvers: Iterable[Solver] = (),
+        key_type: KeyType | str = KeyType.EC256,
+        private_key: PrivateKey | None = None,
+        profile: str | None = None,
+        replaces: str | None = None,
+        preferred_chain: str | None = None,
+        attempt_timeout: float | _dt.timedelta | None = None,
+    ) -> IssuedCertificate:
+        """Issue one certificate for ``names``: order, validate, finalize, download.
+
+        Every authorization of the order is solved concurrently. The attempt runs under
+        ``attempt_timeout`` (default: the client's, 30 minutes); however it ends,
+        challenge responses are cleaned up and authorizations still pending are
+        deactivated. Bad input raises :class:`InvalidInput` before any request is sent.
+
+        Args:
+            names: DNS names (``*.`` wildcards allowed with dns-01) and IP addresses.
+            solver: The solver to use; ``solvers`` gives several (one per challenge type,
+                tried in order of preference).
+            key_type: Certificate key type when ``private_key`` is not given.
+            private_key: Reuse this key for the certificate.
+            profile: A certificate profile the CA offers.
+            replaces: ARI certID of the certificate this one renews (RFC 9773 §5).
+            preferred_chain: Pick the chain whose root issuer common name equals this.
+        """
+        identifiers = parse_identifiers(names)
+        solver_list = ([solver] if solver is not None else []) + list(solvers)
+        if not solver_list:
+            raise InvalidInput("issue() needs a solver (e.g. Http01Server)")
+        for ident in identifiers:
+            if not any(s.supports(ident) for s in solver_list):
+                types = ", ".join(s.challenge_type for s in solver_list)
+                raise UnsupportedChallenge(
+                    f"no solver for {ident.value} among {types}"
+                    + (" (wildcards need dns-01)" if ident.is_wildcard else "")
+                )
+        key = private_key or generate_private_key(key_type)
+        csr_der = build_csr(identifiers, key)
+        timeout = (
+            as_seconds(attempt_timeout) if attempt_timeout is not None else self.attempt_timeout
+        )
+        deadline = self.clock.now() + _dt.timedelta(seconds=timeout)
+        try:
+            with anyio.fail_after(timeout):
+                return await self._issue_attempt(
+                    identifiers,
+                    solver_list,
+                    key,
+                    csr_der,
+                    deadline=deadline,
+                    profile=profile,
+                    replaces=replaces,
+                    preferred_chain=preferred_chain,
+                )
+        except TimeoutError as exc:
+            raise AttemptTimeout(
+                f"issuance for {', '.join(i.value for i in identifiers)} did not finish "
+                f"within {timeout:g} s"
+            ) from exc
+
+    async def _issue_attempt(
+        self,
+        identifiers: tuple[Identifier, ...],
+        solvers: list[Solver],
+        key: PrivateKey,
+        csr_der: bytes,
+        *,
+        deadline: _dt.datetime,
+        profile: str | None,
+        replaces: str | None,
+        preferred_chain: str | None,
+    ) -> IssuedCertificate:
+        order = await self.new_order(identifiers, profile=profile, replaces=replaces)
+        log.debug("order %s for %s is %s", order.url, identifiers, order.status)
+        presented: list[tuple[Solver, ChallengeTask]] = []
+        pending_authz: set[str] = set()
+        finished = False
+        try:
+            if order.status == "pending":
+                await self._solve_authorizations(order, solvers, presented, pending_authz)
+                order = await self.wait_order(
+                    order, until=frozenset({"ready", "processing", "valid"}), deadline=deadline
+                )
+                if order.status == "invalid":
+                    raise await self._explain_invalid_order(order)
+                pending_authz.clear()
+            if order.status == "ready":
+                order = await self.finalize(order, csr_der)
+            order = await self.wait_order(order, until=frozenset({"valid"}), deadline=deadline)
+            if order.status != "valid" or order.certificate is None:
+                problem = order.error
+                raise OrderFailed(
+                    f"order {order.url} became {order.status}"
+                    + (f": {problem}" if problem else ""),
+                    order_url=order.url,
+                    problem=problem,
+                )
+            issued = await self._download(order, key, identifiers, preferred_chain)
+            finished = True
+            return issued
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_CLEANUP_SECONDS):
+                await self._cleanup(presented, pending_authz if not finished else set())
+
+    async def _solve_authorizations(
+        self,
+        order: Order,
+        solvers: list[Solver],
+        presented: list[tuple[Solver, ChallengeTask]],
+        pending_authz: set[str],
+    ) -> None:
+        async def solve(url: str) -> None:
+            authz = await self.get_authorization(url)
+            if authz.status == "valid":
+                return
+            if authz.status != "pending":
+                raise AuthorizationFailed(
+                    authz.dns_name, authz.error, authorization_url=url, order_url=order.url
+                )
+            pending_authz.add(url)
+            ident = Identifier(authz.identifier.type, authz.dns_name)
+            for candidate in solvers:
+                challenge = authz.challenge(candidate.challenge_type)
+                if challenge is not None and candidate.supports(ident):
+                    break
+            else:
+                offered = ", ".join(c.type for c in authz.challenges)
+                raise UnsupportedChallenge(
+                    f"the CA offers {offered or 'no challenges'} for {ident.value}; "
+                    "no configured solver answers any of them"
+                )
+            if challenge.token is None:
+                raise BadServerResponse(f"{challenge.type} challenge without a token", url=url)
+            task = ChallengeTask(
+                type=challenge.type,
+                identifier=ident,
+                token=challenge.token,
+                key_authorization=key_authorization(challenge.token, self.account_key.thumbprint),
+                url=challenge.url,
+            )
+            presented.append((candidate, task))
+            await candidate.present(task)
+            if challenge.status == "pending":
+                await self.answer_challenge(challenge)
+
+        async with anyio.create_task_group() as tg:
+            for url in order.authorizations:
+                tg.start_soon(solve, url)
+
+    async def _explain_invalid_order(self, order: Order) -> AcmeCertsError:
+        for url in order.authorizations:
+            try:
+                authz = await self.get_authorization(url)
+            except AcmeCertsError:
+                continue
+            if authz.status == "invalid":
+                return AuthorizationFailed(
+                    authz.dns_name, authz.error, authorization_url=url, order_url=order.url
+                )
+        problem = order.error
+        return OrderFailed(
+            f"order {order.url} became invalid" + (f": {problem}" if problem else ""),
+            order_url=order.url,
+            problem=problem,
+        )
+
+    async def _download(
+        self,
+        order: Order,
+        key: PrivateKey,
+        identifiers: tuple[Identifier, ...],
+        preferred_chain: str | None,
+    ) -> IssuedCertificate:
+        assert order.certificate is not None
+        chain, alternate_urls = await self.download_certificate(order.certificate)
+        alternates: list[CertificateChain] = []
+        if preferred_chain is not None and chain.root_issuer_name != preferred_chain:
+            for alt_url in alternate_urls:
+                alt, _ = await self.download_certificate(alt_url)
+                alternates.append(alt)
+                if alt.root_issuer_name == preferred_chain:
+                    alternates.remove(alt)
+                    alternates.insert(0, chain)
+                    chain = alt
+                    break
+        check_certificate_matches(chain, key=key, identifiers=identifiers)
+        return IssuedCertificate(
+            identifiers=identifiers,
+            chain=chain,
+            private_key_pem=private_key_pem(key).decode("ascii"),
+            info=certificate_info(chain.leaf),
+            order_url=order.url,
+            certificate_url=order.certificate,
+            alternate_chains=tuple(alternates),
+        )
+
+    async def _cleanup(
+        self, presented: list[tuple[Solver, ChallengeTask]], pending_authz: set[str]
+    ) -> None:
+        for solver, task in presented:
+            try:
+                await solver.cleanup(task)
+            except Exception:  # a broken solver must not hide the attempt's outcome
+                log.exception("cleanup of %s for %s failed", task.type, task.identifier)
+        for url in sorted(pending_authz):
+            try:
+                authz = await self.get_authorization(url)
+                if authz.status == "pending":
+                    await self.deactivate_authorization(url)
+                    log.info("deactivated pending authorization %s", url)
+            except (AcmeCertsError, httpx.HTTPError) as exc:
+                log.warning("could not deactivate authorization %s: %s", url, exc)
+
+
+def _as_identifiers(values: Iterable[Identifier | str]) -> tuple[Identifier, ...]:
+    """Validate strings; keep ready :class:`Identifier` objects as they are."""
+    result: dict[Identifier, None] = {}
+    for value in values:
+        ident = value if isinstance(value, Identifier) else parse_identifiers([value])[0]
+        result.setdefault(ident, None)
+    if not result:
+        raise InvalidInput("an order needs at least one identifier")
+    return tuple(result)

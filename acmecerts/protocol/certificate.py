@@ -1,0 +1,151 @@
+"""Certificate chains (RFC 8555 §7.4.2): PEM parsing, metadata, and checks against the request."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import re
+from collections.abc import Sequence
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from acmecerts.errors import BadServerResponse, CertificateMismatch
+from acmecerts.protocol.identifiers import Identifier
+from acmecerts.protocol.keys import PrivateKey
+
+__all__ = [
+    "CertificateChain",
+    "CertificateInfo",
+    "certificate_info",
+    "check_certificate_matches",
+    "parse_pem_chain",
+]
+
+_PEM_BLOCK = re.compile(
+    rb"-----BEGIN CERTIFICATE-----\r?\n.+?\r?\n-----END CERTIFICATE-----", re.DOTALL
+)
+_MAX_CHAIN = 10
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CertificateInfo:
+    """What people ask about a certificate."""
+
+    #: The subjectAltName entries (DNS names and IP addresses), in certificate order.
+    names: tuple[str, ...]
+    not_before: _dt.datetime
+    not_after: _dt.datetime
+    #: The serial number as lower-case hex.
+    serial: str
+    issuer: str
+
+    @property
+    def lifetime(self) -> _dt.timedelta:
+        """``not_after - not_before``."""
+        return self.not_after - self.not_before
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CertificateChain:
+    """A certificate chain as the CA returned it: the leaf first, then intermediates."""
+
+    pem: str
+    certificates: tuple[x509.Certificate, ...]
+
+    @property
+    def leaf(self) -> x509.Certificate:
+        """The end-entity certificate."""
+        return self.certificates[0]
+
+    @property
+    def leaf_pem(self) -> str:
+        """The leaf alone, PEM."""
+        return _to_pem(self.certificates[0])
+
+    @property
+    def intermediates_pem(self) -> str:
+        """The issuer chain (without the leaf), PEM."""
+        return "".join(_to_pem(c) for c in self.certificates[1:])
+
+    @property
+    def issuer_names(self) -> tuple[str, ...]:
+        """Issuer common names of every certificate, to pick a preferred chain."""
+        return tuple(_common_name(c.issuer) for c in self.certificates)
+
+    @property
+    def root_issuer_name(self) -> str:
+        """Issuer common name of the last certificate (the root the chain leads to)."""
+        return _common_name(self.certificates[-1].issuer)
+
+
+def _to_pem(cert: x509.Certificate) -> str:
+    return cert.public_bytes(serialization.Encoding.PEM).decode("ascii")
+
+
+def _common_name(name: x509.Name) -> str:
+    attrs = name.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
+    if attrs:
+        value = attrs[0].value
+        return value if isinstance(value, str) else value.decode("utf-8", "replace")
+    return name.rfc4514_string()
+
+
+def parse_pem_chain(data: bytes | str, *, url: str | None = None) -> CertificateChain:
+    """Parse ``application/pem-certificate-chain``; raise :class:`BadServerResponse`."""
+    raw = data.encode("ascii", "replace") if isinstance(data, str) else data
+    blocks = _PEM_BLOCK.findall(raw)
+    if not blocks:
+        raise BadServerResponse("no PEM certificate in the answer", url=url)
+    if len(blocks) > _MAX_CHAIN:
+        raise BadServerResponse(f"chain of {len(blocks)} certificates is too long", url=url)
+    certs: list[x509.Certificate] = []
+    for block in blocks:
+        try:
+            certs.append(x509.load_pem_x509_certificate(block))
+        except ValueError as exc:
+            raise BadServerResponse(f"unparseable certificate in chain: {exc}", url=url) from exc
+    pem = "".join(_to_pem(c) for c in certs)
+    return CertificateChain(pem=pem, certificates=tuple(certs))
+
+
+def _san_names(cert: x509.Certificate) -> tuple[str, ...]:
+    try:
+        ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    except x509.ExtensionNotFound:
+        return ()
+    names: list[str] = []
+    for general in ext.value:
+        if isinstance(general, x509.DNSName):
+            names.append(general.value.lower())
+        elif isinstance(general, x509.IPAddress):
+            names.append(str(general.value))
+    return tuple(names)
+
+
+def certificate_info(cert: x509.Certificate) -> CertificateInfo:
+    """Names, validity and serial of ``cert``."""
+    return CertificateInfo(
+        names=_san_names(cert),
+        not_before=cert.not_valid_before_utc,
+        not_after=cert.not_valid_after_utc,
+        serial=format(cert.serial_number, "x"),
+        issuer=_common_name(cert.issuer),
+    )
+
+
+def check_certificate_matches(
+    chain: CertificateChain, *, key: PrivateKey, identifiers: Sequence[Identifier]
+) -> None:
+    """Raise :class:`CertificateMismatch` unless the leaf is for ``key`` and ``identifiers``."""
+    leaf = chain.leaf
+    fmt = serialization.PublicFormat.SubjectPublicKeyInfo
+    der = serialization.Encoding.DER
+    if leaf.public_key().public_bytes(der, fmt) != key.public_key().public_bytes(der, fmt):
+        raise CertificateMismatch("the CA's certificate is not for the requested key")
+    wanted = {i.value for i in identifiers}
+    got = set(_san_names(leaf))
+    if wanted != got:
+        raise CertificateMismatch(
+            f"the CA's certificate names {sorted(got)} differ from the request {sorted(wanted)}"
+        )

@@ -1,0 +1,82 @@
+"""JWS request bodies (RFC 8555 §6.2): every POST to an ACME server is a flattened JWS.
+
+A request is signed with the account URL as ``kid`` once the account exists, and with
+the public ``jwk`` for ``newAccount`` and certificate-key revocation (§6.2). A
+POST-as-GET (§6.3) has the empty string as payload.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from acme import jws as acme_jws
+from josepy.b64 import b64decode
+from josepy.jwa import HS256, HS384, HS512
+from josepy.jwk import JWKOct
+
+from acmecerts.errors import InvalidInput
+from acmecerts.protocol.keys import AccountKey
+
+__all__ = ["eab_binding", "key_change_inner", "sign_request"]
+
+_HMAC_ALGORITHMS = {"HS256": HS256, "HS384": HS384, "HS512": HS512}
+
+
+def _dumps(payload: Mapping[str, Any]) -> bytes:
+    return json.dumps(payload, separators=(",", ":")).encode("utf-8")
+
+
+def sign_request(
+    key: AccountKey,
+    *,
+    url: str,
+    nonce: str | None,
+    payload: Mapping[str, Any] | None,
+    kid: str | None,
+) -> bytes:
+    """Return the flattened-JSON JWS body for a POST to ``url``.
+
+    ``payload=None`` makes a POST-as-GET (§6.3). ``kid=None`` embeds the public JWK
+    (§6.2, for ``newAccount`` and revocation with the certificate key).
+    """
+    body = b"" if payload is None else _dumps(payload)
+    nonce_bytes = b64decode(nonce) if nonce is not None else None
+    signed = acme_jws.JWS.sign(body, key.jwk, key.algorithm, nonce_bytes, url=url, kid=kid)
+    text: str = signed.json_dumps()
+    return text.encode("utf-8")
+
+
+def eab_binding(
+    account_key: AccountKey, *, kid: str, hmac_key_b64url: str, url: str, algorithm: str = "HS256"
+) -> dict[str, Any]:
+    """The ``externalAccountBinding`` member of a ``newAccount`` payload (§7.3.4).
+
+    A JWS over the account's public JWK, MACed with the CA-issued key, ``kid`` in the
+    protected header, no nonce.
+    """
+    alg = _HMAC_ALGORITHMS.get(algorithm.upper())
+    if alg is None:
+        raise InvalidInput(f"unsupported EAB algorithm {algorithm!r} (HS256, HS384, HS512)")
+    try:
+        mac_key = b64decode(hmac_key_b64url)
+    except (ValueError, TypeError) as exc:
+        raise InvalidInput("the EAB HMAC key is not valid base64url") from exc
+    if not mac_key:
+        raise InvalidInput("the EAB HMAC key is empty")
+    signed = acme_jws.JWS.sign(
+        _dumps(account_key.public_jwk_json), JWKOct(key=mac_key), alg, None, url=url, kid=kid
+    )
+    result: dict[str, Any] = signed.to_partial_json()
+    return result
+
+
+def key_change_inner(
+    *, old_key: AccountKey, new_key: AccountKey, account_url: str, url: str
+) -> dict[str, Any]:
+    """The inner JWS of a key rollover (§7.3.5), signed by the new key with its ``jwk``."""
+    payload = {"account": account_url, "oldKey": old_key.public_jwk_json}
+    signed = acme_jws.JWS.sign(_dumps(payload), new_key.jwk, new_key.algorithm, None, url=url)
+    result: dict[str, Any] = signed.to_partial_json()
+    return result

@@ -1,0 +1,372 @@
+"""One ACME server over one ``httpx.AsyncClient``: signed POSTs, nonces, error mapping.
+
+The transport sends requests; it decides nothing about orders. It keeps one connection
+pool per CA (keep-alive, HTTP/2 when offered), feeds a :class:`NoncePool` from every
+``Replay-Nonce`` header (RFC 8555 §6.5) so ``newNonce`` is only asked when the pool is
+empty, replays ``badNonce`` answers with a fresh nonce, maps httpx errors and problem
+documents to acmecerts errors, and retries what :class:`~acmecerts.retry.RequestRetry`
+says may be retried.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import ssl
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from acmecerts._time import (
+    Clock,
+    SystemClock,
+    as_seconds,
+    parse_retry_after,
+    retry_after_from_detail,
+)
+from acmecerts._version import __version__
+from acmecerts.errors import (
+    BadServerResponse,
+    ConnectError,
+    ErrorKind,
+    InvalidInput,
+    RateLimited,
+    RequestTimeout,
+    TransportError,
+)
+from acmecerts.protocol.jws import sign_request
+from acmecerts.protocol.keys import AccountKey
+from acmecerts.protocol.problems import problem_from_response, synthetic_problem
+from acmecerts.protocol.resources import Directory, parse_directory
+from acmecerts.retry import RequestRetry, retry_request
+from acmecerts.transport._nonces import NoncePool
+
+__all__ = ["USER_AGENT", "AcmeResponse", "AcmeTransport", "RequestHook"]
+
+USER_AGENT = f"acmecerts/{__version__}"
+JOSE_CONTENT_TYPE = "application/jose+json"
+#: Called for every HTTP request sent: ``(method, url)``.
+RequestHook = Callable[[str, str], None]
+_MAX_BODY = 1 << 20
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AcmeResponse:
+    """A successful (2xx) answer from the CA."""
+
+    status_code: int
+    headers: httpx.Headers
+    content: bytes
+    url: str
+    #: The instant the CA's ``Retry-After`` named (aware UTC), if any.
+    retry_after: _dt.datetime | None
+
+    @property
+    def location(self) -> str | None:
+        """The ``Location`` header, if present."""
+        location: str | None = self.headers.get("location")
+        return location
+
+    def require_location(self) -> str:
+        """The ``Location`` header, or :class:`BadServerResponse` when it is missing."""
+        loc = self.location
+        if not loc:
+            raise BadServerResponse("the answer lacks a Location header", url=self.url)
+        return loc
+
+    def links(self, rel: str) -> list[str]:
+        """URLs of the ``Link`` headers with relation ``rel`` (RFC 8288), in order."""
+        found: list[str] = []
+        for value in self.headers.get_list("link"):
+            found.extend(_parse_links(value, rel, base=self.url))
+        return found
+
+    def json(self) -> Any:
+        """The body as JSON; :class:`BadServerResponse` for wrong content type or bad JSON."""
+        media = self.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if media not in ("application/json", "application/problem+json"):
+            raise BadServerResponse(
+                f"expected application/json, got {media or 'no content type'}",
+                url=self.url,
+                status_code=self.status_code,
+            )
+        try:
+            return json.loads(self.content)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise BadServerResponse(
+                f"the answer is not valid JSON: {exc}", url=self.url, status_code=self.status_code
+            ) from exc
+
+    @property
+    def text(self) -> str:
+        """The body decoded as UTF-8 (replacing errors)."""
+        return self.content.decode("utf-8", "replace")
+
+
+def _parse_links(header: str, rel: str, *, base: str) -> list[str]:
+    """Parse one ``Link`` header value (RFC 8288 §3), tolerant of junk."""
+    urls: list[str] = []
+    for part in _split_link_values(header):
+        part = part.strip()
+        if not part.startswith("<") or ">" not in part:
+            continue
+        target, _, params = part[1:].partition(">")
+        rels: list[str] = []
+        for param in params.split(";"):
+            name, _, value = param.strip().partition("=")
+            if name.strip().lower() == "rel":
+                rels.extend(value.strip().strip('"').lower().split())
+        if rel.lower() in rels:
+            try:
+                urls.append(str(httpx.URL(base).join(target.strip())))
+            except (httpx.InvalidURL, ValueError):
+                continue
+    return urls
+
+
+def _split_link_values(header: str) -> list[str]:
+    parts: list[str] = []
+    depth = 0
+    quoted = False
+    current: list[str] = []
+    for ch in header:
+        if ch == '"' and depth == 0:
+            quoted = not quoted
+        elif ch == "<" and not quoted:
+            depth += 1
+        elif ch == ">" and not quoted:
+            depth = max(0, depth - 1)
+        if ch == "," and depth == 0 and not quoted:
+            parts.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+    parts.append("".join(current))
+    return parts
+
+
+def _ssl_context(ca_bundle: str | Path | None, verify: bool) -> ssl.SSLContext | bool:
+    if not verify:
+        return False
+    ctx = ssl.create_default_context()
+    if ca_bundle is not None:
+        try:
+            ctx.load_verify_locations(cafile=str(ca_bundle))
+        except (OSError, ssl.SSLError) as exc:
+            raise InvalidInput(f"cannot load CA bundle {ca_bundle}: {exc}") from exc
+    return ctx
+
+
+class AcmeTransport:
+    """HTTP transport to one ACME server.
+
+    Args:
+        directory_url: The CA's directory URL.
+        ca_bundle: An extra CA certificate (PEM file) to trust besides the system store,
+            e.g. Pebble's test CA. TLS verification is always on.
+        timeout: Per-HTTP-request timeout (seconds or ``timedelta``), separate from the
+            per-attempt deadline.
+        retry: Request-level retry policy.
+        clock: Time source for ``Retry-After`` and sleeps.
+        http2: Negotiate HTTP/2 when the server offers it.
+        client: A ready ``httpx.AsyncClient`` to use instead (its settings win; the
+            transport does not close a client it did not create).
+        on_request: Called with ``(method, url)`` for every request sent.
+    """
+
+    def __init__(
+        self,
+        directory_url: str,
+        *,
+        ca_bundle: str | Path | None = None,
+        timeout: float | _dt.timedelta = 30.0,
+        retry: RequestRetry | None = None,
+        clock: Clock | None = None,
+        http2: bool = True,
+        client: httpx.AsyncClient | None = None,
+        on_request: RequestHook | None = None,
+        max_connections: int = 100,
+    ) -> None:
+        try:
+            parsed = httpx.URL(directory_url)
+        except (httpx.InvalidURL, TypeError) as exc:
+            raise InvalidInput(f"invalid directory URL {directory_url!r}") from exc
+        if parsed.scheme != "https" or not parsed.host:
+            raise InvalidInput(f"the directory URL must be https://..., got {directory_url!r}")
+        self.directory_url = directory_url
+        self.clock: Clock = clock or SystemClock()
+        self.retry = retry or RequestRetry()
+        self.nonces = NoncePool()
+        self.on_request = on_request
+        #: Number of HTTP requests sent (every method, retries included).
+        self.request_count = 0
+        self._directory: Directory | None = None
+        if client is None:
+            self._client = httpx.AsyncClient(
+                verify=_ssl_context(ca_bundle, True),
+                http2=http2,
+                timeout=as_seconds(timeout),
+                headers={"User-Agent": USER_AGENT},
+                limits=httpx.Limits(
+                    max_connections=max_connections, max_keepalive_connections=max_connections
+                ),
+                follow_redirects=False,
+                trust_env=False,
+            )
+            self._owns_client = True
+        else:
+            self._client = client
+            self._owns_client = False
+
+    async def aclose(self) -> None:
+        """Close the connection pool (if the transport created it)."""
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> AcmeTransport:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # -- sending -----------------------------------------------------------------------
+
+    async def _send_once(
+        self, method: str, url: str, *, content: bytes | None = None, accept: str | None = None
+    ) -> httpx.Response:
+        headers: dict[str, str] = {}
+        if content is not None:
+            headers["Content-Type"] = JOSE_CONTENT_TYPE
+        if accept:
+            headers["Accept"] = accept
+        self.request_count += 1
+        if self.on_request is not None:
+            self.on_request(method, url)
+        try:
+            response = await self._client.request(method, url, content=content, headers=headers)
+        except httpx.ConnectTimeout as exc:
+            raise RequestTimeout(
+                f"connecting to {url} timed out", url=url, reached_ca=False
+            ) from exc
+        except httpx.PoolTimeout as exc:
+            raise RequestTimeout(
+                f"no free connection for {url} in time", url=url, reached_ca=False
+            ) from exc
+        except httpx.TimeoutException as exc:
+            raise RequestTimeout(f"{method} {url} timed out", url=url) from exc
+        except httpx.ConnectError as exc:
+            raise ConnectError(
+                f"cannot connect to {url}: {exc}", url=url, reached_ca=False
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise TransportError(f"{method} {url} failed: {exc!r}", url=url) from exc
+        except ssl.SSLError as exc:
+            raise ConnectError(f"TLS error with {url}: {exc}", url=url, reached_ca=False) from exc
+        nonce = response.headers.get("replay-nonce")
+        if nonce:
+            self.nonces.put(nonce)
+        return response
+
+    def _check(self, response: httpx.Response, url: str) -> AcmeResponse:
+        now = self.clock.now()
+        retry_after = parse_retry_after(response.headers.get("retry-after"), now=now)
+        content = response.content
+        if len(content) > _MAX_BODY:
+            raise BadServerResponse("the answer is larger than 1 MiB", url=url)
+        status = response.status_code
+        if status < 400:
+            if status >= 300:
+                raise BadServerResponse(f"unexpected redirect ({status})", url=url)
+            return AcmeResponse(status, response.headers, content, url, retry_after)
+        problem = problem_from_response(
+            status_code=status,
+            content_type=response.headers.get("content-type", ""),
+            body=content,
+            url=url,
+            retry_after=retry_after,
+        )
+        if problem is None and status in (429, 503):
+            problem = synthetic_problem(
+                status, url=url, retry_after=retry_after, reason=response.reason_phrase
+            )
+        if problem is not None:
+            if isinstance(problem, RateLimited) and problem.retry_after is None:
+                problem.retry_after = retry_after_from_detail(problem.detail, now=now)
+            raise problem
+        raise BadServerResponse(
+            f"HTTP {status} without a problem document",
+            url=url,
+            status_code=status,
+            kind=ErrorKind.TRANSIENT if status >= 500 else ErrorKind.PERMANENT,
+            retry_after=retry_after,
+        )
+
+    async def _with_retry(self, attempt: Callable[[], Any], *, idempotent: bool) -> AcmeResponse:
+        result: AcmeResponse = await retry_request(
+            attempt, policy=self.retry, clock=self.clock, idempotent=idempotent
+        )
+        return result
+
+    async def get(self, url: str, *, accept: str | None = None) -> AcmeResponse:
+        """Unauthenticated GET (directory, ``renewalInfo``), retried when safe."""
+
+        async def attempt() -> AcmeResponse:
+            return self._check(await self._send_once("GET", url, accept=accept), url)
+
+        return await self._with_retry(attempt, idempotent=True)
+
+    async def directory(self, *, refresh: bool = False) -> Directory:
+        """The CA's directory, fetched once and cached."""
+        if self._directory is None or refresh:
+            response = await self.get(self.directory_url)
+            self._directory = parse_directory(response.json(), url=self.directory_url)
+        return self._directory
+
+    async def new_nonce(self) -> str:
+        """A nonce from the pool, or from ``newNonce`` (HEAD, §7.2) when the pool is empty."""
+        nonce = self.nonces.take()
+        if nonce is not None:
+            return nonce
+        directory = await self.directory()
+        url = directory.new_nonce
+
+        async def attempt() -> AcmeResponse:
+            return self._check(await self._send_once("HEAD", url), url)
+
+        response = await self._with_retry(attempt, idempotent=True)
+        nonce = response.headers.get("replay-nonce")
+        if not nonce:
+            # the transport put it in the pool when it saw it; take it back
+            raise BadServerResponse("newNonce answered without Replay-Nonce", url=url)
+        taken = self.nonces.take()
+        return taken if taken is not None else nonce
+
+    async def post(
+        self,
+        url: str,
+        *,
+        key: AccountKey,
+        kid: str | None,
+        payload: Mapping[str, Any] | None,
+        accept: str | None = None,
+        idempotent: bool = True,
+    ) -> AcmeResponse:
+        """POST a JWS to ``url`` (``payload=None`` is a POST-as-GET, §6.3).
+
+        A fresh nonce is used for every try, so ``badNonce`` answers are replayed safely.
+        ``idempotent=False`` (e.g. ``newOrder``) stops a request that may have reached the
+        CA from being sent twice after a transport failure.
+        """
+
+        async def attempt() -> AcmeResponse:
+            nonce = await self.new_nonce()
+            body = sign_request(key, url=url, nonce=nonce, payload=payload, kid=kid)
+            return self._check(await self._send_once("POST", url, content=body, accept=accept), url)
+
+        return await self._with_retry(attempt, idempotent=idempotent)
+
+    def __repr__(self) -> str:
+        return f"AcmeTransport({self.directory_url!r})"

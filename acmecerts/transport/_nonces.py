@@ -1,0 +1,42 @@
+"""The nonce pool (RFC 8555 §6.5): nonces from ``Replay-Nonce`` headers, used once each."""
+
+from __future__ import annotations
+
+import collections
+import re
+
+__all__ = ["NoncePool"]
+
+# §6.5.1: the value is base64url; anything else is ignored rather than sent back.
+_NONCE = re.compile(r"^[A-Za-z0-9_-]{8,512}$")
+
+
+class NoncePool:
+    """A bounded LIFO of fresh nonces.
+
+    The newest nonce is used first (older ones are likelier to have expired); when more
+    than ``capacity`` arrive, the oldest are dropped.
+    """
+
+    def __init__(self, capacity: int = 256) -> None:
+        self._nonces: collections.deque[str] = collections.deque(maxlen=capacity)
+
+    def put(self, nonce: str) -> None:
+        """Add a nonce from a ``Replay-Nonce`` header (malformed values are dropped)."""
+        nonce = nonce.strip()
+        if _NONCE.match(nonce):
+            self._nonces.append(nonce)
+
+    def take(self) -> str | None:
+        """Remove and return the newest nonce, or ``None`` if the pool is empty."""
+        try:
+            return self._nonces.pop()
+        except IndexError:
+            return None
+
+    def clear(self) -> None:
+        """Forget every nonce (e.g. after the server restarted)."""
+        self._nonces.clear()
+
+    def __len__(self) -> int:
+        return len(self._nonces)
