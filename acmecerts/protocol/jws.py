@@ -16,7 +16,7 @@ from josepy.b64 import b64decode
 from josepy.jwa import HS256, HS384, HS512
 from josepy.jwk import JWKOct
 
-from acmecerts.errors import InvalidInput
+from acmecerts.errors import BadServerResponse, InvalidInput
 from acmecerts.protocol.keys import AccountKey
 
 __all__ = ["eab_binding", "key_change_inner", "sign_request"]
@@ -42,7 +42,10 @@ def sign_request(
     (§6.2, for ``newAccount`` and revocation with the certificate key).
     """
     body = b"" if payload is None else _dumps(payload)
-    nonce_bytes = b64decode(nonce) if nonce is not None else None
+    try:
+        nonce_bytes = b64decode(nonce) if nonce is not None else None
+    except (ValueError, TypeError) as exc:
+        raise BadServerResponse(f"the CA's nonce {nonce!r} is not base64url") from exc
     signed = acme_jws.JWS.sign(body, key.jwk, key.algorithm, nonce_bytes, url=url, kid=kid)
     text: str = signed.json_dumps()
     return text.encode("utf-8")

@@ -237,7 +237,7 @@ class AcmeTransport:
     async def _send_once(
         self, method: str, url: str, *, content: bytes | None = None, accept: str | None = None
     ) -> httpx.Response:
-        headers: dict[str, str] = {}
+        headers: dict[str, str] = {"User-Agent": USER_AGENT}
         if content is not None:
             headers["Content-Type"] = JOSE_CONTENT_TYPE
         if accept:

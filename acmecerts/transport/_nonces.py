@@ -24,7 +24,8 @@ class NoncePool:
     def put(self, nonce: str) -> None:
         """Add a nonce from a ``Replay-Nonce`` header (malformed values are dropped)."""
         nonce = nonce.strip()
-        if _NONCE.match(nonce):
+        # a base64url string of length 4k+1 cannot be decoded: the CA sent junk
+        if _NONCE.match(nonce) and len(nonce) % 4 != 1:
             self._nonces.append(nonce)
 
     def take(self) -> str | None:
