@@ -1,18 +1,37 @@
 """Time: the injectable :class:`Clock` and ``Retry-After`` parsing.
 
 Everything in acmecerts that waits or compares instants asks a :class:`Clock`, so that
-tests of hour- and week-long schedules run in milliseconds. Instants are always
-timezone-aware UTC ``datetime`` objects.
+tests of hour- and week-long schedules run in milliseconds (:class:`FakeClock`).
+Instants are always timezone-aware UTC ``datetime`` objects.
+
+:func:`parse_retry_after` reads the ``Retry-After`` header (RFC 9110 §10.2.3) and
+:func:`retry_after_from_detail` the "retry after" instant in Let's Encrypt's rate-limit
+problem text. Both follow one rule, and neither raises for any text: unreadable means
+``None`` (use your own backoff), the past means now, and the far future is clamped to
+``max_delay`` (30 days by default). See ``docs/retries.md``.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from typing import Protocol, runtime_checkable
 
 import anyio
+import anyio.lowlevel
 
-__all__ = ["Clock", "SystemClock", "as_seconds", "utcnow"]
+from acmecerts.errors import InvalidInput
+
+__all__ = [
+    "DEFAULT_MAX_RETRY_AFTER",
+    "Clock",
+    "FakeClock",
+    "SystemClock",
+    "as_seconds",
+    "parse_retry_after",
+    "retry_after_from_detail",
+    "utcnow",
+]
 
 
 @runtime_checkable
@@ -61,3 +80,309 @@ def as_seconds(value: float | _dt.timedelta) -> float:
     if isinstance(value, _dt.timedelta):
         return value.total_seconds()
     return float(value)
+
+
+# ---------------------------------------------------------------------------
+# Retry-After (RFC 9110 §10.2.3) and Let's Encrypt's "retry after" detail text
+# ---------------------------------------------------------------------------
+
+#: The default limit on how far in the future a ``Retry-After`` may point.
+DEFAULT_MAX_RETRY_AFTER = _dt.timedelta(days=30)
+
+_UTC = _dt.UTC
+_MAX_INSTANT = _dt.datetime.max.replace(tzinfo=_UTC)
+_MIN_INSTANT = _dt.datetime.min.replace(tzinfo=_UTC)
+
+_MONTHS = {
+    name: number
+    for number, name in enumerate(
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
+        start=1,
+    )
+}
+_FLAGS = re.ASCII | re.IGNORECASE
+_SHORT_DAY = r"(?:mon|tue|wed|thu|fri|sat|sun)"
+_LONG_DAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
+_MONTH = r"(?P<month>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)"
+_HMS = r"(?P<hour>[0-9]{2}):(?P<minute>[0-9]{2}):(?P<second>[0-9]{2})"
+
+# RFC 9110 §5.6.7: delta-seconds = 1*DIGIT. A decimal fraction is not allowed by the
+# grammar but is seen in the wild; it is accepted and rounded up (never sooner).
+_DELTA_SECONDS = re.compile(r"(?P<int>[0-9]*)(?:\.(?P<frac>[0-9]*))?", re.ASCII)
+# RFC 9110 §5.6.7: IMF-fixdate = day-name "," SP date1 SP time-of-day SP GMT
+#   e.g. "Sun, 06 Nov 1994 08:49:37 GMT"
+_IMF_FIXDATE = re.compile(
+    rf"(?:{_SHORT_DAY}\s*,\s*)?(?P<day>[0-9]{{1,2}})\s+{_MONTH}\s+(?P<year>[0-9]{{4}})"
+    rf"\s+{_HMS}\s+(?:GMT|UTC)",
+    _FLAGS,
+)
+# RFC 9110 §5.6.7: obsolete rfc850-date = day-name-l "," SP date2 SP time-of-day SP GMT
+#   e.g. "Sunday, 06-Nov-94 08:49:37 GMT"
+_RFC850_DATE = re.compile(
+    rf"(?:(?:{_LONG_DAY}|{_SHORT_DAY})\s*,\s*)?(?P<day>[0-9]{{1,2}})-{_MONTH}-"
+    rf"(?P<year>[0-9]{{2}}|[0-9]{{4}})\s+{_HMS}\s+(?:GMT|UTC)",
+    _FLAGS,
+)
+# RFC 9110 §5.6.7: obsolete asctime-date = day-name SP date3 SP time-of-day SP year
+#   e.g. "Sun Nov  6 08:49:37 1994"
+_ASCTIME_DATE = re.compile(
+    rf"(?:{_SHORT_DAY}\s+)?{_MONTH}\s+(?P<day>[0-9]{{1,2}})\s+{_HMS}\s+(?P<year>[0-9]{{4}})",
+    _FLAGS,
+)
+# Let's Encrypt (Boulder) rate-limit detail text:
+#   "..., retry after 2026-01-01 00:00:00 UTC: see https://letsencrypt.org/docs/rate-limits/"
+# also ISO 8601 ("2026-01-01T00:00:00Z", "...00:00:00.123456+00:00") and Go's default
+# time format ("2026-01-01 00:00:00.123456789 +0000 UTC").
+_DETAIL_RETRY_AFTER = re.compile(
+    r"retry[ -]after:?\s+"
+    r"(?P<year>[0-9]{4})-(?P<month>[0-9]{2})-(?P<day>[0-9]{2})(?:T|\s+)"
+    r"(?P<hour>[0-9]{2}):(?P<minute>[0-9]{2})(?::(?P<second>[0-9]{2})(?:[.,](?P<frac>[0-9]+))?)?"
+    r"(?:\s*(?P<offset>Z|(?P<sign>[+-])(?P<oh>[0-9]{2}):?(?P<om>[0-9]{2})))?"
+    r"(?:\s*(?:UTC|GMT)\b)?",
+    _FLAGS,
+)
+
+
+def _aware_utc(instant: _dt.datetime, name: str) -> _dt.datetime:
+    """Return ``instant`` in UTC; a naive datetime is a programming error."""
+    if instant.tzinfo is None or instant.utcoffset() is None:
+        raise InvalidInput(f"{name} must be a timezone-aware datetime, got naive {instant!r}")
+    return instant.astimezone(_UTC)
+
+
+def _limit_seconds(max_delay: float | _dt.timedelta) -> float:
+    seconds = as_seconds(max_delay)
+    if not seconds >= 0:  # also rejects NaN
+        raise InvalidInput(f"max_delay must be >= 0 seconds, got {max_delay!r}")
+    return seconds
+
+
+def _after(now: _dt.datetime, seconds: float) -> _dt.datetime:
+    """``now + seconds``, saturating at the largest representable instant."""
+    try:
+        return now + _dt.timedelta(seconds=seconds)
+    except OverflowError:
+        return _MAX_INSTANT
+
+
+def _clamp(instant: _dt.datetime, now: _dt.datetime, limit: float) -> _dt.datetime:
+    """Apply the documented rule: past -> ``now``; beyond the limit -> ``now + limit``."""
+    if instant <= now:
+        return now
+    latest = _after(now, limit)
+    return latest if instant > latest else instant
+
+
+def _parse_delta_seconds(text: str, now: _dt.datetime, limit: float) -> _dt.datetime | None:
+    match = _DELTA_SECONDS.fullmatch(text)
+    if match is None:
+        return None
+    whole, frac = match["int"], match["frac"]
+    if not whole and not frac:
+        return None  # "" or "."
+    whole = whole.lstrip("0")
+    # Avoid int() on huge digit strings (CPython refuses > 4300 digits, and it is slow):
+    # anything with more than 15 significant digits is far beyond any limit we accept.
+    if len(whole) > 15:
+        return _after(now, limit)
+    seconds = float(int(whole or "0"))
+    if frac and frac.strip("0"):
+        seconds += 1  # round a fraction up: never sooner than the server asked
+    return _after(now, min(seconds, limit))
+
+
+def _build_instant(
+    year: int, month: int, day: int, hour: int, minute: int, second: int
+) -> _dt.datetime | None:
+    leap = second == 60  # a leap second (RFC 9110 §5.6.7 allows 60) means the next second
+    try:
+        instant = _dt.datetime(year, month, day, hour, minute, 59 if leap else second, tzinfo=_UTC)
+        return instant + _dt.timedelta(seconds=1) if leap else instant
+    except (ValueError, OverflowError):
+        return None
+
+
+def _parse_http_date(text: str, now: _dt.datetime) -> _dt.datetime | None:
+    for pattern in (_IMF_FIXDATE, _RFC850_DATE, _ASCTIME_DATE):
+        match = pattern.fullmatch(text)
+        if match is None:
+            continue
+        year = int(match["year"])
+        if len(match["year"]) == 2:
+            # RFC 9110 §5.6.7: a two-digit year that appears to be more than 50 years in
+            # the future is the most recent past year with the same last two digits.
+            year += now.year - now.year % 100
+            if year > now.year + 50:
+                year -= 100
+        return _build_instant(
+            year,
+            _MONTHS[match["month"].lower()],
+            int(match["day"]),
+            int(match["hour"]),
+            int(match["minute"]),
+            int(match["second"]),
+        )
+    return None
+
+
+def parse_retry_after(
+    value: str | None,
+    *,
+    now: _dt.datetime,
+    max_delay: float | _dt.timedelta = DEFAULT_MAX_RETRY_AFTER,
+) -> _dt.datetime | None:
+    """Parse a ``Retry-After`` header value (RFC 9110 §10.2.3) into a UTC instant.
+
+    Both forms of the field are understood::
+
+        Retry-After: 120                              delta-seconds
+        Retry-After: Fri, 31 Dec 1999 23:59:59 GMT    HTTP-date (IMF-fixdate)
+        Retry-After: Friday, 31-Dec-99 23:59:59 GMT   obsolete RFC 850 date
+        Retry-After: Fri Dec 31 23:59:59 1999         obsolete asctime date
+
+    The rule, which never raises for any ``str``:
+
+    * ``None``, empty, garbage, negative numbers, or impossible dates (``31 Feb``)
+      return ``None``: the caller falls back to its own backoff.
+    * delta-seconds are relative to ``now``. A decimal fraction (``"1.5"``, not allowed by
+      the grammar but seen in the wild) is rounded *up* to whole seconds, so acmecerts
+      never comes back sooner than asked. Digit strings of any length are accepted.
+    * an HTTP-date in the past (or exactly ``now``) returns ``now``: retry at once.
+    * anything more than ``max_delay`` after ``now`` (default 30 days) returns
+      ``now + max_delay``: an absurd value cannot park a certificate forever.
+    * the result is therefore ``None`` or an aware UTC instant in
+      ``[now, now + max_delay]``.
+
+    Surrounding whitespace is ignored; day and month names are matched
+    case-insensitively, and ``UTC`` is accepted for ``GMT``. Per RFC 9110 §5.6.7, a
+    two-digit RFC 850 year more than 50 years after ``now`` is taken from the past
+    century.
+
+    Args:
+        value: the header value, or ``None`` when the header is absent.
+        now: the current instant (timezone-aware; from the injected :class:`Clock`).
+        max_delay: the longest wait accepted, seconds or ``timedelta``.
+
+    Raises:
+        InvalidInput: only for a naive ``now`` or a negative ``max_delay``
+            (programming errors), never because of ``value``.
+    """
+    now = _aware_utc(now, "now")
+    limit = _limit_seconds(max_delay)
+    if value is None:
+        return None
+    text = value.strip()
+    if not text:
+        return None
+    if text[0] in "0123456789.":
+        return _parse_delta_seconds(text, now, limit)
+    instant = _parse_http_date(text, now)
+    return None if instant is None else _clamp(instant, now, limit)
+
+
+def retry_after_from_detail(
+    detail: str | None,
+    *,
+    now: _dt.datetime,
+    max_delay: float | _dt.timedelta = DEFAULT_MAX_RETRY_AFTER,
+) -> _dt.datetime | None:
+    """Read the "retry after" instant from a rate-limit problem's ``detail`` text.
+
+    Let's Encrypt states the instant in the human-readable detail of a ``rateLimited``
+    problem, which matters when no ``Retry-After`` header came with it::
+
+        too many certificates (5) already issued for this exact set of identifiers in
+        the last 168h0m0s, retry after 2026-01-01 00:00:00 UTC: see
+        https://letsencrypt.org/docs/rate-limits/
+
+    Also understood: ISO 8601 (``2026-01-01T00:00:00Z``, ``...00:00:00.25+00:00``), Go's
+    default format (``2026-01-01 00:00:00.123456789 +0000 UTC``), and fractional seconds
+    (rounded up to the microsecond). A time without a zone is taken as UTC; a numeric
+    offset is honoured. The first ``retry after`` that names a valid instant is used.
+
+    The same rule as :func:`parse_retry_after` applies and it never raises for any
+    ``str``: no recognisable instant gives ``None``; a past instant gives ``now``; more
+    than ``max_delay`` away gives ``now + max_delay``.
+    """
+    now = _aware_utc(now, "now")
+    limit = _limit_seconds(max_delay)
+    if not detail:
+        return None
+    for match in _DETAIL_RETRY_AFTER.finditer(detail):
+        instant = _build_instant(
+            int(match["year"]),
+            int(match["month"]),
+            int(match["day"]),
+            int(match["hour"]),
+            int(match["minute"]),
+            int(match["second"] or 0),
+        )
+        if instant is None:
+            continue
+        frac = match["frac"]
+        if frac:
+            micro = int(frac[:6].ljust(6, "0"))
+            if frac[6:].strip("0"):
+                micro += 1  # round up: never sooner than the CA said
+            instant = _shift(instant, _dt.timedelta(microseconds=micro))
+        if match["sign"]:
+            offset = _dt.timedelta(hours=int(match["oh"]), minutes=int(match["om"]))
+            instant = _shift(instant, -offset if match["sign"] == "+" else offset)
+        if instant is None:
+            continue
+        return _clamp(instant, now, limit)
+    return None
+
+
+def _shift(instant: _dt.datetime | None, delta: _dt.timedelta) -> _dt.datetime | None:
+    if instant is None:
+        return None
+    try:
+        return instant + delta
+    except OverflowError:
+        return _MAX_INSTANT if delta > _dt.timedelta(0) else _MIN_INSTANT
+
+
+class FakeClock:
+    """A :class:`Clock` for tests: time moves only when told to, sleeping is instant.
+
+    ``sleep(seconds)`` records the request in :attr:`sleeps`, advances the clock by
+    ``seconds`` (non-positive: not at all) and returns after one anyio checkpoint, so it
+    still honours cancellation and lets other tasks run. Tests of hour- and week-long
+    schedules therefore run in milliseconds::
+
+        clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
+        await clock.sleep(3600)
+        assert clock.now() == datetime(2026, 1, 1, 1, tzinfo=UTC)
+        assert clock.sleeps == [3600]
+
+    Every sleeper advances the one shared time: concurrent sleepers do not overlap
+    as they would on a real clock, so it suits code that sleeps in one task at a time.
+    """
+
+    def __init__(self, start: _dt.datetime | None = None) -> None:
+        """Start at ``start`` (timezone-aware), or at the real current time if ``None``."""
+        self._now = utcnow() if start is None else _aware_utc(start, "start")
+        #: Every ``sleep()`` request, in order, as given (seconds).
+        self.sleeps: list[float] = []
+
+    def now(self) -> _dt.datetime:
+        """Return the clock's current instant, timezone-aware UTC."""
+        return self._now
+
+    async def sleep(self, seconds: float) -> None:
+        """Record the request, advance the clock by ``seconds``, then checkpoint."""
+        self.sleeps.append(seconds)
+        if seconds > 0:
+            self._now = _after(self._now, seconds)
+        await anyio.lowlevel.checkpoint()
+
+    def advance(self, seconds: float | _dt.timedelta) -> None:
+        """Move the clock forward (never backward) without recording a sleep."""
+        amount = as_seconds(seconds)
+        if not amount >= 0:
+            raise InvalidInput(f"a clock cannot go backward: advance({seconds!r})")
+        self._now = _after(self._now, amount)
+
+    def __repr__(self) -> str:
+        return f"FakeClock({self._now.isoformat()})"

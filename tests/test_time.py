@@ -1,0 +1,311 @@
+"""Retry-After parsing (RFC 9110 §10.2.3), Let's Encrypt detail text, and FakeClock."""
+
+from __future__ import annotations
+
+import datetime as dt
+from email.utils import format_datetime
+
+import anyio
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from acmecerts._time import (
+    DEFAULT_MAX_RETRY_AFTER,
+    Clock,
+    FakeClock,
+    parse_retry_after,
+    retry_after_from_detail,
+)
+from acmecerts.errors import InvalidInput
+
+UTC = dt.UTC
+NOW = dt.datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
+
+instants = st.datetimes(
+    min_value=dt.datetime(1900, 1, 1), max_value=dt.datetime(9000, 1, 1), timezones=st.just(UTC)
+)
+limits = st.timedeltas(min_value=dt.timedelta(0), max_value=dt.timedelta(days=400))
+header_like = st.one_of(
+    st.text(),
+    st.from_regex(r"\A\s*[-+.]?[0-9]{0,30}(\.[0-9]{0,10})?\s*\Z"),
+    st.builds(
+        lambda d: format_datetime(d, usegmt=True),
+        st.datetimes(min_value=dt.datetime(1, 1, 1), timezones=st.just(UTC)),
+    ),
+    st.from_regex(
+        r"\A(Mon|Sun|Sunday), [0-9]{1,2}[ -](Jan|Feb|Nov)[ -][0-9]{2,4} [0-9]{2}:[0-9]{2}:[0-9]{2}"
+        r" (GMT|UTC)\Z"
+    ),
+)
+
+
+def assert_within(result: dt.datetime | None, now: dt.datetime, limit: dt.timedelta) -> None:
+    if result is None:
+        return
+    assert result.tzinfo is not None
+    assert result.utcoffset() == dt.timedelta(0)
+    assert now <= result <= now + limit
+
+
+# --- parse_retry_after: properties -------------------------------------------------------
+
+
+@given(value=header_like, now=instants, limit=limits)
+@example(value="9" * 10_000, now=NOW, limit=DEFAULT_MAX_RETRY_AFTER)
+@example(value="1e9", now=NOW, limit=DEFAULT_MAX_RETRY_AFTER)
+@example(value="Thu, 01 Jan 0001 00:00:00 GMT", now=NOW, limit=DEFAULT_MAX_RETRY_AFTER)
+def test_parser_never_raises_and_stays_within_now_and_limit(
+    value: str, now: dt.datetime, limit: dt.timedelta
+) -> None:
+    assert_within(parse_retry_after(value, now=now, max_delay=limit), now, limit)
+
+
+@given(
+    when=st.datetimes(
+        min_value=dt.datetime(1970, 1, 1), max_value=dt.datetime(9000, 1, 1), timezones=st.just(UTC)
+    ),
+    ahead=st.timedeltas(min_value=dt.timedelta(0), max_value=dt.timedelta(days=30)),
+)
+def test_round_trip_of_email_utils_dates(when: dt.datetime, ahead: dt.timedelta) -> None:
+    when = when.replace(microsecond=0)
+    now = when - ahead
+    header = format_datetime(when, usegmt=True)
+    assert parse_retry_after(header, now=now) == when
+
+
+@given(seconds=st.integers(min_value=0, max_value=30 * 86400))
+def test_round_trip_of_delta_seconds(seconds: int) -> None:
+    assert parse_retry_after(str(seconds), now=NOW) == NOW + dt.timedelta(seconds=seconds)
+
+
+# --- parse_retry_after: the forms of RFC 9110 §5.6.7 -------------------------------------
+
+RFC_INSTANT = dt.datetime(1994, 11, 6, 8, 49, 37, tzinfo=UTC)
+BEFORE_RFC_INSTANT = dt.datetime(1994, 11, 6, 8, 0, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "Sun, 06 Nov 1994 08:49:37 GMT",  # IMF-fixdate
+        "Sunday, 06-Nov-94 08:49:37 GMT",  # obsolete RFC 850 format
+        "Sun Nov  6 08:49:37 1994",  # ANSI C's asctime() format
+        "  Sun, 06 Nov 1994 08:49:37 GMT\t",  # OWS around the value
+        "sun, 06 nov 1994 08:49:37 gmt",  # lenient about case
+        "Sun, 06 Nov 1994 08:49:37 UTC",  # and about UTC for GMT
+        "Sunday, 06-Nov-1994 08:49:37 GMT",  # RFC 850 with a four-digit year
+        "Sun Nov 06 08:49:37 1994",
+    ],
+)
+def test_each_http_date_form(header: str) -> None:
+    assert parse_retry_after(header, now=BEFORE_RFC_INSTANT) == RFC_INSTANT
+
+
+def test_rfc850_two_digit_year_more_than_50_years_ahead_is_in_the_past_century() -> None:
+    now = dt.datetime(2030, 1, 1, tzinfo=UTC)
+    # "94" read as 2094 would be > 50 years ahead, so it is 1994: in the past -> now.
+    assert parse_retry_after("Sunday, 06-Nov-94 08:49:37 GMT", now=now) == now
+    # "30" is 2030.
+    assert parse_retry_after("Tuesday, 01-Jan-30 00:01:00 GMT", now=now) == now + dt.timedelta(
+        minutes=1
+    )
+
+
+def test_leap_second_means_the_next_second() -> None:
+    expected = dt.datetime(2025, 6, 30, 0, 0, 0, tzinfo=UTC)
+    assert parse_retry_after("Sun, 29 Jun 2025 23:59:60 GMT", now=NOW) == expected
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("120", 120),
+        ("0", 0),
+        ("  30 ", 30),
+        ("007", 7),
+        ("1.5", 2),  # a fraction is rounded up: never sooner than asked
+        ("0.001", 1),
+        ("2.000", 2),
+        (".5", 1),
+        ("5.", 5),
+    ],
+)
+def test_delta_seconds(header: str, seconds: int) -> None:
+    assert parse_retry_after(header, now=NOW) == NOW + dt.timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "",
+        "   ",
+        "-1",
+        "-0",
+        "+5",
+        "1e3",
+        "12 s",
+        "soon",
+        ".",
+        "0x10",
+        "١٢٣",  # Arabic-Indic digits are not DIGIT
+        "Sun, 31 Feb 2025 08:49:37 GMT",  # no such day
+        "Sun, 06 Nov 1994 25:49:37 GMT",  # no such hour
+        "Sun, 06 Foo 1994 08:49:37 GMT",
+        "Sun, 06 Nov 1994 08:49:37 PST",  # only GMT is allowed
+        "2025-06-01T12:00:00Z",  # not an HTTP-date
+    ],
+)
+def test_garbage_and_negative_give_none(header: str) -> None:
+    assert parse_retry_after(header, now=NOW) is None
+
+
+def test_missing_header_gives_none() -> None:
+    assert parse_retry_after(None, now=NOW) is None
+
+
+def test_past_date_means_now() -> None:
+    assert parse_retry_after("Thu, 01 Jan 1970 00:00:00 GMT", now=NOW) == NOW
+
+
+def test_far_future_is_clamped_to_max_delay() -> None:
+    assert parse_retry_after("Fri, 31 Dec 9999 23:59:59 GMT", now=NOW) == NOW + dt.timedelta(
+        days=30
+    )
+    assert parse_retry_after("99999999", now=NOW, max_delay=3600) == NOW + dt.timedelta(hours=1)
+    assert parse_retry_after("9" * 100_000, now=NOW) == NOW + DEFAULT_MAX_RETRY_AFTER
+
+
+def test_result_is_utc_even_when_now_is_another_zone() -> None:
+    paris = dt.timezone(dt.timedelta(hours=2))
+    result = parse_retry_after("60", now=NOW.astimezone(paris))
+    assert result == NOW + dt.timedelta(minutes=1)
+    assert result is not None
+    assert result.tzinfo is UTC
+
+
+def test_naive_now_is_a_programming_error() -> None:
+    with pytest.raises(InvalidInput):
+        parse_retry_after("60", now=dt.datetime(2025, 1, 1))
+
+
+# --- retry_after_from_detail ------------------------------------------------------------
+
+LE_DETAIL = (
+    "too many certificates (5) already issued for this exact set of identifiers in the last "
+    "168h0m0s, retry after 2025-06-02 00:00:00 UTC: see https://letsencrypt.org/docs/rate-limits/"
+)
+
+
+@pytest.mark.parametrize(
+    ("detail", "expected"),
+    [
+        (LE_DETAIL, dt.datetime(2025, 6, 2, tzinfo=UTC)),
+        (
+            "too many new orders (300) from this account in the last 3h0m0s, "
+            "retry after 2025-06-01 12:24:13 UTC: see https://letsencrypt.org/docs/rate-limits/",
+            dt.datetime(2025, 6, 1, 12, 24, 13, tzinfo=UTC),
+        ),
+        ("Retry after 2025-06-02T01:02:03Z", dt.datetime(2025, 6, 2, 1, 2, 3, tzinfo=UTC)),
+        (
+            "retry after 2025-06-02T01:02:03.25Z",
+            dt.datetime(2025, 6, 2, 1, 2, 3, 250000, tzinfo=UTC),
+        ),
+        (
+            "retry after 2025-06-02 00:00:00.123456789 +0000 UTC",  # Go's default format
+            dt.datetime(2025, 6, 2, 0, 0, 0, 123457, tzinfo=UTC),  # rounded up
+        ),
+        (
+            "retry after 2025-06-02T02:00:00+02:00",
+            dt.datetime(2025, 6, 2, 0, 0, 0, tzinfo=UTC),
+        ),
+        ("retry after 2025-06-02 00:00", dt.datetime(2025, 6, 2, tzinfo=UTC)),
+        (
+            "retry after 2025-02-30 00:00:00 UTC, or retry after 2025-06-03 00:00:00 UTC",
+            dt.datetime(2025, 6, 3, tzinfo=UTC),  # the first valid instant
+        ),
+    ],
+)
+def test_lets_encrypt_detail(detail: str, expected: dt.datetime) -> None:
+    assert retry_after_from_detail(detail, now=NOW) == expected
+
+
+@pytest.mark.parametrize(
+    "detail",
+    [None, "", "rate limited", "retry after a while", "retry after 2025-13-01 00:00:00 UTC"],
+)
+def test_detail_without_an_instant_gives_none(detail: str | None) -> None:
+    assert retry_after_from_detail(detail, now=NOW) is None
+
+
+def test_detail_clamping_follows_the_same_rule() -> None:
+    assert retry_after_from_detail("retry after 2000-01-01 00:00:00 UTC", now=NOW) == NOW
+    far = "retry after 9999-12-31T23:59:59.999999999-23:59"
+    assert retry_after_from_detail(far, now=NOW, max_delay=60) == NOW + dt.timedelta(minutes=1)
+
+
+@given(
+    detail=st.one_of(
+        st.text(),
+        st.builds(lambda s: f"retry after {s}", st.text()),
+        st.from_regex(
+            r"\Aretry after [0-9]{4}-[0-9]{2}-[0-9]{2}[ T][0-9]{2}:[0-9]{2}"
+            r"(:[0-9]{2}(\.[0-9]{1,12})?)?"
+            r"( ?(Z|[+-][0-9]{2}:?[0-9]{2}))?( UTC)?\Z"
+        ),
+    ),
+    now=instants,
+    limit=limits,
+)
+def test_detail_never_raises_and_stays_within_now_and_limit(
+    detail: str, now: dt.datetime, limit: dt.timedelta
+) -> None:
+    assert_within(retry_after_from_detail(detail, now=now, max_delay=limit), now, limit)
+
+
+# --- FakeClock --------------------------------------------------------------------------
+
+
+def test_fake_clock_is_a_clock() -> None:
+    assert isinstance(FakeClock(NOW), Clock)
+
+
+@pytest.mark.anyio
+async def test_fake_clock_sleep_advances_instantly_and_records() -> None:
+    clock = FakeClock(NOW)
+    with anyio.fail_after(5):  # real seconds: proves nothing really slept for an hour
+        await clock.sleep(3600)
+        await clock.sleep(0)
+        await clock.sleep(-5)
+        await clock.sleep(0.5)
+    assert clock.now() == NOW + dt.timedelta(hours=1, seconds=0.5)
+    assert clock.sleeps == [3600, 0, -5, 0.5]
+
+
+@pytest.mark.anyio
+async def test_fake_clock_sleep_is_a_cancellation_checkpoint() -> None:
+    clock = FakeClock(NOW)
+    reached = False
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await clock.sleep(1)
+        reached = True
+    assert not reached
+    assert scope.cancelled_caught
+
+
+def test_fake_clock_advance() -> None:
+    clock = FakeClock(NOW)
+    clock.advance(60)
+    clock.advance(dt.timedelta(minutes=1))
+    assert clock.now() == NOW + dt.timedelta(minutes=2)
+    assert clock.sleeps == []
+    with pytest.raises(InvalidInput):
+        clock.advance(-1)
+
+
+def test_fake_clock_defaults_to_the_real_time_in_utc() -> None:
+    before = dt.datetime.now(UTC)
+    now = FakeClock().now()
+    assert before <= now <= dt.datetime.now(UTC)
+    assert now.tzinfo is UTC
