@@ -1,0 +1,88 @@
+"""acmecerts: an async ACME (RFC 8555) client for issuing certificates at fleet scale.
+
+The public API is re-exported here; everything else is an implementation detail.
+"""
+
+from acmecerts._issued import IssuedCertificate
+from acmecerts._time import Clock, FakeClock, SystemClock, parse_retry_after
+from acmecerts._version import __version__
+from acmecerts.client import AcmeClient, ExternalAccountBinding, PollPolicy, RevocationReason
+from acmecerts.errors import (
+    AccountDoesNotExist,
+    AcmeCertsError,
+    AcmeProblem,
+    AlreadyReplaced,
+    AttemptTimeout,
+    AuthorizationFailed,
+    BadNonce,
+    BadServerResponse,
+    CertificateMismatch,
+    ConnectError,
+    ErrorKind,
+    ExternalAccountRequired,
+    InvalidIdentifier,
+    InvalidInput,
+    IssuanceError,
+    OrderFailed,
+    ProblemType,
+    RateLimited,
+    RequestTimeout,
+    ServerBusy,
+    StorageError,
+    TransportError,
+    UnsupportedChallenge,
+)
+from acmecerts.protocol.certificate import CertificateChain, CertificateInfo
+from acmecerts.protocol.identifiers import Identifier, parse_identifier
+from acmecerts.protocol.keys import AccountKey, KeyType
+from acmecerts.retry import AttemptSchedule, AttemptState, RequestRetry
+from acmecerts.solvers import ChallengeTask, Http01Server, Http01Webroot, Solver
+
+__all__ = [
+    "AccountDoesNotExist",
+    "AccountKey",
+    "AcmeCertsError",
+    "AcmeClient",
+    "AcmeProblem",
+    "AlreadyReplaced",
+    "AttemptSchedule",
+    "AttemptState",
+    "AttemptTimeout",
+    "AuthorizationFailed",
+    "BadNonce",
+    "BadServerResponse",
+    "CertificateChain",
+    "CertificateInfo",
+    "CertificateMismatch",
+    "ChallengeTask",
+    "Clock",
+    "ConnectError",
+    "ErrorKind",
+    "ExternalAccountBinding",
+    "ExternalAccountRequired",
+    "FakeClock",
+    "Http01Server",
+    "Http01Webroot",
+    "Identifier",
+    "InvalidIdentifier",
+    "InvalidInput",
+    "IssuanceError",
+    "IssuedCertificate",
+    "KeyType",
+    "OrderFailed",
+    "PollPolicy",
+    "ProblemType",
+    "RateLimited",
+    "RequestRetry",
+    "RequestTimeout",
+    "RevocationReason",
+    "ServerBusy",
+    "Solver",
+    "StorageError",
+    "SystemClock",
+    "TransportError",
+    "UnsupportedChallenge",
+    "__version__",
+    "parse_identifier",
+    "parse_retry_after",
+]
