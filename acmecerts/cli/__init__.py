@@ -1,0 +1,25 @@
+"""The ``acmecerts`` command line: ``acmecerts issue [OPTIONS] NAME...``.
+
+Needs the ``cli`` extra (``pip install 'acmecerts[cli]'``: typer and rich).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
+    try:
+        from acmecerts.cli._app import main as app_main
+    except ImportError as exc:  # the optional dependencies are missing
+        if exc.name not in ("typer", "rich", "click"):
+            raise
+        sys.stderr.write(
+            f"acmecerts: error: the command line needs {exc.name}: pip install 'acmecerts[cli]'\n"
+        )
+        return 2
+    return app_main(argv)
