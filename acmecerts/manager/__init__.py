@@ -1,0 +1,42 @@
+"""The certificate manager: many certificates, parallel, single-flight, cancellable."""
+
+from acmecerts.manager._events import (
+    CertificateCancelled,
+    CertificateDeferred,
+    CertificateEvent,
+    CertificateFailed,
+    CertificateObtained,
+    CertificateObtaining,
+    CertificateRateLimited,
+    Subscriber,
+)
+from acmecerts.manager._manager import CancellationHook, CertificateManager
+from acmecerts.manager._spec import (
+    CancelledResult,
+    CertificateSpec,
+    DeferredResult,
+    FailedResult,
+    IssuedResult,
+    IssueResult,
+    OwnerGuard,
+)
+
+__all__ = [
+    "CancellationHook",
+    "CancelledResult",
+    "CertificateCancelled",
+    "CertificateDeferred",
+    "CertificateEvent",
+    "CertificateFailed",
+    "CertificateManager",
+    "CertificateObtained",
+    "CertificateObtaining",
+    "CertificateRateLimited",
+    "CertificateSpec",
+    "DeferredResult",
+    "FailedResult",
+    "IssueResult",
+    "IssuedResult",
+    "OwnerGuard",
+    "Subscriber",
+]

@@ -1,0 +1,111 @@
+"""Typed events the manager publishes, and the bus that delivers them."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import logging
+from collections.abc import Awaitable, Callable
+
+from acmecerts._issued import IssuedCertificate
+from acmecerts.errors import AcmeCertsError
+
+__all__ = [
+    "CertificateCancelled",
+    "CertificateDeferred",
+    "CertificateEvent",
+    "CertificateFailed",
+    "CertificateObtained",
+    "CertificateObtaining",
+    "CertificateRateLimited",
+    "EventBus",
+    "Subscriber",
+]
+
+log = logging.getLogger("acmecerts.events")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CertificateEvent:
+    """Base of every event: which certificate, and when (aware UTC)."""
+
+    name: str
+    at: _dt.datetime
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CertificateObtaining(CertificateEvent):
+    """An attempt starts (``renewal`` for a renewal)."""
+
+    renewal: bool = False
+    attempt: int = 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CertificateObtained(CertificateEvent):
+    """A certificate was issued (``renewal``: it replaced an earlier one)."""
+
+    certificate: IssuedCertificate | None = None
+    renewal: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CertificateFailed(CertificateEvent):
+    """An attempt failed; ``next_attempt_at`` is when the schedule tries again."""
+
+    error: AcmeCertsError | None = None
+    next_attempt_at: _dt.datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CertificateDeferred(CertificateEvent):
+    """Work was deferred by the rate-limit ledger until ``until``."""
+
+    until: _dt.datetime | None = None
+    reason: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CertificateRateLimited(CertificateEvent):
+    """The CA answered ``rateLimited``; nothing is sent before ``until``."""
+
+    until: _dt.datetime | None = None
+    detail: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CertificateCancelled(CertificateEvent):
+    """Work for the certificate was cancelled (``reason`` says why)."""
+
+    reason: str = ""
+
+
+#: A subscriber: a plain or async callable taking an event.
+Subscriber = Callable[[CertificateEvent], Awaitable[None] | None]
+
+
+class EventBus:
+    """Delivers events to subscribers in order; a failing subscriber is logged, not fatal."""
+
+    def __init__(self) -> None:
+        self._subscribers: list[Subscriber] = []
+
+    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+        """Add ``subscriber``; returns a function that removes it."""
+        self._subscribers.append(subscriber)
+
+        def unsubscribe() -> None:
+            if subscriber in self._subscribers:
+                self._subscribers.remove(subscriber)
+
+        return unsubscribe
+
+    async def publish(self, event: CertificateEvent) -> None:
+        """Deliver ``event`` to every subscriber."""
+        for subscriber in list(self._subscribers):
+            try:
+                result = subscriber(event)
+                if result is not None:
+                    await result
+            except Exception:  # one broken subscriber must not stop issuance
+                log.exception("event subscriber %r failed on %s", subscriber, type(event).__name__)

@@ -1,0 +1,546 @@
+"""``CertificateManager``: many certificates, issued in parallel and kept renewed.
+
+The manager owns an anyio task group. Inside it a scheduler looks at every managed
+certificate and starts work when it is due: a first issuance, a renewal (ARI window or a
+third of the lifetime left), or the next attempt after a failure (the attempt schedule).
+Work runs with bounded concurrency and is single-flight per certificate name and per
+exact identifier set. Every attempt runs in its own cancel scope, so ``cancel()`` /
+``unmanage()`` stop in-flight work at once: the client deactivates the pending
+authorizations and removes challenge responses in its shielded cleanup, and when the
+call returns nothing more is sent for that certificate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import logging
+import random
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from acmecerts._issued import IssuedCertificate
+from acmecerts._time import Clock
+from acmecerts.client import AcmeClient
+from acmecerts.errors import (
+    AcmeCertsError,
+    AlreadyReplaced,
+    ErrorKind,
+    InvalidInput,
+    RateLimited,
+)
+from acmecerts.manager._events import (
+    CertificateCancelled,
+    CertificateDeferred,
+    CertificateEvent,
+    CertificateFailed,
+    CertificateObtained,
+    CertificateObtaining,
+    CertificateRateLimited,
+    EventBus,
+    Subscriber,
+)
+from acmecerts.manager._spec import (
+    CancelledResult,
+    CertificateSpec,
+    DeferredResult,
+    FailedResult,
+    IssuedResult,
+    IssueResult,
+    OwnerGuard,
+)
+from acmecerts.protocol.identifiers import Identifier
+from acmecerts.protocol.keys import KeyType
+from acmecerts.retry import AttemptSchedule, AttemptState
+from acmecerts.solvers._base import Solver
+
+__all__ = ["CancellationHook", "CertificateManager"]
+
+log = logging.getLogger("acmecerts.manager")
+
+#: Called with ``(name, reason)`` whenever work for a certificate is cancelled.
+CancellationHook = Callable[[str, str], Awaitable[None] | None]
+
+#: The longest timed sleep of the scheduler (guards against wall-clock jumps).
+_MAX_SCHEDULER_SLEEP = 3600.0
+_OWNER_GONE = "owner gone"
+
+
+@dataclasses.dataclass(eq=False)
+class _Flight:
+    """One in-flight attempt; others asking for the same certificate wait for it."""
+
+    done: anyio.Event = dataclasses.field(default_factory=anyio.Event)
+    result: IssueResult | None = None
+    scope: anyio.CancelScope | None = None
+
+
+@dataclasses.dataclass(eq=False)
+class _Entry:
+    spec: CertificateSpec
+    certificate: IssuedCertificate | None = None
+    state: AttemptState = dataclasses.field(default_factory=AttemptState)
+    renew_at: _dt.datetime | None = None
+    #: ARI: when to ask the CA again for the renewal window.
+    ari_recheck_at: _dt.datetime | None = None
+    #: The certificate's identifiers changed: issue again even though one is valid.
+    stale: bool = False
+    cancelled: str | None = None
+    flight: _Flight | None = None
+    #: Bumped on every cancel, so work started before a cancel never starts an order.
+    generation: int = 0
+
+
+class CertificateManager:
+    """Keeps many certificates issued and renewed, in parallel, and cancellable.
+
+    Args:
+        client: The ACME client (one account on one CA) used for all orders.
+        solvers: Challenge solvers, in order of preference.
+        concurrency: At most this many attempts run at once.
+        schedule: Spacing of attempts after a failure (default: Let's Encrypt's).
+        renewal_fraction: Without ARI, renew when this fraction of the lifetime remains.
+        clock: Time source (default: the client's).
+        rng: Source of randomness for ARI window choice and jitter.
+
+    Use it as an async context manager; while inside, it issues and renews in the
+    background. :meth:`issue_many` also works outside (no background work then).
+    """
+
+    def __init__(
+        self,
+        client: AcmeClient,
+        *,
+        solvers: Sequence[Solver],
+        concurrency: int = 16,
+        schedule: AttemptSchedule | None = None,
+        renewal_fraction: float = 1 / 3,
+        clock: Clock | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not solvers:
+            raise InvalidInput("the manager needs at least one solver")
+        if concurrency < 1:
+            raise InvalidInput("concurrency must be at least 1")
+        if not 0 < renewal_fraction < 1:
+            raise InvalidInput("renewal_fraction must be between 0 and 1")
+        self.client = client
+        self.solvers = list(solvers)
+        self.schedule = schedule or AttemptSchedule()
+        self.renewal_fraction = renewal_fraction
+        self.clock: Clock = clock or client.clock
+        self._rng = rng or random.Random()
+        self._limiter = anyio.CapacityLimiter(concurrency)
+        self._entries: dict[str, _Entry] = {}
+        self._flights_by_ids: dict[frozenset[Identifier], _Flight] = {}
+        self._events = EventBus()
+        self._cancellation_hooks: list[CancellationHook] = []
+        self._task_group: anyio.abc.TaskGroup | None = None
+        self._wake = anyio.Event()
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def __aenter__(self) -> CertificateManager:
+        self._task_group = anyio.create_task_group()
+        await self._task_group.__aenter__()
+        self._task_group.start_soon(self._scheduler)
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> bool | None:
+        task_group, self._task_group = self._task_group, None
+        assert task_group is not None
+        task_group.cancel_scope.cancel()
+        return await task_group.__aexit__(*exc_info)
+
+    # -- subscriptions --------------------------------------------------------------------
+
+    def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
+        """Receive every :class:`CertificateEvent`; returns an unsubscribe function."""
+        return self._events.subscribe(subscriber)
+
+    def on_cancel(self, hook: CancellationHook) -> None:
+        """Call ``hook(name, reason)`` for each cancellation."""
+        self._cancellation_hooks.append(hook)
+
+    # -- declaring certificates -----------------------------------------------------------
+
+    def manage(
+        self,
+        name: str | CertificateSpec,
+        identifiers: Iterable[str | Identifier] | None = None,
+        *,
+        key_type: KeyType | str = KeyType.EC256,
+        priority: int = 0,
+        owner: OwnerGuard | None = None,
+        profile: str | None = None,
+        preferred_chain: str | None = None,
+    ) -> CertificateSpec:
+        """Declare a certificate to keep issued (idempotent).
+
+        Changing the identifiers of a managed certificate issues it again. A certificate
+        that was cancelled is managed again from scratch.
+        """
+        if isinstance(name, CertificateSpec):
+            spec = name
+        else:
+            spec = CertificateSpec.of(
+                name,
+                identifiers,
+                key_type=KeyType.parse(key_type),
+                priority=priority,
+                owner=owner,
+                profile=profile,
+                preferred_chain=preferred_chain,
+            )
+        entry = self._entries.get(spec.name)
+        if entry is None or entry.cancelled is not None:
+            self._entries[spec.name] = _Entry(spec)
+        elif entry.spec != spec or entry.spec.owner is not spec.owner:
+            if entry.spec.identifier_set != spec.identifier_set:
+                entry.stale = True
+            entry.spec = spec
+        self._wake.set()
+        return spec
+
+    async def unmanage(self, name: str) -> None:
+        """Stop managing ``name``: cancel in-flight work and forget its timers."""
+        await self.cancel(name, reason="unmanaged")
+        self._entries.pop(name, None)
+
+    async def cancel(self, name: str, *, reason: str = "cancelled") -> None:
+        """Cancel in-flight and future work for ``name``.
+
+        The attempt's cancel scope is cancelled; the client deactivates its pending
+        authorizations and cleans up challenge responses; once this returns, no further
+        request is sent for the certificate (until it is managed again).
+        """
+        entry = self._entries.get(name)
+        if entry is None:
+            return
+        already = entry.cancelled is not None
+        entry.cancelled = reason
+        entry.generation += 1
+        flight = entry.flight
+        if flight is not None:
+            if flight.scope is not None:
+                flight.scope.cancel()
+            await flight.done.wait()
+        if not already:
+            await self._cancelled(name, reason)
+
+    async def _cancelled(self, name: str, reason: str) -> None:
+        await self._publish(CertificateCancelled(name, self.clock.now(), reason=reason))
+        for hook in list(self._cancellation_hooks):
+            try:
+                result = hook(name, reason)
+                if result is not None:
+                    await result
+            except Exception:
+                log.exception("cancellation hook failed for %s", name)
+
+    def get(self, name: str) -> IssuedCertificate | None:
+        """The current certificate for ``name`` (``None`` until one is issued)."""
+        entry = self._entries.get(name)
+        return entry.certificate if entry is not None else None
+
+    def managed(self) -> list[CertificateSpec]:
+        """Every managed certificate's spec."""
+        return [e.spec for e in self._entries.values() if e.cancelled is None]
+
+    def next_renewal(self, name: str) -> _dt.datetime | None:
+        """When ``name`` is next due (issuance, retry or renewal)."""
+        entry = self._entries.get(name)
+        return self._due_at(entry) if entry is not None else None
+
+    # -- issuing ------------------------------------------------------------------------
+
+    async def issue_many(
+        self, specs: Iterable[CertificateSpec | str], *, force: bool = False
+    ) -> list[IssueResult]:
+        """Issue a batch in parallel; one result per spec, in order.
+
+        A certificate that is already issued (and not stale) is returned as it is unless
+        ``force``. One failure or one slow validation does not hold up the others.
+        """
+        entries = [self._entry_for(s) for s in specs]
+        results: list[IssueResult | None] = [None] * len(entries)
+
+        async def one(i: int, entry: _Entry) -> None:
+            if entry.certificate is not None and not entry.stale and not force:
+                results[i] = IssuedResult(entry.spec.name, entry.certificate)
+                return
+            results[i] = await self._obtain(entry)
+
+        async with anyio.create_task_group() as tg:
+            for i, entry in enumerate(entries):
+                tg.start_soon(one, i, entry)
+        return [r for r in results if r is not None]
+
+    def _entry_for(self, spec: CertificateSpec | str) -> _Entry:
+        if isinstance(spec, str):
+            entry = self._entries.get(spec)
+            if entry is not None and entry.cancelled is None:
+                return entry
+        return self._entries[self.manage(spec).name]
+
+    async def _obtain(self, entry: _Entry, *, renewal: bool = False) -> IssueResult:
+        """Run (or join) the single flight for ``entry``."""
+        if entry.cancelled is not None:
+            return CancelledResult(entry.spec.name, entry.cancelled)
+        existing = entry.flight or self._flights_by_ids.get(entry.spec.identifier_set)
+        if existing is not None:
+            await existing.done.wait()
+            assert existing.result is not None
+            return _for_name(existing.result, entry.spec.name)
+        flight = _Flight()
+        ids = entry.spec.identifier_set
+        entry.flight = flight
+        self._flights_by_ids[ids] = flight
+        result: IssueResult = CancelledResult(entry.spec.name, "interrupted")
+        try:
+            result = await self._attempt(entry, flight, renewal=renewal)
+        finally:
+            flight.result = result
+            entry.flight = None
+            if self._flights_by_ids.get(ids) is flight:
+                del self._flights_by_ids[ids]
+            flight.done.set()
+        return result
+
+    async def _owner_present(self, spec: CertificateSpec) -> bool | None:
+        if spec.owner is None:
+            return True
+        try:
+            return bool(await spec.owner())
+        except Exception:
+            log.exception("owner guard of %s failed; not starting an order", spec.name)
+            return None
+
+    async def _attempt(self, entry: _Entry, flight: _Flight, *, renewal: bool) -> IssueResult:
+        spec = entry.spec
+        name = spec.name
+        generation = entry.generation
+        now = self.clock.now()
+        if not self.schedule.ready(entry.state, now) and entry.state.next_attempt_at is not None:
+            return DeferredResult(name, entry.state.next_attempt_at, "backoff after a failure")
+        with anyio.CancelScope() as scope:
+            flight.scope = scope
+            if entry.cancelled is not None:
+                scope.cancel()
+            async with self._limiter:
+                # the owner may have gone while this waited for a slot
+                owner = await self._owner_present(spec)
+                if owner is False:
+                    entry.cancelled = _OWNER_GONE
+                    entry.generation += 1
+                    await self._cancelled(name, _OWNER_GONE)
+                    return CancelledResult(name, _OWNER_GONE)
+                if owner is None:
+                    retry_at = self.clock.now() + _dt.timedelta(minutes=1)
+                    return DeferredResult(name, retry_at, "owner guard failed")
+                if entry.cancelled is not None or entry.generation != generation:
+                    return CancelledResult(name, entry.cancelled or "cancelled")
+                return await self._issue(entry, renewal=renewal)
+        return CancelledResult(name, entry.cancelled or "cancelled")
+
+    async def _issue(self, entry: _Entry, *, renewal: bool) -> IssueResult:
+        spec = entry.spec
+        name = spec.name
+        await self._publish(
+            CertificateObtaining(
+                name, self.clock.now(), renewal=renewal, attempt=entry.state.attempts + 1
+            )
+        )
+        replaces = self._replaces(entry) if renewal else None
+        try:
+            try:
+                certificate = await self._client_issue(spec, replaces)
+            except AlreadyReplaced:
+                log.info("%s: the CA refused replaces=%s; ordering without it", name, replaces)
+                certificate = await self._client_issue(spec, None)
+        except AcmeCertsError as exc:
+            return await self._failed(entry, exc)
+        entry.certificate = certificate
+        entry.stale = False
+        entry.state = self.schedule.after_success(entry.state)
+        await self._plan_renewal(entry)
+        await self._publish(
+            CertificateObtained(name, self.clock.now(), certificate=certificate, renewal=renewal)
+        )
+        return IssuedResult(name, certificate, renewed=renewal)
+
+    async def _client_issue(self, spec: CertificateSpec, replaces: str | None) -> IssuedCertificate:
+        return await self.client.issue(
+            [i.value for i in spec.identifiers],
+            solvers=self.solvers,
+            key_type=spec.key_type,
+            profile=spec.profile,
+            replaces=replaces,
+            preferred_chain=spec.preferred_chain,
+        )
+
+    async def _failed(self, entry: _Entry, error: AcmeCertsError) -> IssueResult:
+        name = entry.spec.name
+        if isinstance(error, InvalidInput):
+            # bad input is not retried on a schedule: it will not get better
+            entry.state = dataclasses.replace(
+                entry.state,
+                next_attempt_at=None,
+                last_error=f"{type(error).__name__}: {error}",
+                last_error_kind=error.kind.value,
+            )
+            await self._publish(CertificateFailed(name, self.clock.now(), error=error))
+            return FailedResult(name, error)
+        entry.state = self.schedule.after_failure(
+            entry.state, error, now=self.clock.now(), rng=self._rng
+        )
+        next_at = entry.state.next_attempt_at
+        if error.kind is ErrorKind.RATE_LIMITED and next_at is not None:
+            event: CertificateEvent
+            if isinstance(error, RateLimited):
+                event = CertificateRateLimited(
+                    name, self.clock.now(), until=next_at, detail=error.detail
+                )
+            else:
+                event = CertificateDeferred(
+                    name, self.clock.now(), until=next_at, reason=str(error)
+                )
+            await self._publish(event)
+            return DeferredResult(name, next_at, str(error))
+        log.warning("%s: attempt failed (%s), next at %s", name, error, next_at)
+        await self._publish(
+            CertificateFailed(name, self.clock.now(), error=error, next_attempt_at=next_at)
+        )
+        return FailedResult(name, error, next_at)
+
+    # -- renewal ------------------------------------------------------------------------
+
+    def _replaces(self, entry: _Entry) -> str | None:
+        """The ARI certID of the current certificate, when the CA supports ARI."""
+        if entry.certificate is None or entry.ari_recheck_at is None:
+            return None
+        try:
+            from acmecerts.protocol.ari import cert_id
+        except ImportError:  # pragma: no cover - ARI support is part of the package
+            return None
+        try:
+            return cert_id(entry.certificate.chain.leaf)
+        except AcmeCertsError:
+            return None
+
+    async def _plan_renewal(self, entry: _Entry) -> None:
+        """Set ``renew_at``: from ARI when the CA has it, else at the lifetime fraction."""
+        certificate = entry.certificate
+        assert certificate is not None
+        lifetime = certificate.not_after - certificate.not_before
+        fallback = certificate.not_after - lifetime * self.renewal_fraction
+        entry.renew_at = fallback
+        entry.ari_recheck_at = None
+        renewal_info = getattr(self.client, "renewal_info", None)
+        if renewal_info is None:
+            return
+        try:
+            directory = await self.client.directory()
+            if directory.renewal_info is None:
+                return
+            info = await renewal_info(certificate.chain.leaf)
+        except AcmeCertsError as exc:
+            log.info("%s: no ARI window (%s); renewing at %s", entry.spec.name, exc, fallback)
+            return
+        window = info.renewal_info
+        span = (window.window_end - window.window_start).total_seconds()
+        entry.renew_at = window.window_start + _dt.timedelta(seconds=self._rng.uniform(0, span))
+        entry.ari_recheck_at = info.retry_after
+
+    def _due_at(self, entry: _Entry, now: _dt.datetime | None = None) -> _dt.datetime | None:
+        """When ``entry`` next needs work (``now`` for a new certificate), or ``None``."""
+        now = now or self.clock.now()
+        if entry.cancelled is not None:
+            return None
+        if self.schedule.exhausted(entry.state):
+            return None
+        retry_at = entry.state.next_attempt_at
+        if entry.certificate is None or entry.stale:
+            return retry_at or now
+        due = entry.renew_at or entry.certificate.not_after
+        if entry.ari_recheck_at is not None:
+            due = min(due, entry.ari_recheck_at)
+        return max(due, retry_at) if retry_at is not None else due
+
+    # -- background scheduling ----------------------------------------------------------
+
+    async def _scheduler(self) -> None:
+        while True:
+            self._wake = anyio.Event()
+            now = self.clock.now()
+            next_due: _dt.datetime | None = None
+            for entry in sorted(
+                self._entries.values(), key=lambda e: (-e.spec.priority, self._due_sort_key(e))
+            ):
+                if entry.flight is not None:
+                    continue
+                due = self._due_at(entry, now)
+                if due is None:
+                    continue
+                if due <= now:
+                    assert self._task_group is not None
+                    self._task_group.start_soon(self._background, entry)
+                elif next_due is None or due < next_due:
+                    next_due = due
+            if next_due is None:
+                # nothing is scheduled: sleep until something changes (manage, a flight
+                # ends); a timed sleep here would move a fake clock under running work
+                await self._wake.wait()
+                continue
+            delay = min(_MAX_SCHEDULER_SLEEP, (next_due - now).total_seconds())
+            await self._sleep_or_wake(delay)
+
+    def _due_sort_key(self, entry: _Entry) -> float:
+        due = self._due_at(entry)
+        return due.timestamp() if due is not None else float("inf")
+
+    async def _background(self, entry: _Entry) -> None:
+        if entry.flight is not None:
+            return
+        if (
+            entry.certificate is not None
+            and not entry.stale
+            and entry.ari_recheck_at is not None
+            and entry.renew_at is not None
+            and self.clock.now() < entry.renew_at
+        ):
+            # only the ARI re-check is due: ask the CA again, no order
+            await self._plan_renewal(entry)
+            self._wake.set()
+            return
+        renewal = entry.certificate is not None and not entry.stale
+        await self._obtain(entry, renewal=renewal)
+        self._wake.set()
+
+    async def _sleep_or_wake(self, seconds: float) -> None:
+        wake = self._wake
+        if wake.is_set():
+            await anyio.lowlevel.checkpoint()
+            return
+        async with anyio.create_task_group() as tg:
+
+            async def sleeper() -> None:
+                await self.clock.sleep(max(0.0, seconds))
+                wake.set()
+
+            tg.start_soon(sleeper)
+            await wake.wait()
+            tg.cancel_scope.cancel()
+
+    async def _publish(self, event: CertificateEvent) -> None:
+        await self._events.publish(event)
+
+
+def _for_name(result: IssueResult, name: str) -> IssueResult:
+    """A joined flight's result, reported under the joining certificate's name."""
+    if result.name == name:
+        return result
+    return dataclasses.replace(result, name=name)

@@ -1,0 +1,105 @@
+"""What the manager is asked to keep issued, and what it answers."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from collections.abc import Awaitable, Callable, Iterable
+
+from acmecerts._issued import IssuedCertificate
+from acmecerts.errors import AcmeCertsError, InvalidInput
+from acmecerts.protocol.identifiers import Identifier, parse_identifiers
+from acmecerts.protocol.keys import KeyType
+
+__all__ = [
+    "CancelledResult",
+    "CertificateSpec",
+    "DeferredResult",
+    "FailedResult",
+    "IssueResult",
+    "IssuedResult",
+    "OwnerGuard",
+]
+
+#: Asked before every new order and attempt: ``True`` while the certificate's owner
+#: (a Service, an Ingress...) still exists. It MUST be fast and MUST NOT raise for
+#: "gone" (return ``False``); an exception counts as "unknown" and the attempt waits.
+OwnerGuard = Callable[[], Awaitable[bool]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CertificateSpec:
+    """A certificate the manager keeps issued and renewed.
+
+    ``name`` is the operator's handle (``"default/my-ingress"``, ``"example.com"``): it
+    names the stored certificate and is the single-flight key.
+    """
+
+    name: str
+    identifiers: tuple[Identifier, ...]
+    key_type: KeyType = KeyType.EC256
+    #: Higher first when the rate-limit budget is short.
+    priority: int = 0
+    owner: OwnerGuard | None = dataclasses.field(default=None, compare=False)
+    profile: str | None = None
+    preferred_chain: str | None = None
+
+    @classmethod
+    def of(
+        cls,
+        name: str,
+        identifiers: Iterable[str | Identifier] | None = None,
+        **options: object,
+    ) -> CertificateSpec:
+        """Build a spec, validating the identifiers (default: ``[name]``)."""
+        if not name or len(name) > 253 or any(c in name for c in "\x00\n\r"):
+            raise InvalidInput(f"invalid certificate name {name!r}")
+        raw = list(identifiers) if identifiers is not None else [name]
+        idents = parse_identifiers(i.value if isinstance(i, Identifier) else i for i in raw)
+        if "key_type" in options:
+            options["key_type"] = KeyType.parse(str(options["key_type"]))
+        return cls(name, idents, **options)  # type: ignore[arg-type]
+
+    @property
+    def identifier_set(self) -> frozenset[Identifier]:
+        """The identifiers as a set (the "exact set" single-flight key)."""
+        return frozenset(self.identifiers)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class IssuedResult:
+    """The certificate was issued (or renewed)."""
+
+    name: str
+    certificate: IssuedCertificate
+    renewed: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeferredResult:
+    """Not attempted now: a rate limit (predicted or the CA's) says to wait until ``until``."""
+
+    name: str
+    until: _dt.datetime
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FailedResult:
+    """The attempt failed; the manager retries on its schedule while it runs."""
+
+    name: str
+    error: AcmeCertsError
+    next_attempt_at: _dt.datetime | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CancelledResult:
+    """The certificate was unmanaged or its owner is gone; nothing more is sent for it."""
+
+    name: str
+    reason: str
+
+
+#: One certificate's outcome in :meth:`CertificateManager.issue_many`.
+IssueResult = IssuedResult | DeferredResult | FailedResult | CancelledResult

@@ -1,0 +1,210 @@
+"""CertificateManager against a real Pebble: parallelism, single-flight, cancellation."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+
+import anyio
+import pytest
+
+from acmecerts import AcmeClient, AttemptTimeout, AuthorizationFailed, ChallengeTask, Http01Server
+from acmecerts._time import FakeClock
+from acmecerts.manager import (
+    CertificateCancelled,
+    CertificateEvent,
+    CertificateManager,
+    CertificateObtained,
+    CertificateSpec,
+    FailedResult,
+    IssuedResult,
+)
+from acmecerts.protocol.identifiers import Identifier
+from acmecerts.retry import AttemptSchedule
+from acmecerts.testing import PebbleServer
+
+from .conftest import assert_valid_chain
+
+pytestmark = pytest.mark.anyio
+
+
+class RoutingSolver:
+    """http-01 through a real server, except names that never validate or never finish."""
+
+    challenge_type = "http-01"
+
+    def __init__(self, server: Http01Server) -> None:
+        self.server = server
+        self.presented: list[str] = []
+        self.cleaned: list[str] = []
+        self.blocked = anyio.Event()
+
+    def supports(self, identifier: Identifier) -> bool:
+        return not identifier.is_wildcard
+
+    async def present(self, task: ChallengeTask) -> None:
+        self.presented.append(task.identifier.value)
+        if task.identifier.value.startswith("never."):
+            return  # nothing served: validation fails
+        if task.identifier.value.startswith("stuck."):
+            self.blocked.set()
+            await anyio.sleep_forever()
+        await self.server.present(task)
+
+    async def cleanup(self, task: ChallengeTask) -> None:
+        self.cleaned.append(task.identifier.value)
+        await self.server.cleanup(task)
+
+
+@pytest.fixture
+async def routing(http01: Http01Server) -> RoutingSolver:
+    return RoutingSolver(http01)
+
+
+@pytest.mark.timeout(180)
+async def test_hundred_in_parallel_one_failure_and_one_stall_hold_up_nobody(
+    pebble: PebbleServer, routing: RoutingSolver
+) -> None:
+    async with AcmeClient(
+        pebble.directory_url, ca_bundle=pebble.ca_bundle, attempt_timeout=40
+    ) as client:
+        manager = CertificateManager(client, solvers=[routing], concurrency=16)
+        obtained_at: dict[str, float] = {}
+        manager.subscribe(
+            lambda e: obtained_at.__setitem__(e.name, time.monotonic())
+            if isinstance(e, CertificateObtained)
+            else None
+        )
+        specs = [CertificateSpec.of(f"m{i}.hundred.example.test") for i in range(98)]
+        specs.insert(10, CertificateSpec.of("never.hundred.example.test"))
+        specs.insert(50, CertificateSpec.of("stuck.hundred.example.test"))
+        start = time.monotonic()
+        results = await manager.issue_many(specs)
+        total = time.monotonic() - start
+    by_name = {r.name: r for r in results}
+    assert len(results) == 100
+    issued = [r for r in results if isinstance(r, IssuedResult)]
+    assert len(issued) == 98
+    never = by_name["never.hundred.example.test"]
+    assert isinstance(never, FailedResult)
+    assert isinstance(never.error, AuthorizationFailed)
+    stuck = by_name["stuck.hundred.example.test"]
+    assert isinstance(stuck, FailedResult)
+    assert isinstance(stuck.error, AttemptTimeout)
+    # the 98 were done long before the stuck one gave up at its 40 s deadline
+    assert max(obtained_at.values()) - start < total - 10
+    for result in issued[:3]:
+        assert_valid_chain(result.certificate, pebble, [result.name])
+
+
+async def test_concurrent_issue_many_for_the_same_certificate_orders_once(
+    pebble: PebbleServer, http01: Http01Server
+) -> None:
+    orders: list[str] = []
+    async with AcmeClient(
+        pebble.directory_url,
+        ca_bundle=pebble.ca_bundle,
+        on_request=lambda m, u: orders.append(u) if u.endswith("/order-plz") else None,
+    ) as client:
+        manager = CertificateManager(client, solvers=[http01])
+        spec = CertificateSpec.of("same", ["same.single.example.test"])
+        alias = CertificateSpec.of("alias", ["same.single.example.test"])
+        results: list[list[object]] = []
+
+        async def batch(specs: list[CertificateSpec]) -> None:
+            results.append(list(await manager.issue_many(specs)))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(batch, [spec])
+            tg.start_soon(batch, [spec])
+            tg.start_soon(batch, [alias])
+    assert len(orders) == 1
+    serials = {r[0].certificate.serial for r in results}  # type: ignore[attr-defined]
+    assert len(serials) == 1
+    # asking again returns the stored certificate without a new order
+    again = await manager.issue_many(["same"])
+    assert isinstance(again[0], IssuedResult)
+    assert len(orders) == 1
+
+
+async def test_unmanage_during_validation_stops_everything_and_deactivates(
+    pebble: PebbleServer, routing: RoutingSolver
+) -> None:
+    seen: list[str] = []
+    async with AcmeClient(
+        pebble.directory_url, ca_bundle=pebble.ca_bundle, on_request=lambda m, u: seen.append(u)
+    ) as client:
+        async with CertificateManager(client, solvers=[routing]) as manager:
+            events: list[CertificateEvent] = []
+            reasons: list[tuple[str, str]] = []
+            manager.subscribe(events.append)
+            manager.on_cancel(lambda name, reason: reasons.append((name, reason)))
+            manager.manage("stuck.unmanage.example.test")
+            with anyio.fail_after(20):
+                await routing.blocked.wait()  # the challenge is being presented
+            await manager.unmanage("stuck.unmanage.example.test")
+            count = len(seen)
+            await anyio.sleep(1.0)
+            assert len(seen) == count  # nothing more is sent for it
+            assert manager.get("stuck.unmanage.example.test") is None
+        authz_urls = [u for u in seen if "/authZ/" in u]
+        authz = await client.get_authorization(authz_urls[0])
+    assert authz.status == "deactivated"
+    assert routing.cleaned == ["stuck.unmanage.example.test"]
+    assert reasons == [("stuck.unmanage.example.test", "unmanaged")]
+    assert any(isinstance(e, CertificateCancelled) for e in events)
+
+
+async def test_owner_gone_prevents_the_renewal_order(
+    pebble: PebbleServer, http01: Http01Server
+) -> None:
+    clock = FakeClock()
+    orders: list[str] = []
+    owner_alive = True
+
+    async def owner() -> bool:
+        return owner_alive
+
+    async with AcmeClient(
+        pebble.directory_url,
+        ca_bundle=pebble.ca_bundle,
+        clock=clock,
+        on_request=lambda m, u: orders.append(u) if u.endswith("/order-plz") else None,
+    ) as client:
+        manager = CertificateManager(client, solvers=[http01], schedule=AttemptSchedule(jitter=0))
+        cancelled = anyio.Event()
+        manager.on_cancel(lambda name, reason: cancelled.set())
+        spec = CertificateSpec.of("owned.example.test", owner=owner)
+        [first] = await manager.issue_many([spec])
+        assert isinstance(first, IssuedResult)
+        due = manager.next_renewal("owned.example.test")
+        assert due is not None
+        # Pebble certificates live 5 years: no ARI, so renew when a third is left
+        lifetime = first.certificate.not_after - first.certificate.not_before
+        expected = first.certificate.not_after - lifetime / 3
+        assert abs((due - expected).total_seconds()) < 1
+        owner_alive = False
+        async with manager:
+            with anyio.fail_after(20):
+                await cancelled.wait()  # the scheduler reached the renewal and asked the owner
+    assert len(orders) == 1  # no renewal order was sent
+    assert clock.now() >= due - dt.timedelta(seconds=1)
+    assert manager.next_renewal("owned.example.test") is None  # nothing scheduled any more
+
+
+async def test_renewal_happens_when_due(pebble: PebbleServer, http01: Http01Server) -> None:
+    clock = FakeClock()
+    async with AcmeClient(pebble.directory_url, ca_bundle=pebble.ca_bundle, clock=clock) as client:
+        manager = CertificateManager(client, solvers=[http01])
+        renewed = anyio.Event()
+        manager.subscribe(
+            lambda e: renewed.set() if isinstance(e, CertificateObtained) and e.renewal else None
+        )
+        [first] = await manager.issue_many(["renew.example.test"])
+        assert isinstance(first, IssuedResult)
+        async with manager:
+            with anyio.fail_after(30):
+                await renewed.wait()
+        second = manager.get("renew.example.test")
+    assert second is not None
+    assert second.serial != first.certificate.serial
