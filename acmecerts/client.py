@@ -14,10 +14,11 @@ import datetime as _dt
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
+from cryptography import x509
 
 from acmecerts._issued import IssuedCertificate
 from acmecerts._time import Clock, SystemClock, as_seconds
@@ -26,11 +27,19 @@ from acmecerts.errors import (
     AttemptTimeout,
     AuthorizationFailed,
     BadServerResponse,
+    ErrorKind,
     ExternalAccountRequired,
     InvalidInput,
     OrderFailed,
     ProblemType,
     UnsupportedChallenge,
+)
+from acmecerts.protocol.ari import (
+    RenewalInfoResult,
+    ari_retry_after,
+    cert_id,
+    load_certificate,
+    renewal_info_url,
 )
 from acmecerts.protocol.certificate import (
     CertificateChain,
@@ -59,10 +68,14 @@ from acmecerts.protocol.resources import (
     parse_authorization,
     parse_challenge,
     parse_order,
+    parse_renewal_info,
 )
 from acmecerts.retry import RequestRetry
 from acmecerts.solvers._base import ChallengeTask, Solver
 from acmecerts.transport import AcmeResponse, AcmeTransport, RequestHook
+
+if TYPE_CHECKING:
+    from acmecerts.ratelimit import Decision, RateLimitLedger
 
 __all__ = ["AcmeClient", "ExternalAccountBinding", "PollPolicy", "RevocationReason"]
 
@@ -148,6 +161,10 @@ class AcmeClient:
         poll: Polling policy for authorizations and orders.
         transport: A ready transport (otherwise one is made from the arguments above).
         on_request: Called with ``(method, url)`` for every HTTP request.
+        ledger: A :class:`~acmecerts.ratelimit.RateLimitLedger` of the CA's rate limits:
+            an order that would exceed one is not sent (:class:`RateLimitDeferred`), and
+            orders, certificates, failed authorizations and ``rateLimited`` answers are
+            recorded in it.
     """
 
     def __init__(
@@ -167,8 +184,10 @@ class AcmeClient:
         http2: bool = True,
         transport: AcmeTransport | None = None,
         on_request: RequestHook | None = None,
+        ledger: RateLimitLedger | None = None,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
+        self.ledger = ledger
         self.transport = transport or AcmeTransport(
             directory_url,
             ca_bundle=ca_bundle,
@@ -263,12 +282,15 @@ class AcmeClient:
                 algorithm=eab.algorithm,
             )
         elif directory.external_account_required:
-            raise ExternalAccountRequired(
+            error = ExternalAccountRequired(
                 ProblemType.EXTERNAL_ACCOUNT_REQUIRED,
-                "the CA requires external account binding; pass eab=ExternalAccountBinding("
-                "kid, hmac_key) (CLI: --eab-kid/--eab-hmac-key)",
+                "the CA requires external account binding (its directory says "
+                "externalAccountRequired); pass eab=ExternalAccountBinding(kid, hmac_key) "
+                "with the key ID and MAC key the CA gave you (CLI: --eab-kid/--eab-hmac-key)",
                 url=directory.new_account,
             )
+            error.reached_ca = False  # decided from the directory: nothing was sent
+            raise error
         response = await self.transport.post(
             directory.new_account, key=self.account_key, kid=None, payload=payload
         )
@@ -276,6 +298,8 @@ class AcmeClient:
         account = parse_account(response.json(), url=url)
         self.account_url = url
         log.info("account %s (%s)", url, "created" if response.status_code == 201 else "existing")
+        if response.status_code == 201 and self.ledger is not None:
+            await self.ledger.account_created()
         return account
 
     async def find_account(self) -> Account:
@@ -314,7 +338,14 @@ class AcmeClient:
         return parse_account(response.json(), url=url)
 
     async def change_key(self, new_key: AccountKey) -> None:
-        """Roll the account over to ``new_key`` (§7.3.5); the old key stops working."""
+        """Roll the account over to ``new_key`` (§7.3.5); the old key stops working.
+
+        ``account_key`` becomes ``new_key`` once the CA has switched. Store ``new_key``
+        before calling and the old key until this returns, so that neither can be lost.
+        The request is never replayed blindly (after a success whose answer was lost, a
+        replay signed by the old key would be refused): when the outcome is unknown, the
+        CA is asked whether ``new_key`` now owns the account.
+        """
         directory = await self.directory()
         if directory.key_change is None:
             raise InvalidInput("the CA does not support account key rollover (no keyChange)")
@@ -325,7 +356,22 @@ class AcmeClient:
             account_url=account_url,
             url=directory.key_change,
         )
-        await self._post(directory.key_change, inner)
+        try:
+            await self._post(directory.key_change, inner, idempotent=False)
+        except AcmeCertsError as exc:
+            if exc.kind is not ErrorKind.TRANSIENT or not exc.reached_ca:
+                raise  # the CA refused it, or it never got there: the old key still holds
+            try:  # §7.3.1: onlyReturnExisting finds the account of a key without creating one
+                found = await self.transport.post(
+                    directory.new_account,
+                    key=new_key,
+                    kid=None,
+                    payload={"onlyReturnExisting": True},
+                )
+            except AcmeCertsError:
+                raise exc from None
+            if found.location != account_url:
+                raise
         self.account_key = new_key
 
     # -- orders, authorizations, challenges (§7.4, §7.5) --------------------------------
@@ -336,20 +382,88 @@ class AcmeClient:
         *,
         profile: str | None = None,
         replaces: str | None = None,
+        renewal_of: Iterable[Identifier | str] | None = None,
     ) -> Order:
-        """Create an order (§7.4). ``replaces`` is the ARI certID of the certificate renewed."""
+        """Create an order (§7.4). ``replaces`` is the ARI certID of the certificate renewed.
+
+        With a :attr:`ledger`, the order is first reserved in it; one that would exceed a
+        rate limit is not sent (:class:`~acmecerts.errors.RateLimitDeferred`).
+        ``renewal_of`` (the identifiers of the certificate renewed) tells it the order
+        is a renewal, exempt from some limits when the identifiers are the same.
+        """
         idents = _as_identifiers(identifiers)
         directory = await self.directory()
         payload: dict[str, Any] = {"identifiers": [i.to_json() for i in idents]}
         if profile is not None:
-            if directory.profiles and profile not in directory.profiles:
-                offered = ", ".join(sorted(directory.profiles)) or "none"
+            # draft-aaron-acme-profiles: only a profile the directory's meta.profiles lists
+            # (a CA without profiles would ignore the field and issue its default silently).
+            if profile not in directory.profiles:
+                offered = ", ".join(sorted(directory.profiles)) or "none, it predates profiles"
                 raise InvalidInput(f"the CA offers no profile {profile!r} (offered: {offered})")
             payload["profile"] = profile
         if replaces is not None:
             payload["replaces"] = replaces
-        response = await self._post(directory.new_order, payload, idempotent=False)
+        reservation = await self._ledger_preflight(idents, replaces, renewal_of)
+        try:
+            response = await self._post(directory.new_order, payload, idempotent=False)
+        except BaseException as exc:
+            await self._ledger_order_refused(reservation, exc, idents, replaces, renewal_of)
+            raise
         return parse_order(response.json(), url=response.require_location())
+
+    # -- rate-limit ledger hooks (acmecerts.ratelimit): all of them are here -------------
+
+    async def _ledger_preflight(
+        self,
+        idents: tuple[Identifier, ...],
+        replaces: str | None,
+        renewal_of: Iterable[Identifier | str] | None,
+    ) -> Decision | None:
+        if self.ledger is None:
+            return None
+        return await self.ledger.preflight(
+            idents, account=await self._kid(), renewal_of=renewal_of, replaces=bool(replaces)
+        )
+
+    async def _ledger_order_refused(
+        self,
+        reservation: Decision | None,
+        error: BaseException,
+        idents: tuple[Identifier, ...],
+        replaces: str | None,
+        renewal_of: Iterable[Identifier | str] | None,
+    ) -> None:
+        if self.ledger is None or reservation is None or self.account_url is None:
+            return
+        with anyio.CancelScope(shield=True):
+            await self.ledger.order_refused(
+                reservation,
+                error,
+                idents,
+                account=self.account_url,
+                renewal_of=renewal_of,
+                replaces=bool(replaces),
+            )
+
+    async def _ledger_attempt_ended(
+        self,
+        idents: tuple[Identifier, ...],
+        order: Order,
+        replaces: str | None,
+        renewal_of: Iterable[Identifier | str] | None,
+        error: BaseException | None,
+    ) -> None:
+        if self.ledger is None or self.account_url is None:
+            return
+        await self.ledger.attempt_ended(
+            idents,
+            account=self.account_url,
+            renewal_of=renewal_of,
+            replaces=bool(replaces),
+            authorized=order.status in ("ready", "processing", "valid"),
+            finalized=order.status in ("processing", "valid"),
+            error=error,
+        )
 
     async def get_order(self, url: str) -> Order:
         """Fetch an order (POST-as-GET)."""
@@ -413,6 +527,42 @@ class AcmeClient:
                 payload=payload,
             )
 
+    # -- renewal information (RFC 9773) -------------------------------------------------
+
+    async def renewal_info(self, certificate: x509.Certificate | str | bytes) -> RenewalInfoResult:
+        """Fetch the CA's suggested renewal window for ``certificate`` (RFC 9773 §4.1-4.3).
+
+        ``certificate`` is a ``cryptography`` certificate, PEM (a chain: its leaf first) or
+        DER. The request is an unauthenticated ``GET {renewalInfo}/{certID}``; the result's
+        ``retry_after`` says when to ask again (the server's ``Retry-After`` bounded to one
+        minute..one day, six hours when it sent none). Pass ``result.cert_id`` as
+        ``replaces`` to :meth:`issue` when renewing.
+
+        Raises:
+            InvalidInput: the CA's directory has no ``renewalInfo``, or the certificate has
+                no Authority Key Identifier (so no certID).
+            BadServerResponse: the answer is not a valid RenewalInfo object (§4.2: treat it
+                as no answer and fall back to your own schedule).
+        """
+        ident = cert_id(load_certificate(certificate))
+        directory = await self.directory()
+        if directory.renewal_info is None:
+            raise InvalidInput(
+                "the CA does not support ARI: its directory has no renewalInfo (RFC 9773 §3)"
+            )
+        url = renewal_info_url(directory.renewal_info, ident)
+        response = await self.transport.get(url)
+        info = parse_renewal_info(response.json(), url=url)
+        if info.window_end <= info.window_start:
+            # RFC 9773 §4.2: an end that equals or precedes the start is invalid.
+            raise BadServerResponse("renewalInfo window is empty", url=url)
+        return RenewalInfoResult(
+            info=info,
+            retry_after=ari_retry_after(response.retry_after, now=self.clock.now()),
+            cert_id=ident,
+            url=url,
+        )
+
     # -- polling ------------------------------------------------------------------------
 
     async def _sleep_until_next_poll(
@@ -466,7 +616,7 @@ class AcmeClient:
 
     async def issue(
         self,
-        names: Iterable[str],
+        names: Iterable[str | Identifier],
         *,
         solver: Solver | None = None,
         solvers: Iterable[Solver] = (),
@@ -476,6 +626,7 @@ class AcmeClient:
         replaces: str | None = None,
         preferred_chain: str | None = None,
         attempt_timeout: float | _dt.timedelta | None = None,
+        renewal_of: Iterable[Identifier | str] | None = None,
     ) -> IssuedCertificate:
         """Issue one certificate for ``names``: order, validate, finalize, download.
 
@@ -492,9 +643,14 @@ class AcmeClient:
             private_key: Reuse this key for the certificate.
             profile: A certificate profile the CA offers.
             replaces: ARI certID of the certificate this one renews (RFC 9773 §5).
-            preferred_chain: Pick the chain whose root issuer common name equals this.
+            renewal_of: The identifiers of the certificate this one renews (for the
+                rate-limit ledger's renewal exemptions; see :meth:`new_order`).
+            preferred_chain: The common name of the root (or else of an intermediate)
+                the chain should lead to; among the chains the CA offers (``Link:
+                rel="alternate"``) the one whose root issuer has this name wins, then one
+                with an intermediate so named; the CA's default chain when none matches.
         """
-        identifiers = parse_identifiers(names)
+        identifiers = _as_identifiers(names)
         solver_list = ([solver] if solver is not None else []) + list(solvers)
         if not solver_list:
             raise InvalidInput("issue() needs a solver (e.g. Http01Server)")
@@ -522,6 +678,7 @@ class AcmeClient:
                     profile=profile,
                     replaces=replaces,
                     preferred_chain=preferred_chain,
+                    renewal_of=renewal_of,
                 )
         except TimeoutError as exc:
             raise AttemptTimeout(
@@ -540,12 +697,16 @@ class AcmeClient:
         profile: str | None,
         replaces: str | None,
         preferred_chain: str | None,
+        renewal_of: Iterable[Identifier | str] | None = None,
     ) -> IssuedCertificate:
-        order = await self.new_order(identifiers, profile=profile, replaces=replaces)
+        order = await self.new_order(
+            identifiers, profile=profile, replaces=replaces, renewal_of=renewal_of
+        )
         log.debug("order %s for %s is %s", order.url, identifiers, order.status)
         presented: list[tuple[Solver, ChallengeTask]] = []
         pending_authz: set[str] = set()
         finished = False
+        outcome: BaseException | None = None
         try:
             if order.status == "pending":
                 await self._solve_authorizations(order, solvers, presented, pending_authz)
@@ -569,9 +730,13 @@ class AcmeClient:
             issued = await self._download(order, key, identifiers, preferred_chain)
             finished = True
             return issued
+        except BaseException as exc:
+            outcome = exc
+            raise
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CLEANUP_SECONDS):
                 await self._cleanup(presented, pending_authz if not finished else set())
+                await self._ledger_attempt_ended(identifiers, order, replaces, renewal_of, outcome)
 
     async def _solve_authorizations(
         self,
@@ -596,10 +761,12 @@ class AcmeClient:
                     break
             else:
                 offered = ", ".join(c.type for c in authz.challenges)
-                raise UnsupportedChallenge(
+                unsupported = UnsupportedChallenge(
                     f"the CA offers {offered or 'no challenges'} for {ident.value}; "
                     "no configured solver answers any of them"
                 )
+                unsupported.reached_ca = True  # the order exists at the CA already
+                raise unsupported
             if challenge.token is None:
                 raise BadServerResponse(f"{challenge.type} challenge without a token", url=url)
             task = ChallengeTask(
@@ -612,11 +779,26 @@ class AcmeClient:
             presented.append((candidate, task))
             await candidate.present(task)
             if challenge.status == "pending":
-                await self.answer_challenge(challenge)
+                answered = await self.answer_challenge(challenge)
+                if answered.status == "invalid":
+                    # A CA that validates inside the challenge POST (acme2certifier) may
+                    # answer "invalid" and leave the order "pending" for good: decide from
+                    # the challenge instead of polling the order until the deadline.
+                    pending_authz.discard(url)
+                    raise AuthorizationFailed(
+                        authz.dns_name,
+                        answered.error or challenge.error,
+                        authorization_url=url,
+                        order_url=order.url,
+                    )
 
-        async with anyio.create_task_group() as tg:
-            for url in order.authorizations:
-                tg.start_soon(solve, url)
+        try:
+            async with anyio.create_task_group() as tg:
+                for url in order.authorizations:
+                    tg.start_soon(solve, url)
+        except BaseExceptionGroup as group:
+            # one authorization's failure cancels the others; report the root cause
+            raise _first_error(group) from None
 
     async def _explain_invalid_order(self, order: Order) -> AcmeCertsError:
         for url in order.authorizations:
@@ -646,14 +828,17 @@ class AcmeClient:
         chain, alternate_urls = await self.download_certificate(order.certificate)
         alternates: list[CertificateChain] = []
         if preferred_chain is not None and chain.root_issuer_name != preferred_chain:
+            # §7.4.2: the other chains are behind Link: rel="alternate"; fetched only when
+            # the default one does not already lead to the preferred root.
+            offered = [chain]
             for alt_url in alternate_urls:
-                alt, _ = await self.download_certificate(alt_url)
-                alternates.append(alt)
-                if alt.root_issuer_name == preferred_chain:
-                    alternates.remove(alt)
-                    alternates.insert(0, chain)
-                    chain = alt
-                    break
+                offered.append((await self.download_certificate(alt_url))[0])
+            chosen = _pick_chain(offered, preferred_chain)
+            if chosen is None:
+                log.info("no chain with issuer %r offered; keeping the default", preferred_chain)
+                chosen = chain
+            alternates = [c for c in offered if c is not chosen]
+            chain = chosen
         check_certificate_matches(chain, key=key, identifiers=identifiers)
         return IssuedCertificate(
             identifiers=identifiers,
@@ -681,6 +866,45 @@ class AcmeClient:
                     log.info("deactivated pending authorization %s", url)
             except (AcmeCertsError, httpx.HTTPError) as exc:
                 log.warning("could not deactivate authorization %s: %s", url, exc)
+
+
+def _pick_chain(chains: Sequence[CertificateChain], issuer: str) -> CertificateChain | None:
+    """The first chain whose root is issued by ``issuer`` (a common name), else the first
+    that passes through a certificate issued by it (an intermediate's name), else ``None``.
+
+    Roots win so that a cross-signed chain that merely passes through the preferred root
+    does not shadow the chain that ends there (certbot's ``--preferred-chain``).
+    """
+    for chain in chains:
+        if chain.root_issuer_name == issuer:
+            return chain
+    for chain in chains:
+        if issuer in chain.issuer_names:
+            return chain
+    return None
+
+
+def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The most telling error in a task group's exception group.
+
+    An acmecerts error beats cancellation noise; an authorization failure beats the
+    rest (it explains why the order cannot finish).
+    """
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        else:
+            leaves.append(exc)
+
+    walk(group)
+    for wanted in (AuthorizationFailed, AcmeCertsError, Exception):
+        for leaf in leaves:
+            if isinstance(leaf, wanted):
+                return leaf
+    return leaves[0] if leaves else group
 
 
 def _as_identifiers(values: Iterable[Identifier | str]) -> tuple[Identifier, ...]:

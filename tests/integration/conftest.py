@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 
 import pytest
 from cryptography import x509
 
 from acmecerts import AcmeClient, Http01Server, IssuedCertificate
-from acmecerts.testing import PebbleServer
+from acmecerts.testing import Acme2CertifierServer, PebbleServer
 
 
 @pytest.fixture
@@ -44,3 +44,20 @@ def assert_valid_chain(
     certs[-1].verify_directly_issued_by(root)
     assert issued.not_before < issued.not_after
     assert int(issued.serial, 16) == certs[0].serial_number
+
+
+@pytest.fixture(scope="session")
+def a2c(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Acme2CertifierServer]:
+    """acme2certifier shared by the session (ARI; challenge validation disabled).
+
+    Its virtualenv is created on first use (``pip install acme2certifier``). The window
+    opens at 50 % of the lifetime and ``Retry-After`` is one hour.
+    """
+    server = Acme2CertifierServer(
+        tmp_path_factory.mktemp("a2c"), renewal_threshold_pct=50.0, retry_after=3600
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

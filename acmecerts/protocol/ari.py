@@ -1,0 +1,243 @@
+"""ACME Renewal Information (ARI, RFC 9773): certIDs, renewal times, no I/O.
+
+The client fetches ``GET {renewalInfo}/{certID}`` (RFC 9773 §4.1) and hands the answer to
+this module, which says *what* it means:
+
+* :func:`cert_id` computes the certificate identifier of §4.1 (also the value of
+  ``replaces`` in ``newOrder``, §5);
+* :func:`ari_retry_after` turns the answer's ``Retry-After`` into the instant of the next
+  fetch, bounded as §4.3.2 recommends and defaulting as §4.3.3 does;
+* :func:`choose_renewal_time` picks the renewal instant in the suggested window (§4.2);
+* :func:`fallback_renewal_time` is the schedule when the CA has no ARI: one third of the
+  lifetime before expiry;
+* :func:`decide_renewal` combines them into a :class:`RenewalDecision`.
+
+Instants are timezone-aware UTC ``datetime`` objects; randomness comes from an injected
+``random.Random`` so that schedules are reproducible in tests.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import datetime as _dt
+import random
+from typing import Literal
+
+from cryptography import x509
+
+from acmecerts.errors import InvalidInput
+from acmecerts.protocol.resources import RenewalInfo
+
+__all__ = [
+    "ARI_DEFAULT_RETRY",
+    "ARI_MAX_RETRY",
+    "ARI_MIN_RETRY",
+    "RenewalDecision",
+    "RenewalInfoResult",
+    "ari_retry_after",
+    "cert_id",
+    "choose_renewal_time",
+    "decide_renewal",
+    "fallback_renewal_time",
+    "load_certificate",
+    "renewal_info_url",
+]
+
+#: RFC 9773 §4.3.2: a ``Retry-After`` under one minute is treated as one minute...
+ARI_MIN_RETRY = _dt.timedelta(minutes=1)
+#: ...and one over a day as one day.
+ARI_MAX_RETRY = _dt.timedelta(days=1)
+#: RFC 9773 §4.3.3: with no (valid) ``Retry-After``, fetch again after six hours.
+ARI_DEFAULT_RETRY = _dt.timedelta(hours=6)
+
+_SYSTEM_RANDOM = random.SystemRandom()
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _serial_content_octets(serial: int) -> bytes:
+    """The content octets of the DER INTEGER ``serial``: minimal two's complement.
+
+    A positive serial whose high bit is set gets a leading ``0x00`` (``0x87654321`` is
+    ``00 87 65 43 21``); zero is one ``0x00`` octet.
+    """
+    magnitude = serial if serial >= 0 else ~serial
+    return serial.to_bytes(magnitude.bit_length() // 8 + 1, "big", signed=True)
+
+
+def cert_id(certificate: x509.Certificate) -> str:
+    """The ARI certificate identifier of ``certificate`` (RFC 9773 §4.1).
+
+    ``base64url(AKI keyIdentifier) "." base64url(serial)``, both without padding, where
+    the serial is the DER encoding's content octets (so it may start with ``0x00``).
+
+    >>> cert_id(cert)  # doctest: +SKIP
+    'aYhba4dGQEHhs3uEe6CuLN4ByNQ.AIdlQyE'
+
+    Raises:
+        InvalidInput: the certificate has no Authority Key Identifier with a
+            keyIdentifier, so it has no certID.
+    """
+    try:
+        aki = certificate.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier)
+    except x509.ExtensionNotFound as exc:
+        raise InvalidInput(
+            "the certificate has no Authority Key Identifier extension, so it has no ARI "
+            "certID (RFC 9773 §4.1)"
+        ) from exc
+    key_id = aki.value.key_identifier
+    if not key_id:
+        raise InvalidInput(
+            "the certificate's Authority Key Identifier has no keyIdentifier, so it has no "
+            "ARI certID (RFC 9773 §4.1)"
+        )
+    # RFC 9773 §4.1: the keyIdentifier field of the AKI extension, and the DER-encoded
+    # serialNumber "not including the type and length bytes", each base64url without "=".
+    return f"{_b64url(key_id)}.{_b64url(_serial_content_octets(certificate.serial_number))}"
+
+
+def load_certificate(certificate: x509.Certificate | str | bytes) -> x509.Certificate:
+    """A certificate object, PEM text (a chain: its first certificate) or DER bytes.
+
+    Raises:
+        InvalidInput: the data is not a certificate.
+    """
+    if isinstance(certificate, x509.Certificate):
+        return certificate
+    data = certificate.encode("ascii", "replace") if isinstance(certificate, str) else certificate
+    try:
+        if b"-----BEGIN" in data:
+            return x509.load_pem_x509_certificate(data)
+        return x509.load_der_x509_certificate(data)
+    except ValueError as exc:
+        raise InvalidInput(f"not a PEM or DER certificate: {exc}") from exc
+
+
+def renewal_info_url(renewal_info: str, certid: str) -> str:
+    """``{renewalInfo}/{certID}`` (RFC 9773 §4.1), one slash between them."""
+    return f"{renewal_info.rstrip('/')}/{certid}"
+
+
+def ari_retry_after(retry_after: _dt.datetime | None, *, now: _dt.datetime) -> _dt.datetime:
+    """When to fetch renewalInfo again, from the answer's ``Retry-After`` instant.
+
+    RFC 9773 §4.3.2: clients set limits on the checking interval, e.g. under one minute
+    counts as one minute, over one day as one day (:data:`ARI_MIN_RETRY`,
+    :data:`ARI_MAX_RETRY`). §4.3.3: a missing or invalid ``Retry-After`` is a long-term
+    error; fetch again after six hours (:data:`ARI_DEFAULT_RETRY`).
+    """
+    if retry_after is None:
+        return now + ARI_DEFAULT_RETRY
+    delay = retry_after - now
+    return now + min(max(delay, ARI_MIN_RETRY), ARI_MAX_RETRY)
+
+
+def choose_renewal_time(
+    info: RenewalInfo, *, now: _dt.datetime, rng: random.Random | None = None
+) -> _dt.datetime:
+    """The instant to renew at, per RFC 9773 §4.2's recommended algorithm.
+
+    A uniformly random instant within the suggested window, or ``now`` when that instant
+    is already past (a window that is over, or the past part of an open window: renew
+    immediately). ``rng`` defaults to the system's entropy source.
+    """
+    rng = rng or _SYSTEM_RANDOM
+    span = info.window_end - info.window_start
+    chosen = info.window_start + span * rng.random()
+    return chosen if chosen > now else now
+
+
+def fallback_renewal_time(not_before: _dt.datetime, not_after: _dt.datetime) -> _dt.datetime:
+    """When one third of the certificate's lifetime remains (no ARI to ask).
+
+    For a 90-day certificate that is 30 days before expiry.
+    """
+    if not_after <= not_before:
+        raise InvalidInput(f"not_after {not_after} is not after not_before {not_before}")
+    return not_after - (not_after - not_before) / 3
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RenewalInfoResult:
+    """One answer of the CA's ``renewalInfo`` resource for one certificate (RFC 9773 §4.2).
+
+    ``retry_after`` is already bounded and defaulted (see :func:`ari_retry_after`).
+    """
+
+    #: The suggested window and explanation.
+    info: RenewalInfo
+    #: When to fetch renewalInfo for this certificate again (aware UTC).
+    retry_after: _dt.datetime
+    #: The certificate's ARI identifier; pass it as ``replaces`` when renewing.
+    cert_id: str
+    #: The URL fetched.
+    url: str
+
+    @property
+    def window_start(self) -> _dt.datetime:
+        """Start of the suggested renewal window."""
+        return self.info.window_start
+
+    @property
+    def window_end(self) -> _dt.datetime:
+        """End of the suggested renewal window."""
+        return self.info.window_end
+
+    @property
+    def explanation_url(self) -> str | None:
+        """A page explaining the window (e.g. a mass-revocation notice), if the CA gave one."""
+        return self.info.explanation_url
+
+    def renewal_time(self, *, now: _dt.datetime, rng: random.Random | None = None) -> _dt.datetime:
+        """A renewal instant chosen in the window (see :func:`choose_renewal_time`)."""
+        return choose_renewal_time(self.info, now=now, rng=rng)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RenewalDecision:
+    """When to renew a certificate, and when to ask the CA again."""
+
+    #: When to attempt renewal (aware UTC); ``now`` or earlier means at once.
+    renew_at: _dt.datetime
+    #: When to fetch renewalInfo again (``None``: the CA has no ARI).
+    recheck_at: _dt.datetime | None
+    #: ``"ari"`` (chosen in the CA's window) or ``"fallback"`` (a third of the lifetime left).
+    source: Literal["ari", "fallback"]
+    #: The CA's explanation of the window, if any.
+    explanation_url: str | None = None
+
+    def due(self, now: _dt.datetime) -> bool:
+        """Whether renewal should be attempted at ``now``."""
+        return now >= self.renew_at
+
+
+def decide_renewal(
+    *,
+    not_before: _dt.datetime,
+    not_after: _dt.datetime,
+    now: _dt.datetime,
+    renewal_info: RenewalInfoResult | None = None,
+    rng: random.Random | None = None,
+) -> RenewalDecision:
+    """Decide when to renew a certificate valid from ``not_before`` to ``not_after``.
+
+    With the CA's ``renewal_info`` the renewal instant is chosen in its window (RFC 9773
+    §4.2) and the next check is its ``retry_after``; a scheduler that wakes at
+    ``recheck_at`` fetches again and decides anew (the window may move). Without it
+    (the CA has no ``renewalInfo``, or fetching failed) the fallback is when a third of
+    the lifetime remains.
+    """
+    if renewal_info is not None:
+        return RenewalDecision(
+            renew_at=choose_renewal_time(renewal_info.info, now=now, rng=rng),
+            recheck_at=renewal_info.retry_after,
+            source="ari",
+            explanation_url=renewal_info.explanation_url,
+        )
+    fallback = fallback_renewal_time(not_before, not_after)
+    return RenewalDecision(
+        renew_at=fallback if fallback > now else now, recheck_at=None, source="fallback"
+    )

@@ -1,0 +1,227 @@
+"""ARI (RFC 9773) without I/O: certIDs, Retry-After bounds, renewal times."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from acmecerts.errors import AlreadyReplaced, InvalidInput, ProblemType
+from acmecerts.protocol.ari import (
+    ARI_DEFAULT_RETRY,
+    ARI_MAX_RETRY,
+    ARI_MIN_RETRY,
+    RenewalInfoResult,
+    _serial_content_octets,
+    ari_retry_after,
+    cert_id,
+    choose_renewal_time,
+    decide_renewal,
+    fallback_renewal_time,
+    load_certificate,
+    renewal_info_url,
+)
+from acmecerts.protocol.problems import problem_from_document
+from acmecerts.protocol.resources import RenewalInfo
+
+T0 = dt.datetime(2026, 3, 1, tzinfo=dt.UTC)
+DAY = dt.timedelta(days=1)
+_KEY = ec.generate_private_key(ec.SECP256R1())
+
+# RFC 9773 §4.1, the worked example.
+RFC_AKI = bytes.fromhex("69885B6B874640 41E1B37B847BA0AE2CDE01C8D4".replace(" ", ""))
+RFC_SERIAL = 0x0087654321
+RFC_CERT_ID = "aYhba4dGQEHhs3uEe6CuLN4ByNQ.AIdlQyE"
+
+
+def make_cert(
+    *,
+    serial: int = 1,
+    aki: x509.AuthorityKeyIdentifier | None = None,
+    not_before: dt.datetime = T0,
+    lifetime: dt.timedelta = 90 * DAY,
+) -> x509.Certificate:
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ari.example.test")])
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(_KEY.public_key())
+        .serial_number(serial)
+        .not_valid_before(not_before)
+        .not_valid_after(not_before + lifetime)
+    )
+    if aki is not None:
+        builder = builder.add_extension(aki, critical=False)
+    return builder.sign(_KEY, hashes.SHA256())
+
+
+def aki_of(key_id: bytes) -> x509.AuthorityKeyIdentifier:
+    return x509.AuthorityKeyIdentifier(key_id, None, None)
+
+
+def window(start: dt.datetime, end: dt.datetime, url: str | None = None) -> RenewalInfo:
+    return RenewalInfo(window_start=start, window_end=end, explanation_url=url)
+
+
+# -- certID (§4.1) -------------------------------------------------------------------------
+
+
+def test_cert_id_matches_the_rfc_worked_example() -> None:
+    cert = make_cert(serial=RFC_SERIAL, aki=aki_of(RFC_AKI))
+    assert cert_id(cert) == RFC_CERT_ID
+
+
+@pytest.mark.parametrize(
+    ("serial", "octets"),
+    [
+        (0x87654321, "0087654321"),  # high bit set: a leading 0x00 keeps it positive
+        (0x7F, "7f"),
+        (0x80, "0080"),
+        (0xFF, "00ff"),
+        (0x0100, "0100"),
+        (1, "01"),
+        (0, "00"),
+        (-1, "ff"),  # not valid in a certificate, but DER two's complement all the same
+        (-128, "80"),
+        (-129, "ff7f"),
+    ],
+)
+def test_serial_is_minimal_twos_complement(serial: int, octets: str) -> None:
+    assert _serial_content_octets(serial).hex() == octets
+
+
+def test_cert_id_of_a_high_bit_serial_keeps_the_leading_zero() -> None:
+    cert = make_cert(serial=0x80FF, aki=aki_of(b"\x01\x02\x03"))
+    key_part, serial_part = cert_id(cert).split(".")
+    assert key_part == "AQID"
+    assert serial_part == "AID_"  # base64url of 00 80 ff, no padding
+    assert "=" not in cert_id(cert)
+
+
+def test_cert_id_needs_an_authority_key_identifier() -> None:
+    with pytest.raises(InvalidInput, match="Authority Key Identifier"):
+        cert_id(make_cert())
+
+
+def test_cert_id_needs_the_aki_key_identifier_field() -> None:
+    issuer_only = x509.AuthorityKeyIdentifier(None, [x509.DNSName("ca.example.test")], 12345)
+    with pytest.raises(InvalidInput, match="keyIdentifier"):
+        cert_id(make_cert(aki=issuer_only))
+
+
+def test_load_certificate_takes_objects_pem_and_der() -> None:
+    cert = make_cert(serial=RFC_SERIAL, aki=aki_of(RFC_AKI))
+    pem = cert.public_bytes(serialization.Encoding.PEM)
+    der = cert.public_bytes(serialization.Encoding.DER)
+    other = make_cert(serial=2, aki=aki_of(b"x")).public_bytes(serialization.Encoding.PEM)
+    for form in (cert, pem, pem.decode(), der, pem + other):  # a chain: its leaf
+        assert cert_id(load_certificate(form)) == RFC_CERT_ID
+    with pytest.raises(InvalidInput):
+        load_certificate(b"not a certificate")
+    with pytest.raises(InvalidInput):
+        load_certificate("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n")
+
+
+def test_renewal_info_url_has_exactly_one_slash() -> None:
+    assert renewal_info_url("https://ca/ari", "a.b") == "https://ca/ari/a.b"
+    assert renewal_info_url("https://ca/ari/", "a.b") == "https://ca/ari/a.b"
+
+
+def test_already_replaced_problem_is_typed() -> None:
+    problem = problem_from_document(
+        {"type": ProblemType.ALREADY_REPLACED, "detail": "already replaced"}, status_code=409
+    )
+    assert isinstance(problem, AlreadyReplaced)
+    assert problem.type == "urn:ietf:params:acme:error:alreadyReplaced"
+
+
+# -- Retry-After (§4.3.2, §4.3.3) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("header_delay", "expected"),
+    [
+        (None, ARI_DEFAULT_RETRY),  # no Retry-After: six hours
+        (dt.timedelta(0), ARI_MIN_RETRY),  # too soon: one minute
+        (dt.timedelta(seconds=10), ARI_MIN_RETRY),
+        (dt.timedelta(hours=1), dt.timedelta(hours=1)),
+        (dt.timedelta(days=3), ARI_MAX_RETRY),  # too late: one day
+    ],
+)
+def test_retry_after_is_bounded(header_delay: dt.timedelta | None, expected: dt.timedelta) -> None:
+    instant = None if header_delay is None else T0 + header_delay
+    assert ari_retry_after(instant, now=T0) == T0 + expected
+
+
+# -- choosing the renewal time (§4.2) ------------------------------------------------------
+
+
+def test_renewal_time_is_uniform_in_the_window_with_a_seeded_rng() -> None:
+    info = window(T0 + 10 * DAY, T0 + 20 * DAY)
+    chosen = choose_renewal_time(info, now=T0, rng=random.Random(7))
+    fraction = random.Random(7).random()
+    assert chosen == T0 + 10 * DAY + 10 * DAY * fraction
+    assert chosen == choose_renewal_time(info, now=T0, rng=random.Random(7))  # reproducible
+    picks = [choose_renewal_time(info, now=T0, rng=random.Random(s)) for s in range(200)]
+    assert all(info.window_start <= p < info.window_end for p in picks)
+    # spread over the window, not bunched at one end
+    assert min(picks) < T0 + 11 * DAY
+    assert max(picks) > T0 + 19 * DAY
+
+
+def test_renewal_time_in_the_past_means_now() -> None:
+    over = window(T0 - 20 * DAY, T0 - 10 * DAY)
+    assert choose_renewal_time(over, now=T0, rng=random.Random(1)) == T0
+    # an open window: the past part of it means "at once", the future part is kept
+    half_open = window(T0 - 10 * DAY, T0 + 10 * DAY)
+    picks = [choose_renewal_time(half_open, now=T0, rng=random.Random(s)) for s in range(100)]
+    assert all(T0 <= p < T0 + 10 * DAY for p in picks)
+    assert T0 in picks
+    assert any(p > T0 for p in picks)
+
+
+def test_renewal_time_default_rng_stays_in_the_window() -> None:
+    info = window(T0 + DAY, T0 + 2 * DAY)
+    assert info.window_start <= choose_renewal_time(info, now=T0) < info.window_end
+
+
+def test_fallback_is_when_a_third_of_the_lifetime_remains() -> None:
+    assert fallback_renewal_time(T0, T0 + 90 * DAY) == T0 + 60 * DAY
+    assert fallback_renewal_time(T0, T0 + 6 * DAY) == T0 + 4 * DAY
+    with pytest.raises(InvalidInput):
+        fallback_renewal_time(T0, T0)
+
+
+def test_decide_renewal_prefers_the_cas_window() -> None:
+    result = RenewalInfoResult(
+        info=window(T0 + 70 * DAY, T0 + 72 * DAY, "https://ca/why"),
+        retry_after=T0 + dt.timedelta(hours=6),
+        cert_id=RFC_CERT_ID,
+        url="https://ca/ari/" + RFC_CERT_ID,
+    )
+    decision = decide_renewal(
+        not_before=T0, not_after=T0 + 90 * DAY, now=T0, renewal_info=result, rng=random.Random(3)
+    )
+    assert decision.source == "ari"
+    assert decision.renew_at == result.renewal_time(now=T0, rng=random.Random(3))
+    assert T0 + 70 * DAY <= decision.renew_at < T0 + 72 * DAY
+    assert decision.recheck_at == T0 + dt.timedelta(hours=6)
+    assert decision.explanation_url == "https://ca/why"
+    assert not decision.due(T0)
+    assert decision.due(T0 + 72 * DAY)
+
+
+def test_decide_renewal_without_ari_falls_back() -> None:
+    decision = decide_renewal(not_before=T0, not_after=T0 + 90 * DAY, now=T0)
+    assert decision.source == "fallback"
+    assert decision.renew_at == T0 + 60 * DAY
+    assert decision.recheck_at is None
+    late = decide_renewal(not_before=T0, not_after=T0 + 90 * DAY, now=T0 + 80 * DAY)
+    assert late.renew_at == T0 + 80 * DAY
+    assert late.due(T0 + 80 * DAY)
