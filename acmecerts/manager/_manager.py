@@ -52,6 +52,7 @@ from acmecerts.manager._spec import (
     IssueResult,
     OwnerGuard,
 )
+from acmecerts.protocol.ari import cert_id, choose_renewal_time
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.protocol.keys import KeyType
 from acmecerts.retry import AttemptSchedule, AttemptState
@@ -146,14 +147,17 @@ class CertificateManager:
     async def __aenter__(self) -> CertificateManager:
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
-        self._task_group.start_soon(self._scheduler)
+        self._task_group.start_soon(self._scheduler, self._task_group)
         return self
 
     async def __aexit__(self, *exc_info: Any) -> bool | None:
-        task_group, self._task_group = self._task_group, None
+        task_group = self._task_group
         assert task_group is not None
         task_group.cancel_scope.cancel()
-        return await task_group.__aexit__(*exc_info)
+        try:
+            return await task_group.__aexit__(*exc_info)
+        finally:
+            self._task_group = None
 
     # -- subscriptions --------------------------------------------------------------------
 
@@ -250,8 +254,13 @@ class CertificateManager:
         """Every managed certificate's spec."""
         return [e.spec for e in self._entries.values() if e.cancelled is None]
 
+    def renewal_at(self, name: str) -> _dt.datetime | None:
+        """When ``name`` is planned to be renewed (ARI window choice or lifetime fraction)."""
+        entry = self._entries.get(name)
+        return entry.renew_at if entry is not None else None
+
     def next_renewal(self, name: str) -> _dt.datetime | None:
-        """When ``name`` is next due (issuance, retry or renewal)."""
+        """When ``name`` next needs work: issuance, a retry, an ARI re-check or renewal."""
         entry = self._entries.get(name)
         return self._due_at(entry) if entry is not None else None
 
@@ -423,37 +432,33 @@ class CertificateManager:
         if entry.certificate is None or entry.ari_recheck_at is None:
             return None
         try:
-            from acmecerts.protocol.ari import cert_id
-        except ImportError:  # pragma: no cover - ARI support is part of the package
-            return None
-        try:
             return cert_id(entry.certificate.chain.leaf)
         except AcmeCertsError:
             return None
 
     async def _plan_renewal(self, entry: _Entry) -> None:
-        """Set ``renew_at``: from ARI when the CA has it, else at the lifetime fraction."""
+        """Set ``renew_at``: from ARI when the CA has it, else at the lifetime fraction.
+
+        RFC 9773 §4.2: a uniformly random instant in the suggested window, re-checked at
+        the CA's ``Retry-After`` (six hours by default). Without ``renewalInfo`` the
+        certificate is renewed when ``renewal_fraction`` of its lifetime remains.
+        """
         certificate = entry.certificate
         assert certificate is not None
         lifetime = certificate.not_after - certificate.not_before
-        fallback = certificate.not_after - lifetime * self.renewal_fraction
-        entry.renew_at = fallback
+        entry.renew_at = certificate.not_after - lifetime * self.renewal_fraction
         entry.ari_recheck_at = None
-        renewal_info = getattr(self.client, "renewal_info", None)
-        if renewal_info is None:
-            return
         try:
             directory = await self.client.directory()
             if directory.renewal_info is None:
                 return
-            info = await renewal_info(certificate.chain.leaf)
+            result = await self.client.renewal_info(certificate.chain.leaf)
         except AcmeCertsError as exc:
-            log.info("%s: no ARI window (%s); renewing at %s", entry.spec.name, exc, fallback)
+            log.info("%s: no ARI window (%s); renewing at %s", entry.spec.name, exc, entry.renew_at)
             return
-        window = info.renewal_info
-        span = (window.window_end - window.window_start).total_seconds()
-        entry.renew_at = window.window_start + _dt.timedelta(seconds=self._rng.uniform(0, span))
-        entry.ari_recheck_at = info.retry_after
+        now = self.clock.now()
+        entry.renew_at = choose_renewal_time(result.info, now=now, rng=self._rng)
+        entry.ari_recheck_at = result.retry_after
 
     def _due_at(self, entry: _Entry, now: _dt.datetime | None = None) -> _dt.datetime | None:
         """When ``entry`` next needs work (``now`` for a new certificate), or ``None``."""
@@ -472,7 +477,7 @@ class CertificateManager:
 
     # -- background scheduling ----------------------------------------------------------
 
-    async def _scheduler(self) -> None:
+    async def _scheduler(self, task_group: anyio.abc.TaskGroup) -> None:
         while True:
             self._wake = anyio.Event()
             now = self.clock.now()
@@ -486,8 +491,7 @@ class CertificateManager:
                 if due is None:
                     continue
                 if due <= now:
-                    assert self._task_group is not None
-                    self._task_group.start_soon(self._background, entry)
+                    task_group.start_soon(self._background, entry)
                 elif next_due is None or due < next_due:
                     next_due = due
             if next_due is None:

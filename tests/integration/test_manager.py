@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+from pathlib import Path
 
 import anyio
 import pytest
@@ -21,7 +22,7 @@ from acmecerts.manager import (
 )
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.retry import AttemptSchedule
-from acmecerts.testing import PebbleServer
+from acmecerts.testing import Acme2CertifierServer, PebbleServer
 
 from .conftest import assert_valid_chain
 
@@ -71,9 +72,11 @@ async def test_hundred_in_parallel_one_failure_and_one_stall_hold_up_nobody(
         manager = CertificateManager(client, solvers=[routing], concurrency=16)
         obtained_at: dict[str, float] = {}
         manager.subscribe(
-            lambda e: obtained_at.__setitem__(e.name, time.monotonic())
-            if isinstance(e, CertificateObtained)
-            else None
+            lambda e: (
+                obtained_at.__setitem__(e.name, time.monotonic())
+                if isinstance(e, CertificateObtained)
+                else None
+            )
         )
         specs = [CertificateSpec.of(f"m{i}.hundred.example.test") for i in range(98)]
         specs.insert(10, CertificateSpec.of("never.hundred.example.test"))
@@ -208,3 +211,71 @@ async def test_renewal_happens_when_due(pebble: PebbleServer, http01: Http01Serv
         second = manager.get("renew.example.test")
     assert second is not None
     assert second.serial != first.certificate.serial
+
+
+class _NoopSolver:
+    """Presents nothing: enough for acme2certifier with validation disabled."""
+
+    challenge_type = "http-01"
+
+    def supports(self, identifier: Identifier) -> bool:
+        return not identifier.is_wildcard
+
+    async def present(self, task: ChallengeTask) -> None:
+        return None
+
+    async def cleanup(self, task: ChallengeTask) -> None:
+        return None
+
+
+async def test_ari_window_and_renewal_with_replaces_on_acme2certifier(
+    a2c: Acme2CertifierServer, tmp_path: Path
+) -> None:
+    """The renewal instant comes from the CA's window; the renewal order names the old cert."""
+    async with AcmeClient(a2c.directory_url, ca_bundle=a2c.ca_bundle) as client:
+        manager = CertificateManager(client, solvers=[_NoopSolver()])
+        [issued] = await manager.issue_many(["window.example.test"])
+        assert isinstance(issued, IssuedResult)
+        info = await client.renewal_info(issued.certificate.chain.leaf)
+        renew_at = manager.renewal_at("window.example.test")
+        recheck = manager.next_renewal("window.example.test")
+    assert renew_at is not None
+    assert info.window_start <= renew_at <= info.window_end
+    assert recheck is not None and abs((recheck - info.retry_after).total_seconds()) < 5
+    # a CA whose window is already open: the manager renews at once, with replaces
+    with Acme2CertifierServer(tmp_path / "a2c-forced", renewal_force=True) as forced:
+        await _renew_with_replaces(forced)
+
+
+async def _renew_with_replaces(a2c: Acme2CertifierServer) -> None:
+    clock = FakeClock()
+    sent: list[dict[str, object]] = []
+    async with AcmeClient(a2c.directory_url, ca_bundle=a2c.ca_bundle, clock=clock) as client:
+        original_post = client.transport.post
+
+        async def recording_post(url: str, **kwargs: object):  # type: ignore[no-untyped-def]
+            if url.endswith("/neworders") or "order" in url and kwargs.get("payload"):
+                payload = kwargs.get("payload")
+                if isinstance(payload, dict) and "identifiers" in payload:
+                    sent.append(payload)
+            return await original_post(url, **kwargs)  # type: ignore[arg-type]
+
+        client.transport.post = recording_post  # type: ignore[method-assign]
+        manager = CertificateManager(client, solvers=[_NoopSolver()])
+        renewed = anyio.Event()
+        manager.subscribe(
+            lambda e: renewed.set() if isinstance(e, CertificateObtained) and e.renewal else None
+        )
+        [first] = await manager.issue_many(["ari.example.test"])
+        assert isinstance(first, IssuedResult)
+        info = await client.renewal_info(first.certificate.chain.leaf)
+        async with manager:
+            with anyio.fail_after(30):
+                await renewed.wait()
+        second = manager.get("ari.example.test")
+    assert second is not None and second.serial != first.certificate.serial
+    assert "replaces" not in sent[0]
+    from acmecerts.protocol.ari import cert_id
+
+    assert sent[-1]["replaces"] == cert_id(first.certificate.chain.leaf)
+    assert clock.now() >= info.window_start
