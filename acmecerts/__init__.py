@@ -20,11 +20,14 @@ from acmecerts.errors import (
     ConnectError,
     ErrorKind,
     ExternalAccountRequired,
+    IdentifierPaused,
     InvalidIdentifier,
     InvalidInput,
+    InvalidProfile,
     IssuanceError,
     OrderFailed,
     ProblemType,
+    RateLimitDeferred,
     RateLimited,
     RequestTimeout,
     ServerBusy,
@@ -32,11 +35,13 @@ from acmecerts.errors import (
     TransportError,
     UnsupportedChallenge,
 )
+from acmecerts.protocol.ari import RenewalDecision, RenewalInfoResult
 from acmecerts.protocol.certificate import CertificateChain, CertificateInfo
 from acmecerts.protocol.identifiers import Identifier, parse_identifier
 from acmecerts.protocol.keys import AccountKey, KeyType
+from acmecerts.protocol.resources import RenewalInfo
 from acmecerts.retry import AttemptSchedule, AttemptState, RequestRetry
-from acmecerts.solvers import ChallengeTask, Http01Server, Http01Webroot, Solver
+from acmecerts.solvers import ChallengeTask, Http01Server, Http01Webroot, Solver, TlsAlpn01Server
 
 __all__ = [
     "AccountDoesNotExist",
@@ -64,15 +69,21 @@ __all__ = [
     "Http01Server",
     "Http01Webroot",
     "Identifier",
+    "IdentifierPaused",
     "InvalidIdentifier",
     "InvalidInput",
+    "InvalidProfile",
     "IssuanceError",
     "IssuedCertificate",
     "KeyType",
     "OrderFailed",
     "PollPolicy",
     "ProblemType",
+    "RateLimitDeferred",
     "RateLimited",
+    "RenewalDecision",
+    "RenewalInfo",
+    "RenewalInfoResult",
     "RequestRetry",
     "RequestTimeout",
     "RevocationReason",
@@ -80,6 +91,7 @@ __all__ = [
     "Solver",
     "StorageError",
     "SystemClock",
+    "TlsAlpn01Server",
     "TransportError",
     "UnsupportedChallenge",
     "__version__",

@@ -666,6 +666,8 @@ class AcmeClient:
         timeout = (
             as_seconds(attempt_timeout) if attempt_timeout is not None else self.attempt_timeout
         )
+        if not timeout > 0:  # also NaN
+            raise InvalidInput(f"attempt_timeout must be positive, got {attempt_timeout!r}")
         deadline = self.clock.now() + _dt.timedelta(seconds=timeout)
         try:
             with anyio.fail_after(timeout):
@@ -832,7 +834,10 @@ class AcmeClient:
             # the default one does not already lead to the preferred root.
             offered = [chain]
             for alt_url in alternate_urls:
-                offered.append((await self.download_certificate(alt_url))[0])
+                try:
+                    offered.append((await self.download_certificate(alt_url))[0])
+                except AcmeCertsError as exc:  # the certificate is issued: never lose it
+                    log.warning("could not download alternate chain %s: %s", alt_url, exc)
             chosen = _pick_chain(offered, preferred_chain)
             if chosen is None:
                 log.info("no chain with issuer %r offered; keeping the default", preferred_chain)

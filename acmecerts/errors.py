@@ -21,12 +21,15 @@ with ``raise Ours(...) from exc``.
     │   ├── AccountDoesNotExist
     │   ├── ExternalAccountRequired
     │   ├── AlreadyReplaced              (ARI ``replaces`` rejected)
+    │   ├── InvalidProfile               the CA does not offer the requested profile
     │   └── ...                          one class per problem type that callers act on
     ├── IssuanceError                    an issuance attempt did not produce a certificate
     │   ├── AuthorizationFailed          a challenge was answered but validation failed
     │   ├── OrderFailed                  the order became invalid
     │   ├── AttemptTimeout               the per-attempt deadline expired
     │   └── CertificateMismatch          the CA's certificate does not match the request
+    ├── RateLimitDeferred                the ledger held an order back (nothing sent); ``retry_after``
+    ├── IdentifierPaused                 the CA paused issuance for a name after many failures
     └── StorageError                     a stored file is missing, corrupt or unwritable
 
 Every error is classified by :class:`ErrorKind` (``error.kind``) so that retry policy can
@@ -57,13 +60,16 @@ __all__ = [
     "ConnectError",
     "ErrorKind",
     "ExternalAccountRequired",
+    "IdentifierPaused",
     "InvalidIdentifier",
     "InvalidInput",
+    "InvalidProfile",
     "IssuanceError",
     "Malformed",
     "OrderFailed",
     "OrderNotReady",
     "ProblemType",
+    "RateLimitDeferred",
     "RateLimited",
     "RejectedIdentifier",
     "RequestTimeout",
@@ -281,6 +287,12 @@ class AlreadyReplaced(AcmeProblem):
     problem_type = ProblemType.ALREADY_REPLACED
 
 
+class InvalidProfile(AcmeProblem):
+    """The CA refused the ``profile`` of a new order (draft-aaron-acme-profiles)."""
+
+    problem_type = ProblemType.INVALID_PROFILE
+
+
 class Malformed(AcmeProblem):
     """The CA says the request was malformed."""
 
@@ -320,6 +332,7 @@ _PROBLEM_CLASSES: dict[str, type[AcmeProblem]] = {
         AccountDoesNotExist,
         ExternalAccountRequired,
         AlreadyReplaced,
+        InvalidProfile,
         Malformed,
         Unauthorized,
         RejectedIdentifier,
@@ -383,6 +396,63 @@ class AttemptTimeout(IssuanceError):
 
 class CertificateMismatch(IssuanceError):
     """The CA returned a certificate whose key or names do not match the request."""
+
+
+class RateLimitDeferred(AcmeCertsError):
+    """An order was held back before it was sent: it would exceed a limit of the CA.
+
+    Raised by :class:`~acmecerts.AcmeClient` when its
+    :class:`~acmecerts.ratelimit.RateLimitLedger` says the order does not fit the CA's
+    rate limits now. Nothing reached the CA and nothing was spent. ``retry_after`` is the
+    earliest instant (aware UTC) the ledger allows the order; ``limit`` names the limit
+    that binds (e.g. ``"certificates_per_registered_domain"``) and ``scope_key`` what it
+    counts (``"example.com"``, an account URL...).
+    """
+
+    kind = ErrorKind.RATE_LIMITED
+    reached_ca = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: _dt.datetime | None,
+        limit: str | None,
+        scope_key: str | None = None,
+        identifiers: Sequence[str] = (),
+    ) -> None:
+        super().__init__(message, retry_after=retry_after)
+        #: The name of the limit that holds the order back.
+        self.limit = limit
+        #: What that limit counts for this order (a registered domain, an account...).
+        self.scope_key = scope_key
+        #: The identifiers of the order that was held back.
+        self.identifiers = tuple(identifiers)
+
+
+class IdentifierPaused(AcmeCertsError):
+    """The CA paused issuance for an identifier after too many consecutive failed validations.
+
+    Trying again does not help (Let's Encrypt pauses after 1,152 consecutive failed
+    authorizations per identifier per account): fix validation, have the pause lifted
+    (Let's Encrypt links a self-service unpause page in the error), then call
+    :meth:`~acmecerts.ratelimit.RateLimitLedger.unpause`.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        identifiers: Sequence[str],
+        account: str | None = None,
+        reached_ca: bool = False,
+    ) -> None:
+        super().__init__(message)
+        #: The paused identifiers (values such as ``"www.example.com"``).
+        self.identifiers = tuple(identifiers)
+        #: The account the pause applies to.
+        self.account = account
+        self.reached_ca = reached_ca
 
 
 class StorageError(AcmeCertsError):

@@ -5,9 +5,13 @@
 # and runs pytest in a project virtualenv:
 #   1. the Debian package `pebble` (pebble + pebble-challtestsrv) if /usr/bin/pebble is absent;
 #   2. a virtualenv in .venv (python3 -m venv) if absent or broken;
-#   3. `pip install -e '.[test]'` into it (skipped when pyproject.toml is unchanged since the
+#   3. `pip install -e '.[test,kubernetes]'` into it (skipped when pyproject.toml is unchanged since the
 #      last successful install; set ACMECERTS_REINSTALL=1 to force it);
-#   4. `.venv/bin/python -m pytest "$@"`.
+#   4. acme2certifier's own virtualenv (${ACMECERTS_CACHE:-~/.cache/acmecerts}/a2c-venv), built
+#      once here so that its pip install does not count against a test's timeout;
+#   4b. a kube-apiserver built once from Debian's source package and etcd, for the Kubernetes
+#      store's tests (scripts/kube-apiserver.sh; cached under ~/.cache/acmecerts);
+#   5. `.venv/bin/python -m pytest "$@"`.
 # The exit status is pytest's: collecting no tests (status 5) is a failure, not a success.
 set -euo pipefail
 
@@ -40,6 +44,11 @@ apt_install() {
 if [ ! -x /usr/bin/pebble ] || [ ! -x /usr/bin/pebble-challtestsrv ]; then
     apt_install pebble
 fi
+# 1b. BIND 9 for the dns-01 tests: named (bind9, bind9-utils) and nsupdate, which Debian 12
+#     ships in bind9-dnsutils, not bind9-utils.
+if [ ! -x /usr/sbin/named ] || [ ! -x /usr/bin/nsupdate ]; then
+    apt_install bind9 bind9-utils bind9-dnsutils
+fi
 
 # 2. The virtualenv. Debian's python3 needs python3-venv for `python3 -m venv` to work.
 if ! command -v python3 >/dev/null 2>&1; then
@@ -58,12 +67,27 @@ fi
 stamp=.venv/.acmecerts-test-install
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ -n "${ACMECERTS_REINSTALL:-}" ] || [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
-    log "pip install -e '.[test]'"
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+    log "pip install -e '.[test,kubernetes]'"
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,kubernetes]'
     printf '%s\n' "$want" >"$stamp"
 fi
 
-# 4. The tests.
+# 4. acme2certifier, the second ACME server (with ARI), in its own venv (it pins its own acme).
+.venv/bin/python -c 'from acmecerts.testing._a2c import ensure_a2c_venv; ensure_a2c_venv()' ||
+    log "could not prepare the acme2certifier venv; its fixture will try again"
+
+# 4b. A real Kubernetes API server for the Kubernetes store's tests (tests/storage/).
+#     Debian ships no kube-apiserver binary: scripts/kube-apiserver.sh builds one from Debian's
+#     `kubernetes` source package (about 5 minutes cold on 2 cores; it also installs etcd) and
+#     caches it under ${ACMECERTS_CACHE:-~/.cache/acmecerts}; later runs return at once.
+#     A failed build does not stop the run: the tests that need it fail, naming the script.
+if kube_apiserver="$(bash scripts/kube-apiserver.sh)"; then
+    export ACMECERTS_KUBE_APISERVER="$kube_apiserver"
+else
+    log "scripts/kube-apiserver.sh failed: the Kubernetes storage tests will fail"
+fi
+
+# 5. The tests.
 status=0
 .venv/bin/python -m pytest "$@" || status=$?
 if [ "$status" -eq 5 ]; then

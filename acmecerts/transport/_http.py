@@ -29,6 +29,7 @@ from acmecerts._time import (
 )
 from acmecerts._version import __version__
 from acmecerts.errors import (
+    AcmeCertsError,
     BadServerResponse,
     ConnectError,
     ErrorKind,
@@ -327,6 +328,9 @@ class AcmeTransport:
 
     async def new_nonce(self) -> str:
         """A nonce from the pool, or from ``newNonce`` (HEAD, §7.2) when the pool is empty."""
+        return await self._nonce(retry=True)
+
+    async def _nonce(self, *, retry: bool) -> str:
         nonce = self.nonces.take()
         if nonce is not None:
             return nonce
@@ -336,7 +340,7 @@ class AcmeTransport:
         async def attempt() -> AcmeResponse:
             return self._check(await self._send_once("HEAD", url), url)
 
-        response = await self._with_retry(attempt, idempotent=True)
+        response = await (self._with_retry(attempt, idempotent=True) if retry else attempt())
         nonce = response.headers.get("replay-nonce")
         if not nonce:
             # the transport put it in the pool when it saw it; take it back
@@ -362,7 +366,15 @@ class AcmeTransport:
         """
 
         async def attempt() -> AcmeResponse:
-            nonce = await self.new_nonce()
+            # One retry loop, not two nested ones: the nonce is fetched once per try, so
+            # ``max_attempts`` bounds every request sent (a loop inside a loop would send
+            # up to max_attempts**2 newNonce requests to an unreachable CA). When it fails,
+            # the POST itself was never sent: retrying is safe even if not idempotent.
+            try:
+                nonce = await self._nonce(retry=False)
+            except AcmeCertsError as exc:
+                exc.reached_ca = False
+                raise
             body = sign_request(key, url=url, nonce=nonce, payload=payload, kid=kid)
             return self._check(await self._send_once("POST", url, content=body, accept=accept), url)
 

@@ -43,6 +43,7 @@ import h11
 import httpx
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from types import TracebackType
 
 __all__ = [
@@ -120,8 +121,11 @@ class Respond(Fault):
     With ``problem_type`` the body is an RFC 7807 ``application/problem+json`` document
     (``type``, ``detail``, ``status``). ``retry_after`` is sent verbatim as ``Retry-After``
     (delta-seconds such as ``"2"`` or an HTTP-date). A fresh ``Replay-Nonce`` from the
-    upstream is included, as a real CA puts one on error answers too. ``headers`` are added
-    last and override the others.
+    upstream is included, as a real CA puts one on error answers too (``replay_nonce=False``
+    leaves it out, as a load balancer's 503 would). ``body`` sends those bytes instead of a
+    problem document, as ``content_type`` (default ``application/json``): e.g. a plausible
+    ACME object, so a request can be answered without the upstream ever seeing it.
+    ``headers`` are added last and override the others.
     """
 
     status: int
@@ -129,6 +133,9 @@ class Respond(Fault):
     detail: str = ""
     retry_after: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    body: bytes | None = None
+    content_type: str = "application/json"
+    replay_nonce: bool = True
 
 
 @dataclass(frozen=True)
@@ -285,6 +292,10 @@ class FaultProxy:
 
         self._lock = threading.Lock()
         self._rules: list[Rule] = []
+        #: Consulted for a request no rule matched, with ``(method, path, body)``: the
+        #: fault it returns is applied (``None``: forward). It runs under the proxy's
+        #: lock, so it must be quick and must not call the proxy. See ``limits.py``.
+        self.request_hook: Callable[[str, str, bytes], Fault | None] | None = None
         self._entries: list[_Entry] = []
 
         self._thread: threading.Thread | None = None
@@ -529,6 +540,8 @@ class FaultProxy:
         headers = tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in head.headers)
         with self._lock:
             fault = self._pick_fault(method, path)
+            if fault is None and self.request_hook is not None:
+                fault = self.request_hook(method, path, body)
             entry = _Entry(
                 method=method,
                 path=path,
@@ -548,8 +561,18 @@ class FaultProxy:
             extra = [(k, v) for k, v in fault.headers.items()]
             if fault.retry_after is not None:
                 extra.insert(0, ("Retry-After", fault.retry_after))
+            if fault.body is not None:
+                extra.insert(0, ("Content-Type", fault.content_type))
             await self._send_local(
-                conn, writer, entry, fault.status, fault.problem_type, fault.detail, extra
+                conn,
+                writer,
+                entry,
+                fault.status,
+                fault.problem_type,
+                fault.detail,
+                extra,
+                body=fault.body,
+                replay_nonce=fault.replay_nonce,
             )
             return
         if isinstance(fault, BadNonce):
@@ -629,17 +652,22 @@ class FaultProxy:
         problem_type: str | None,
         detail: str,
         extra: list[tuple[str, str]],
+        *,
+        body: bytes | None = None,
+        replay_nonce: bool = True,
     ) -> None:
         headers: list[tuple[str, str]] = [("Cache-Control", "no-store")]
-        body = b""
-        if problem_type is not None:
+        # A given ``body`` is sent as it is (its Content-Type comes in ``extra``).
+        if body is None and problem_type is not None:
             problem = {"type": problem_type, "detail": detail, "status": status}
             body = json.dumps(problem).encode()
             headers.append(("Content-Type", "application/problem+json"))
-        elif detail:
+        elif body is None and detail:
             body = detail.encode()
             headers.append(("Content-Type", "text/plain; charset=utf-8"))
-        nonce = await self._fresh_nonce()
+        elif body is None:
+            body = b""
+        nonce = await self._fresh_nonce() if replay_nonce else None
         if nonce is not None:
             headers.append(("Replay-Nonce", nonce))
         headers.append(

@@ -241,7 +241,8 @@ async def test_ari_window_and_renewal_with_replaces_on_acme2certifier(
         recheck = manager.next_renewal("window.example.test")
     assert renew_at is not None
     assert info.window_start <= renew_at <= info.window_end
-    assert recheck is not None and abs((recheck - info.retry_after).total_seconds()) < 5
+    assert recheck is not None
+    assert abs((recheck - info.retry_after).total_seconds()) < 5
     # a CA whose window is already open: the manager renews at once, with replaces
     with Acme2CertifierServer(tmp_path / "a2c-forced", renewal_force=True) as forced:
         await _renew_with_replaces(forced)
@@ -254,7 +255,7 @@ async def _renew_with_replaces(a2c: Acme2CertifierServer) -> None:
         original_post = client.transport.post
 
         async def recording_post(url: str, **kwargs: object):  # type: ignore[no-untyped-def]
-            if url.endswith("/neworders") or "order" in url and kwargs.get("payload"):
+            if url.endswith("/neworders") or ("order" in url and kwargs.get("payload")):
                 payload = kwargs.get("payload")
                 if isinstance(payload, dict) and "identifiers" in payload:
                     sent.append(payload)
@@ -273,7 +274,8 @@ async def _renew_with_replaces(a2c: Acme2CertifierServer) -> None:
             with anyio.fail_after(30):
                 await renewed.wait()
         second = manager.get("ari.example.test")
-    assert second is not None and second.serial != first.certificate.serial
+    assert second is not None
+    assert second.serial != first.certificate.serial
     assert "replaces" not in sent[0]
     from acmecerts.protocol.ari import cert_id
 
