@@ -17,9 +17,13 @@ def test_all_is_sorted_and_complete() -> None:
         "cli",
         "client",
         "errors",
+        "manager",
         "protocol",
+        "ratelimit",
         "retry",
+        "attempts",
         "solvers",
+        "storage",
         "testing",
         "transport",
     }
