@@ -41,7 +41,16 @@ from acmecerts.protocol.identifiers import Identifier, parse_identifier
 from acmecerts.protocol.keys import AccountKey, KeyType
 from acmecerts.protocol.resources import RenewalInfo
 from acmecerts.retry import AttemptSchedule, AttemptState, RequestRetry
-from acmecerts.solvers import ChallengeTask, Http01Server, Http01Webroot, Solver, TlsAlpn01Server
+from acmecerts.solvers import (
+    ChallengeTask,
+    DnsHookSolver,
+    Http01Server,
+    Http01Webroot,
+    PropagationCheck,
+    Rfc2136Solver,
+    Solver,
+    TlsAlpn01Server,
+)
 
 __all__ = [
     "AccountDoesNotExist",
@@ -62,6 +71,7 @@ __all__ = [
     "ChallengeTask",
     "Clock",
     "ConnectError",
+    "DnsHookSolver",
     "ErrorKind",
     "ExternalAccountBinding",
     "ExternalAccountRequired",
@@ -79,6 +89,7 @@ __all__ = [
     "OrderFailed",
     "PollPolicy",
     "ProblemType",
+    "PropagationCheck",
     "RateLimitDeferred",
     "RateLimited",
     "RenewalDecision",
@@ -87,6 +98,7 @@ __all__ = [
     "RequestRetry",
     "RequestTimeout",
     "RevocationReason",
+    "Rfc2136Solver",
     "ServerBusy",
     "Solver",
     "StorageError",
