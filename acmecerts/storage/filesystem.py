@@ -1,0 +1,719 @@
+"""The default store: files under one directory, safe for several processes on one machine.
+
+On disk (``root`` is created 0700 if missing)::
+
+    <root>/<segment>/.../<segment>        one file per key, 0600, in directories 0700
+    <root>/<dir>/.<segment>.tmp           a write in progress (or left by a crash)
+    <root>/.locks/<lock name>             one lease file per held lock
+
+Every file holds an *integrity envelope*: one ASCII header line, then the value's bytes
+unchanged::
+
+    acmecerts-v1 <version> <length> <sha256 hex of the value>\\n<value>
+
+``version`` is 32 random hex digits chosen at each write, so a compare-and-swap can
+never be fooled by a value that was changed and changed back (no ABA). A file whose
+header is missing or malformed, whose length differs (truncation) or whose digest differs
+(corruption) is reported as :class:`~acmecerts.errors.StorageError` naming the file; it
+is never repaired, replaced or deleted by a read or a compare-and-swap, and other keys
+stay readable. (An unconditional ``store`` does overwrite it: that is a deliberate
+write by the caller.) These files are acmecerts' own state; certificates for web servers
+are exported elsewhere.
+
+Design:
+
+* **Atomic writes.** A value is written to ``.<segment>.tmp`` in the same directory
+  (``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0600), fsynced, renamed over the key's file with
+  ``os.replace`` and the directory is fsynced: a crash at any instant leaves the old value
+  or the new one.
+* **Every file is 0600, every directory 0700**, not only ``secret`` values: the ledger
+  and order state are nobody else's business either, and one rule is harder to get wrong.
+* **Compare-and-swap across processes.** Writers and deleters hold an exclusive
+  ``fcntl.flock`` on the key's *directory* while they check the version and replace the
+  file. The directory is never replaced, so the lock always guards the current file, and
+  because only lock holders create temp files, a temp file found under the lock is a
+  crashed writer's and is removed. Readers take no lock: ``rename`` is atomic.
+* **Locks are leases.** ``lock(name)`` writes ``.locks/<name>`` (the same envelope, JSON
+  inside: holder id, pid, host, acquired and expiry instants) under the directory flock
+  when that file is absent or its lease has run out. While the ``async with`` block
+  runs, a heartbeat task renews the lease every ``lease / 3`` seconds; leaving the block
+  deletes the file if it is still ours. A holder that dies (even SIGKILL) or hangs stops
+  renewing and the lock is free ``lease`` seconds after its last renewal. Waiters poll
+  with jittered exponential backoff (5 ms up to 250 ms, and never past the holder's
+  expiry); tasks of the same :class:`FileStorage` are woken at once by a release.
+* **Listing** walks the directories under the prefix and returns every regular file
+  whose path is a valid key: temp files and ``.locks`` (names starting with ``.``),
+  symbolic links and stray files (``README.TXT``) are skipped.
+* **Off the event loop.** File I/O runs in worker threads (``anyio.to_thread``); a thread
+  that waits for a directory lock checks for cancellation, so every method honours
+  cancellation within milliseconds.
+
+Lease instants come from the injected :class:`~acmecerts.Clock` (wall-clock UTC with the
+default :class:`~acmecerts.SystemClock`), so processes sharing a store must share a clock:
+one machine. The store needs a local file system with working ``flock`` (not NFS).
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import datetime as _dt
+import errno
+import fcntl
+import functools
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+import secrets
+import socket
+import stat
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
+from typing import Any, TypeVar
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+
+from acmecerts._time import Clock, SystemClock, as_seconds
+from acmecerts.errors import InvalidInput, StorageError
+from acmecerts.storage._base import (
+    ANY_VERSION,
+    Lease,
+    LockTimeout,
+    StoredValue,
+    VersionConflict,
+    _AnyVersion,
+)
+from acmecerts.storage.keys import validate_key, validate_prefix
+
+__all__ = ["MAX_VALUE_SIZE", "FileStorage"]
+
+log = logging.getLogger("acmecerts.storage")
+
+_T = TypeVar("_T")
+
+_MAGIC = b"acmecerts-v1"
+_VERSION_RE = re.compile(rb"[0-9a-f]{32}")
+_DIGEST_RE = re.compile(rb"[0-9a-f]{64}")
+_LENGTH_RE = re.compile(rb"0|[1-9][0-9]{0,11}")
+_MAX_HEADER = 160
+#: The largest value a FileStorage accepts (acmecerts stores kilobytes).
+MAX_VALUE_SIZE = 32 * 1024 * 1024
+_MAX_FILE = MAX_VALUE_SIZE + _MAX_HEADER
+_FILE_MODE = 0o600
+_DIR_MODE = 0o700
+_LOCKS_DIR = ".locks"
+# How long a thread waits for another process's directory flock (held for milliseconds
+# by a live writer) before reporting the store as stuck.
+_DIR_LOCK_WAIT = 30.0
+# Lock polling: first retry, cap, and the most a waiter sleeps past the holder's expiry.
+_POLL_FIRST = 0.005
+_POLL_CAP = 0.25
+_RELEASE_WAIT = 5.0
+
+
+def _encode(version: str, data: bytes) -> bytes:
+    digest = hashlib.sha256(data).hexdigest()
+    header = b"%s %s %d %s\n" % (_MAGIC, version.encode("ascii"), len(data), digest.encode())
+    return header + data
+
+
+def _corrupt(key: str, path: str, reason: str) -> StorageError:
+    return StorageError(
+        f"stored value {key!r} in {path} is corrupt ({reason}); it was left as it is: "
+        "restore it from a backup, or delete it to start over",
+        path=path,
+    )
+
+
+def _decode(raw: bytes, key: str, path: str) -> StoredValue:
+    newline = raw.find(b"\n", 0, _MAX_HEADER)
+    if newline < 0:
+        reason = "empty file" if not raw else "no acmecerts-v1 header"
+        raise _corrupt(key, path, reason)
+    fields = raw[:newline].split(b" ")
+    if len(fields) != 4 or fields[0] != _MAGIC:
+        raise _corrupt(key, path, "no acmecerts-v1 header")
+    _, version, length, digest = fields
+    if not (
+        _VERSION_RE.fullmatch(version)
+        and _LENGTH_RE.fullmatch(length)
+        and _DIGEST_RE.fullmatch(digest)
+    ):
+        raise _corrupt(key, path, "malformed header")
+    data = raw[newline + 1 :]
+    if len(data) != int(length):
+        raise _corrupt(key, path, f"truncated: {len(data)} of {int(length)} bytes")
+    if hashlib.sha256(data).hexdigest().encode() != digest:
+        raise _corrupt(key, path, "checksum mismatch")
+    return StoredValue(data=data, version=version.decode("ascii"))
+
+
+def _os_error(action: str, path: str, exc: OSError) -> StorageError:
+    reason = exc.strerror or str(exc)
+    return StorageError(f"cannot {action} {path}: {reason}", path=path)
+
+
+def _check_cancelled() -> None:
+    """Raise the host task's cancellation inside a worker thread (no-op elsewhere)."""
+    with contextlib.suppress(RuntimeError):
+        anyio.from_thread.check_cancelled()
+
+
+def _seconds(value: float | _dt.timedelta, name: str, *, positive: bool) -> float:
+    seconds = as_seconds(value)
+    if not (seconds > 0 if positive else seconds >= 0) or seconds == float("inf"):
+        bound = "> 0" if positive else ">= 0"
+        raise InvalidInput(f"{name} must be a finite number of seconds {bound}, got {value!r}")
+    return seconds
+
+
+class _LeaseRecord:
+    """What a lease file says: who holds the lock and until when."""
+
+    __slots__ = ("acquired_at", "expires_at", "holder", "host", "pid")
+
+    def __init__(
+        self,
+        holder: str,
+        expires_at: _dt.datetime,
+        acquired_at: _dt.datetime,
+        host: str = "",
+        pid: int = 0,
+    ) -> None:
+        self.holder = holder
+        self.expires_at = expires_at
+        self.acquired_at = acquired_at
+        self.host = host
+        self.pid = pid
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "holder": self.holder,
+                "host": self.host,
+                "pid": self.pid,
+                "acquired_at": self.acquired_at.isoformat(),
+                "expires_at": self.expires_at.isoformat(),
+            },
+            sort_keys=True,
+        ).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, name: str, path: str) -> _LeaseRecord:
+        try:
+            obj = json.loads(data)
+            expires_at = _dt.datetime.fromisoformat(obj["expires_at"])
+            acquired_at = _dt.datetime.fromisoformat(obj["acquired_at"])
+            holder = obj["holder"]
+            if not isinstance(holder, str) or expires_at.tzinfo is None:
+                raise TypeError("bad holder or naive expiry")
+            return cls(holder, expires_at, acquired_at, str(obj.get("host", "")), obj.get("pid", 0))
+        except (ValueError, TypeError, KeyError) as exc:
+            raise StorageError(
+                f"lease file of lock {name!r} in {path} is corrupt ({exc}); it was left as "
+                "it is: delete it once no process uses the lock",
+                path=path,
+            ) from None
+
+    def describe(self) -> str:
+        where = f" (pid {self.pid} on {self.host})" if self.host else ""
+        return f"{self.holder}{where} until {self.expires_at.isoformat()}"
+
+
+class _FileLease:
+    """The :class:`~acmecerts.storage.Lease` handed out by :meth:`FileStorage.lock`."""
+
+    __slots__ = ("_clock", "_expires_at", "_lost", "_name", "holder")
+
+    def __init__(self, name: str, holder: str, expires_at: _dt.datetime, clock: Clock) -> None:
+        self._name = name
+        #: This acquisition's unique holder id (also written into the lease file).
+        self.holder = holder
+        self._expires_at = expires_at
+        self._clock = clock
+        self._lost = False
+
+    @property
+    def name(self) -> str:
+        """The lock's name."""
+        return self._name
+
+    @property
+    def lost(self) -> bool:
+        """Whether the lease was taken over or ran out without being renewed."""
+        return self._lost or self._clock.now() >= self._expires_at
+
+    @property
+    def expires_at(self) -> _dt.datetime:
+        """When the lease runs out unless renewed (aware UTC)."""
+        return self._expires_at
+
+    def __repr__(self) -> str:
+        state = "lost" if self.lost else f"until {self._expires_at.isoformat()}"
+        return f"<Lease {self._name!r} {state}>"
+
+
+class FileStorage:
+    """A :class:`~acmecerts.storage.Storage` in a local directory (the default store).
+
+    ``root`` is created (0700) on the first write if it does not exist. Several
+    :class:`FileStorage` objects, in one process or many on the same machine, may share a
+    root. See the module documentation for the on-disk format and guarantees.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, clock: Clock | None = None) -> None:
+        """Store under ``root``; ``clock`` stamps and times leases (default: system)."""
+        self._root = os.path.abspath(os.fspath(root))
+        self._clock: Clock = clock if clock is not None else SystemClock()
+        self._closed = False
+        # Wakes waiters of this instance when a lock is released (other processes poll).
+        self._released: dict[str, anyio.Event] = {}
+        self._host = socket.gethostname()
+
+    @property
+    def root(self) -> str:
+        """The absolute path of the store's directory."""
+        return self._root
+
+    def path_for(self, key: str) -> str:
+        """The file that holds ``key`` (for messages and tooling; do not write it)."""
+        return os.path.join(self._root, *validate_key(key).split("/"))
+
+    def _lock_path(self, name: str) -> str:
+        return os.path.join(self._root, _LOCKS_DIR, *validate_key(name).split("/"))
+
+    def __repr__(self) -> str:
+        return f"FileStorage({self._root!r})"
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    async def _run(self, func: Callable[..., _T], *args: Any, check_open: bool = True) -> _T:
+        if check_open and self._closed:
+            raise StorageError(f"{self!r} is closed", path=self._root)
+        return await anyio.to_thread.run_sync(functools.partial(func, *args))
+
+    def _ensure_dir(self, dirpath: str) -> None:
+        """Create ``dirpath`` and missing parents up to ``root`` with mode 0700."""
+        missing: list[str] = []
+        current = dirpath
+        while not os.path.isdir(current):
+            missing.append(current)
+            parent = os.path.dirname(current)
+            if parent == current:
+                break
+            current = parent
+        for path in reversed(missing):
+            try:
+                os.mkdir(path, _DIR_MODE)
+            except FileExistsError:
+                if not os.path.isdir(path):
+                    raise StorageError(
+                        f"cannot create directory {path}: a file is in the way "
+                        "(a key cannot also be the prefix of another key)",
+                        path=path,
+                    ) from None
+                continue
+            except OSError as exc:
+                raise _os_error("create directory", path, exc) from exc
+            with contextlib.suppress(OSError):
+                os.chmod(path, _DIR_MODE)  # mkdir's mode is filtered by the umask
+
+    @contextlib.contextmanager
+    def _dir_locked(self, dirpath: str) -> Iterator[int]:
+        """Hold an exclusive flock on ``dirpath``; yield its fd (to fsync it)."""
+        fd = os.open(dirpath, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            deadline = time.monotonic() + _DIR_LOCK_WAIT
+            delay = 0.0005
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    pass
+                except OSError as exc:
+                    raise _os_error("lock directory", dirpath, exc) from exc
+                if time.monotonic() >= deadline:
+                    raise StorageError(
+                        f"directory {dirpath} stayed locked for {_DIR_LOCK_WAIT:.0f}s "
+                        "(is a process that uses this store stopped?)",
+                        path=dirpath,
+                    )
+                _check_cancelled()
+                time.sleep(delay)
+                delay = min(delay * 2, 0.02)
+            try:
+                yield fd
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def _read(self, path: str, key: str) -> StoredValue | None:
+        """Read and verify one file; ``None`` if there is no value at ``path``."""
+        try:
+            # O_NONBLOCK: a FIFO planted at a key must not hang the reader (no effect on files).
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise StorageError(
+                    f"stored value {key!r}: {path} is a symbolic link; refusing to follow it",
+                    path=path,
+                ) from None
+            raise _os_error("read", path, exc) from exc
+        try:
+            info = os.fstat(fd)
+            if stat.S_ISDIR(info.st_mode):
+                return None  # only a prefix of other keys
+            if not stat.S_ISREG(info.st_mode):
+                raise StorageError(f"stored value {key!r}: {path} is not a file", path=path)
+            if info.st_size > _MAX_FILE:
+                raise _corrupt(key, path, f"{info.st_size} bytes is too large")
+            chunks: list[bytes] = []
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+        except OSError as exc:
+            raise _os_error("read", path, exc) from exc
+        finally:
+            os.close(fd)
+        return _decode(b"".join(chunks), key, path)
+
+    def _write(self, dirfd: int, path: str, content: bytes) -> None:
+        """Replace ``path`` atomically with ``content``; the caller holds the dir lock."""
+        dirpath, name = os.path.split(path)
+        tmp = os.path.join(dirpath, f".{name}.tmp")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)  # left by a writer that crashed: we hold the directory lock
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(tmp, flags, _FILE_MODE)
+        except OSError as exc:
+            raise _os_error("write", tmp, exc) from exc
+        try:
+            try:
+                os.fchmod(fd, _FILE_MODE)
+                view = memoryview(content)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, path)
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            if isinstance(exc, IsADirectoryError):
+                raise StorageError(
+                    f"cannot write {path}: it is a directory "
+                    "(a key cannot also be the prefix of another key)",
+                    path=path,
+                ) from None
+            if isinstance(exc, OSError):
+                raise _os_error("write", path, exc) from exc
+            raise
+        try:
+            os.fsync(dirfd)
+        except OSError as exc:
+            raise _os_error("sync directory", dirpath, exc) from exc
+
+    @staticmethod
+    def _check_version(
+        current: StoredValue | None, expect: str | None, key: str, path: str
+    ) -> None:
+        if expect is None and current is not None:
+            raise VersionConflict(f"{key!r} already exists", path=path)
+        if isinstance(expect, str) and (current is None or current.version != expect):
+            found = "it does not exist" if current is None else f"it is at {current.version}"
+            raise VersionConflict(
+                f"{key!r} changed: expected version {expect}, but {found}", path=path
+            )
+
+    # -- values -----------------------------------------------------------------------
+
+    def _load_sync(self, key: str) -> StoredValue | None:
+        return self._read(self.path_for(key), key)
+
+    def _store_sync(self, key: str, data: bytes, expect: str | _AnyVersion | None) -> str:
+        path = self.path_for(key)
+        dirpath = os.path.dirname(path)
+        self._ensure_dir(dirpath)
+        try:
+            with self._dir_locked(dirpath) as dirfd:
+                if not isinstance(expect, _AnyVersion):
+                    self._check_version(self._read(path, key), expect, key, path)
+                version = secrets.token_hex(16)
+                self._write(dirfd, path, _encode(version, data))
+                return version
+        except NotADirectoryError as exc:
+            raise StorageError(
+                f"cannot write {key!r}: a file is in the way of {dirpath} "
+                "(a key cannot also be the prefix of another key)",
+                path=path,
+            ) from exc
+        except OSError as exc:
+            raise _os_error("write", path, exc) from exc
+
+    def _delete_sync(self, key: str, expect: str | _AnyVersion | None) -> bool:
+        path = self.path_for(key)
+        dirpath = os.path.dirname(path)
+        try:
+            with self._dir_locked(dirpath) as dirfd:
+                if not isinstance(expect, _AnyVersion):
+                    self._check_version(self._read(path, key), expect, key, path)
+                try:
+                    if stat.S_ISDIR(os.lstat(path).st_mode):
+                        return False
+                    os.unlink(path)
+                except FileNotFoundError:
+                    return False
+                os.fsync(dirfd)
+                return True
+        except (FileNotFoundError, NotADirectoryError):
+            # No directory, so no value: only an expected version makes that a conflict.
+            if isinstance(expect, str):
+                self._check_version(None, expect, key, path)
+            return False
+        except OSError as exc:
+            raise _os_error("delete", path, exc) from exc
+
+    def _list_sync(self, prefix: str) -> builtins.list[str]:
+        head = prefix.rpartition("/")[0]
+        base = os.path.join(self._root, *head.split("/")) if head else self._root
+        found: builtins.list[str] = []
+
+        def walk(dirpath: str, relative: str) -> None:
+            try:
+                entries = builtins.list(os.scandir(dirpath))
+            except (FileNotFoundError, NotADirectoryError):
+                return
+            except OSError as exc:
+                raise _os_error("list", dirpath, exc) from exc
+            for entry in entries:
+                if entry.name.startswith("."):
+                    continue  # temp files, lock files: never keys
+                key = f"{relative}{entry.name}"
+                if entry.is_dir(follow_symlinks=False):
+                    if key.startswith(prefix) or prefix.startswith(f"{key}/"):
+                        walk(entry.path, f"{key}/")
+                elif entry.is_file(follow_symlinks=False) and key.startswith(prefix):
+                    with contextlib.suppress(InvalidInput):
+                        found.append(validate_key(key))  # skip stray files
+
+        walk(base, f"{head}/" if head else "")
+        return sorted(found)
+
+    async def load(self, key: str) -> StoredValue | None:
+        """Read ``key``; ``None`` if it does not exist; StorageError if corrupt."""
+        validate_key(key)
+        return await self._run(self._load_sync, key)
+
+    async def store(
+        self,
+        key: str,
+        data: bytes,
+        *,
+        secret: bool = False,
+        expect_version: str | _AnyVersion | None = ANY_VERSION,
+    ) -> str:
+        """Write ``key`` atomically (file mode 0600 whatever ``secret``); return its version."""
+        validate_key(key)
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise InvalidInput(f"a stored value must be bytes, got {type(data).__name__}")
+        if len(data) > MAX_VALUE_SIZE:
+            raise InvalidInput(f"a stored value must be at most {MAX_VALUE_SIZE} bytes")
+        return await self._run(self._store_sync, key, bytes(data), expect_version)
+
+    async def delete(
+        self, key: str, *, expect_version: str | _AnyVersion | None = ANY_VERSION
+    ) -> bool:
+        """Remove ``key``; ``False`` if it did not exist."""
+        validate_key(key)
+        return await self._run(self._delete_sync, key, expect_version)
+
+    async def list(self, prefix: str) -> builtins.list[str]:
+        """Every key that starts with ``prefix`` (a plain string prefix), sorted."""
+        validate_prefix(prefix)
+        return await self._run(self._list_sync, prefix)
+
+    # -- locks ------------------------------------------------------------------------
+
+    def _read_lease(self, path: str, name: str) -> _LeaseRecord | None:
+        value = self._read(path, f"lock {name}")
+        return None if value is None else _LeaseRecord.from_json(value.data, name, path)
+
+    def _try_acquire_sync(
+        self, name: str, holder: str, lease: float
+    ) -> tuple[_LeaseRecord | None, _LeaseRecord | None]:
+        """Take the lock if free: ``(ours, None)``, else ``(None, current holder's)``."""
+        path = self._lock_path(name)
+        dirpath = os.path.dirname(path)
+        self._ensure_dir(dirpath)
+        with self._dir_locked(dirpath) as dirfd:
+            current = self._read_lease(path, name)
+            now = self._clock.now()
+            if current is not None and current.holder != holder and current.expires_at > now:
+                return None, current
+            record = _LeaseRecord(
+                holder, now + _dt.timedelta(seconds=lease), now, self._host, os.getpid()
+            )
+            self._write(dirfd, path, _encode(secrets.token_hex(16), record.to_json()))
+            return record, None
+
+    def _renew_sync(self, name: str, holder: str, lease: float) -> _dt.datetime | None:
+        """Extend our lease; ``None`` if someone else holds the lock now."""
+        path = self._lock_path(name)
+        with self._dir_locked(os.path.dirname(path)) as dirfd:
+            current = self._read_lease(path, name)
+            if current is None or current.holder != holder:
+                return None
+            current.expires_at = self._clock.now() + _dt.timedelta(seconds=lease)
+            self._write(dirfd, path, _encode(secrets.token_hex(16), current.to_json()))
+            return current.expires_at
+
+    def _release_sync(self, name: str, holder: str) -> None:
+        path = self._lock_path(name)
+        with self._dir_locked(os.path.dirname(path)) as dirfd:
+            try:
+                current = self._read_lease(path, name)
+            except StorageError:
+                return  # not ours to judge; leave it for an operator
+            if current is not None and current.holder == holder:
+                os.unlink(path)
+                os.fsync(dirfd)
+
+    async def _wait(self, seconds: float, event: anyio.Event) -> None:
+        """Sleep ``seconds`` on the clock, or until ``event`` is set."""
+        async with anyio.create_task_group() as tg:
+
+            async def sleeper() -> None:
+                await self._clock.sleep(seconds)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(sleeper)
+            await event.wait()
+            tg.cancel_scope.cancel()
+
+    async def _acquire(self, name: str, lease: float, patience: float | None) -> _FileLease:
+        holder = f"{self._host}:{os.getpid()}:{secrets.token_hex(8)}"
+        now = self._clock.now()
+        deadline = None if patience is None else now + _dt.timedelta(seconds=patience)
+        delay = _POLL_FIRST
+        while True:
+            event = self._released.get(name)
+            if event is None:
+                event = self._released[name] = anyio.Event()
+            # Shielded: a cancellation that arrived while the thread took the lock would
+            # otherwise lose the lease, leaving the lock held by nobody until it expires.
+            # The caller releases it if it is cancelled (no checkpoint until its ``try``).
+            with anyio.CancelScope(shield=True):
+                try:
+                    ours, theirs = await self._run(self._try_acquire_sync, name, holder, lease)
+                except OSError as exc:
+                    raise _os_error("take lock", self._lock_path(name), exc) from exc
+            if ours is not None:
+                return _FileLease(name, holder, ours.expires_at, self._clock)
+            assert theirs is not None
+            now = self._clock.now()
+            if deadline is not None and now >= deadline:
+                raise LockTimeout(
+                    f"lock {name!r} not acquired within {patience:g}s: held by {theirs.describe()}",
+                    path=self._lock_path(name),
+                )
+            nap = random.uniform(0.5, 1.0) * delay  # jitter: waiters do not move in step
+            nap = min(nap, (theirs.expires_at - now).total_seconds() + 0.001)
+            if deadline is not None:
+                nap = min(nap, (deadline - now).total_seconds())
+            await self._wait(max(nap, 0.0), event)
+            delay = min(delay * 2, _POLL_CAP)
+
+    async def _heartbeat(self, lease: _FileLease, seconds: float) -> None:
+        interval = seconds / 3
+        while True:
+            await self._clock.sleep(interval)
+            try:
+                expires_at = await self._run(self._renew_sync, lease.name, lease.holder, seconds)
+            except (OSError, StorageError) as exc:
+                if self._clock.now() >= lease.expires_at:
+                    log.warning("lock %r lost: its lease could not be renewed: %s", lease.name, exc)
+                    lease._lost = True
+                    return
+                log.warning("renewing the lease of lock %r failed (retrying): %s", lease.name, exc)
+                interval = max(seconds / 10, 0.01)
+                continue
+            if expires_at is None:
+                log.warning("lock %r lost: another holder took it over", lease.name)
+                lease._lost = True
+                return
+            lease._expires_at = expires_at
+            interval = seconds / 3
+
+    async def _release(self, lease: _FileLease, *, quiet: bool) -> None:
+        try:
+            with anyio.move_on_after(_RELEASE_WAIT, shield=True):
+                await self._run(self._release_sync, lease.name, lease.holder, check_open=False)
+        except (OSError, StorageError) as exc:
+            if not quiet:
+                raise StorageError(
+                    f"cannot release lock {lease.name!r} (it expires on its own at "
+                    f"{lease.expires_at.isoformat()}): {exc}",
+                    path=self._lock_path(lease.name),
+                ) from exc
+            log.warning("cannot release lock %r: %s", lease.name, exc)
+        finally:
+            event = self._released.pop(lease.name, None)
+            if event is not None:
+                event.set()
+
+    @contextlib.asynccontextmanager
+    async def _hold(self, name: str, lease: float, patience: float | None) -> AsyncIterator[Lease]:
+        held = await self._acquire(name, lease, patience)
+        try:  # no checkpoint before this line: a cancelled caller still releases
+            body_error: Exception | None = None
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._heartbeat, held, lease)
+                try:
+                    yield held
+                except Exception as exc:
+                    body_error = exc  # re-raised below, not wrapped in an ExceptionGroup
+                finally:
+                    tg.cancel_scope.cancel()
+            if body_error is not None:
+                raise body_error
+        except BaseException:
+            await self._release(held, quiet=True)
+            raise
+        await self._release(held, quiet=False)
+
+    def lock(
+        self,
+        name: str,
+        *,
+        lease: float | _dt.timedelta = 60.0,
+        timeout: float | _dt.timedelta | None = None,
+    ) -> AbstractAsyncContextManager[Lease]:
+        """Hold lock ``name`` across processes; see :meth:`Storage.lock`.
+
+        Not re-entrant: a task that already holds ``name`` waits for itself.
+        """
+        validate_key(name)
+        lease_s = _seconds(lease, "lease", positive=True)
+        timeout_s = None if timeout is None else _seconds(timeout, "timeout", positive=False)
+        return self._hold(name, lease_s, timeout_s)
+
+    async def aclose(self) -> None:
+        """Close the store (idempotent); held locks are released by their ``async with``."""
+        self._closed = True
+
+    async def __aenter__(self) -> FileStorage:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()

@@ -1,0 +1,275 @@
+"""The key layout: the one place that names what acmecerts stores.
+
+A key is a ``/``-separated path of *segments*. A segment is 1 to 200 characters of
+``[a-z0-9._-]`` that starts and ends with ``[a-z0-9_]`` and never contains ``..``, so a
+key can never climb out of a store, name a hidden file, or collide with a store's own
+bookkeeping (temp files and lock files start with ``.``). A whole key is at most 1024
+characters. Every store validates every key with :func:`validate_key` and refuses
+anything else with :class:`~acmecerts.errors.InvalidInput`.
+
+Names that come from the outside (the CA directory URL, certificate names chosen by the
+operator or taken from DNS names) are turned into segments here, and only here::
+
+    <ca>/ledger.json                                         rate-limit ledger (per CA)
+    <ca>/accounts/<account>/key.pem                          account private key
+    <ca>/accounts/<account>/account.json                     account URL and key thumbprint
+    <ca>/accounts/<account>/certificates/<cert>/cert.pem     certificate chain
+    <ca>/accounts/<account>/certificates/<cert>/privkey.pem  certificate private key
+    <ca>/accounts/<account>/certificates/<cert>/meta.json    what was issued, and when
+    <ca>/accounts/<account>/orders/<cert>.json               order in flight
+    <ca>/accounts/<account>/attempts/<cert>.json             attempt / backoff state
+
+    locks: <ca>/accounts/<account>/account
+           <ca>/accounts/<account>/certificates/<cert>
+
+``<ca>`` is a slug of the directory URL (``acme-v02.api.letsencrypt.org-directory``) with
+a short hash of the whole URL appended, so staging and production, or two CAs on one
+host, never share state. The ledger is per CA rather than per account because several
+of a CA's limits (certificates per registered domain, duplicate certificates) count
+across accounts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import urllib.parse
+
+from acmecerts.errors import InvalidInput
+
+__all__ = [
+    "MAX_KEY_LENGTH",
+    "MAX_SEGMENT_LENGTH",
+    "WILDCARD",
+    "CertificateKeys",
+    "KeyLayout",
+    "ca_slug",
+    "certificate_slug",
+    "validate_key",
+    "validate_prefix",
+    "validate_segment",
+]
+
+#: The longest segment (file systems allow 255 bytes per name; stores need some room).
+MAX_SEGMENT_LENGTH = 200
+#: The longest key.
+MAX_KEY_LENGTH = 1024
+
+_SEGMENT = re.compile(r"[a-z0-9_](?:[a-z0-9._-]*[a-z0-9_])?", re.ASCII)
+_PREFIX_TAIL = re.compile(r"[a-z0-9._-]*", re.ASCII)
+_UNSAFE = re.compile(r"[^a-z0-9._-]+", re.ASCII)
+
+#: How ``*`` (a wildcard label) is spelled in a certificate slug.
+WILDCARD = "_wildcard_"
+# A certificate name longer than this is shortened to a prefix plus a hash of the name.
+_MAX_CERT_SLUG = 120
+_CERT_SLUG_KEEP = 96
+_MAX_CA_SLUG = 80
+
+
+def validate_segment(segment: str, *, what: str = "key segment") -> str:
+    """Return ``segment`` if it is a valid segment, else raise :class:`InvalidInput`."""
+    if not isinstance(segment, str):
+        raise InvalidInput(f"{what} must be a string, got {type(segment).__name__}")
+    if len(segment) > MAX_SEGMENT_LENGTH:
+        raise InvalidInput(f"{what} is longer than {MAX_SEGMENT_LENGTH} characters")
+    if not _SEGMENT.fullmatch(segment) or ".." in segment:
+        raise InvalidInput(
+            f"invalid {what} {segment!r}: use 1-{MAX_SEGMENT_LENGTH} of [a-z0-9._-], "
+            "starting and ending with [a-z0-9_], without '..'"
+        )
+    return segment
+
+
+def validate_key(key: str) -> str:
+    """Return ``key`` if it is a valid storage key (or lock name), else raise InvalidInput."""
+    if not isinstance(key, str):
+        raise InvalidInput(f"a storage key must be a string, got {type(key).__name__}")
+    if not key or len(key) > MAX_KEY_LENGTH:
+        raise InvalidInput(f"a storage key must be 1-{MAX_KEY_LENGTH} characters, got {key!r}")
+    for segment in key.split("/"):
+        validate_segment(segment, what=f"segment of storage key {key!r}")
+    return key
+
+
+def validate_prefix(prefix: str) -> str:
+    """Return ``prefix`` if it can start a key (``""``, ``"a/b/"``, ``"a/b/ce"``...).
+
+    Everything up to the last ``/`` must be valid segments; the rest may be any partial
+    segment.
+    """
+    if not isinstance(prefix, str):
+        raise InvalidInput(f"a storage prefix must be a string, got {type(prefix).__name__}")
+    if len(prefix) > MAX_KEY_LENGTH:
+        raise InvalidInput(f"a storage prefix must be at most {MAX_KEY_LENGTH} characters")
+    head, _, tail = prefix.rpartition("/")
+    if head or prefix.startswith("/"):
+        validate_key(head)
+    if not _PREFIX_TAIL.fullmatch(tail):
+        raise InvalidInput(f"invalid storage prefix {prefix!r}")
+    return prefix
+
+
+def _short_hash(text: str, length: int) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
+
+
+def ca_slug(directory_url: str) -> str:
+    """The segment naming a CA: host, port and path of its directory URL, plus a hash.
+
+    ``https://acme-v02.api.letsencrypt.org/directory`` becomes
+    ``acme-v02.api.letsencrypt.org-directory-<8 hex>``; the hash covers the whole
+    normalised URL (scheme, host, port, path, query) so distinct URLs never share a slug.
+    """
+    if not isinstance(directory_url, str):
+        raise InvalidInput("the directory URL must be a string")
+    try:
+        parts = urllib.parse.urlsplit(directory_url.strip())
+        port = parts.port
+    except ValueError as exc:
+        raise InvalidInput(f"invalid directory URL {directory_url!r}: {exc}") from None
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    if scheme not in ("http", "https") or not host:
+        raise InvalidInput(f"invalid directory URL {directory_url!r}: need http(s)://host/...")
+    if port == {"http": 80, "https": 443}[scheme]:
+        port = None
+    netloc = f"[{host}]" if ":" in host else host
+    if port is not None:
+        netloc = f"{netloc}:{port}"
+    normalised = f"{scheme}://{netloc}{parts.path or '/'}"
+    if parts.query:
+        normalised += f"?{parts.query}"
+    visible = "-".join(
+        p for p in (host, None if port is None else str(port), parts.path.lower()) if p
+    )
+    slug = _UNSAFE.sub("-", visible)
+    slug = re.sub(r"-{2,}", "-", slug)[:_MAX_CA_SLUG].strip(".-")
+    slug = f"{slug}-{_short_hash(normalised, 8)}" if slug else _short_hash(normalised, 8)
+    return validate_segment(slug, what="CA slug")
+
+
+def certificate_slug(name: str) -> str:
+    """The segment for a certificate name (``default.my-ingress``, ``*.example.com``...).
+
+    The name is lowercased (DNS names are case-insensitive), ``*`` is spelled
+    ``_wildcard_``, and a name longer than 120 characters is shortened to its first 96
+    characters plus a hash of the whole name. Any other character outside
+    ``[a-z0-9._-]`` is refused (:class:`InvalidInput`), so two different names never
+    share a slug; internationalised names must be given in A-label form (``xn--...``).
+    """
+    if not isinstance(name, str):
+        raise InvalidInput(f"a certificate name must be a string, got {type(name).__name__}")
+    lowered = name.lower()
+    if WILDCARD in lowered:
+        raise InvalidInput(f"invalid certificate name {name!r}: {WILDCARD!r} is reserved")
+    slug = lowered.replace("*", WILDCARD)
+    if not slug or _UNSAFE.search(slug):
+        raise InvalidInput(
+            f"invalid certificate name {name!r}: use letters, digits, '.', '-', '_' and '*'"
+        )
+    if len(slug) > _MAX_CERT_SLUG:
+        slug = f"{slug[:_CERT_SLUG_KEEP].rstrip('.-')}--{_short_hash(slug, 16)}"
+    return validate_segment(slug, what=f"slug of certificate name {name!r}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CertificateKeys:
+    """The keys of one certificate's files (all under :attr:`prefix`)."""
+
+    #: ``<ca>/accounts/<account>/certificates/<cert>/``
+    prefix: str
+    #: The certificate chain, PEM (leaf first).
+    cert: str
+    #: The certificate's private key, PEM (store with ``secret=True``).
+    privkey: str
+    #: JSON metadata: the original name, identifiers, validity, renewal state.
+    meta: str
+
+
+class KeyLayout:
+    """Names every key and lock for one account on one CA.
+
+    >>> layout = KeyLayout("https://acme-v02.api.letsencrypt.org/directory")
+    >>> layout.account_key()  # doctest: +ELLIPSIS
+    'acme-v02.api.letsencrypt.org-directory-.../accounts/default/key.pem'
+    """
+
+    __slots__ = ("_account_prefix", "account", "ca", "directory_url")
+
+    def __init__(self, directory_url: str, account: str = "default") -> None:
+        """Lay out keys for ``account`` (a segment, e.g. ``default``) on the CA."""
+        #: The CA's directory URL, as given.
+        self.directory_url = directory_url
+        #: The account's name in the store (operator-chosen, a valid segment).
+        self.account = validate_segment(account, what="account name")
+        #: The segment naming the CA (see :func:`ca_slug`); every key starts with it.
+        self.ca = ca_slug(directory_url)
+        self._account_prefix = f"{self.ca}/accounts/{self.account}/"
+
+    # -- keys -------------------------------------------------------------------------
+
+    @property
+    def account_prefix(self) -> str:
+        """``<ca>/accounts/<account>/``: everything that belongs to this account."""
+        return self._account_prefix
+
+    def account_key(self) -> str:
+        """The account private key (PEM, secret)."""
+        return f"{self._account_prefix}key.pem"
+
+    def account_meta(self) -> str:
+        """The account's JSON metadata: its URL at the CA and the key's thumbprint."""
+        return f"{self._account_prefix}account.json"
+
+    def certificates_prefix(self) -> str:
+        """The prefix under which every certificate of this account is stored."""
+        return f"{self._account_prefix}certificates/"
+
+    def certificate(self, name: str) -> CertificateKeys:
+        """The keys of certificate ``name`` (see :func:`certificate_slug`)."""
+        prefix = f"{self.certificates_prefix()}{certificate_slug(name)}/"
+        return CertificateKeys(
+            prefix=prefix,
+            cert=f"{prefix}cert.pem",
+            privkey=f"{prefix}privkey.pem",
+            meta=f"{prefix}meta.json",
+        )
+
+    def orders_prefix(self) -> str:
+        """The prefix under which orders in flight are stored."""
+        return f"{self._account_prefix}orders/"
+
+    def order(self, name: str) -> str:
+        """Certificate ``name``'s order in flight (JSON: URL, identifiers, CSR key ref)."""
+        return f"{self.orders_prefix()}{certificate_slug(name)}.json"
+
+    def attempt_state(self, name: str) -> str:
+        """Certificate ``name``'s attempt and backoff state (JSON)."""
+        return f"{self._account_prefix}attempts/{certificate_slug(name)}.json"
+
+    def ledger(self) -> str:
+        """The CA's rate-limit ledger (JSON), shared by every account on the CA."""
+        return f"{self.ca}/ledger.json"
+
+    # -- locks ------------------------------------------------------------------------
+
+    def account_lock(self) -> str:
+        """The lock held while the account key is created or the account registered."""
+        return f"{self._account_prefix}account"
+
+    def certificate_lock(self, name: str) -> str:
+        """The lock held while certificate ``name`` is ordered, so one replica orders it."""
+        return f"{self.certificates_prefix()}{certificate_slug(name)}"
+
+    def __repr__(self) -> str:
+        return f"KeyLayout({self.directory_url!r}, account={self.account!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, KeyLayout):
+            return NotImplemented
+        return (self.ca, self.account) == (other.ca, other.account)
+
+    def __hash__(self) -> int:
+        return hash((self.ca, self.account))
