@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -77,7 +77,10 @@ from acmecerts.transport import AcmeResponse, AcmeTransport, RequestHook
 if TYPE_CHECKING:
     from acmecerts.ratelimit import Decision, RateLimitLedger
 
-__all__ = ["AcmeClient", "ExternalAccountBinding", "PollPolicy", "RevocationReason"]
+__all__ = ["AcmeClient", "ExternalAccountBinding", "OrderHook", "PollPolicy", "RevocationReason"]
+
+#: Called with a new order and its certificate key before anything else is sent for it.
+OrderHook = Callable[[Order, PrivateKey], Awaitable[None]]
 
 log = logging.getLogger("acmecerts.client")
 
@@ -627,6 +630,8 @@ class AcmeClient:
         preferred_chain: str | None = None,
         attempt_timeout: float | _dt.timedelta | None = None,
         renewal_of: Iterable[Identifier | str] | None = None,
+        resume_order_url: str | None = None,
+        on_order: OrderHook | None = None,
     ) -> IssuedCertificate:
         """Issue one certificate for ``names``: order, validate, finalize, download.
 
@@ -645,6 +650,13 @@ class AcmeClient:
             replaces: ARI certID of the certificate this one renews (RFC 9773 §5).
             renewal_of: The identifiers of the certificate this one renews (for the
                 rate-limit ledger's renewal exemptions; see :meth:`new_order`).
+            resume_order_url: An order a previous attempt created (pass the same
+                ``private_key``): it is continued where it stands (pending, ready,
+                processing or valid) instead of sending a new ``newOrder``; if the CA no
+                longer has it usable, a new order is created.
+            on_order: Awaited with the order and the certificate key right after a new
+                order is created, before anything else is sent: persist them here so
+                that a restarted process can resume the order.
             preferred_chain: The common name of the root (or else of an intermediate)
                 the chain should lead to; among the chains the CA offers (``Link:
                 rel="alternate"``) the one whose root issuer has this name wins, then one
@@ -669,24 +681,25 @@ class AcmeClient:
         if not timeout > 0:  # also NaN
             raise InvalidInput(f"attempt_timeout must be positive, got {attempt_timeout!r}")
         deadline = self.clock.now() + _dt.timedelta(seconds=timeout)
-        try:
-            with anyio.fail_after(timeout):
-                return await self._issue_attempt(
-                    identifiers,
-                    solver_list,
-                    key,
-                    csr_der,
-                    deadline=deadline,
-                    profile=profile,
-                    replaces=replaces,
-                    preferred_chain=preferred_chain,
-                    renewal_of=renewal_of,
-                )
-        except TimeoutError as exc:
-            raise AttemptTimeout(
-                f"issuance for {', '.join(i.value for i in identifiers)} did not finish "
-                f"within {timeout:g} s"
-            ) from exc
+        with anyio.move_on_after(timeout):
+            return await self._issue_attempt(
+                identifiers,
+                solver_list,
+                key,
+                csr_der,
+                deadline=deadline,
+                profile=profile,
+                replaces=replaces,
+                preferred_chain=preferred_chain,
+                renewal_of=renewal_of,
+                resume_order_url=resume_order_url,
+                on_order=on_order,
+            )
+        # only the deadline's own cancel scope gets here (a solver's TimeoutError does not)
+        raise AttemptTimeout(
+            f"issuance for {', '.join(i.value for i in identifiers)} did not finish "
+            f"within {timeout:g} s"
+        )
 
     async def _issue_attempt(
         self,
@@ -700,10 +713,18 @@ class AcmeClient:
         replaces: str | None,
         preferred_chain: str | None,
         renewal_of: Iterable[Identifier | str] | None = None,
+        resume_order_url: str | None = None,
+        on_order: OrderHook | None = None,
     ) -> IssuedCertificate:
-        order = await self.new_order(
-            identifiers, profile=profile, replaces=replaces, renewal_of=renewal_of
-        )
+        order = None
+        if resume_order_url is not None:
+            order = await self._resumable_order(resume_order_url, identifiers)
+        if order is None:
+            order = await self.new_order(
+                identifiers, profile=profile, replaces=replaces, renewal_of=renewal_of
+            )
+            if on_order is not None:
+                await on_order(order, key)
         log.debug("order %s for %s is %s", order.url, identifiers, order.status)
         presented: list[tuple[Solver, ChallengeTask]] = []
         pending_authz: set[str] = set()
@@ -711,6 +732,9 @@ class AcmeClient:
         outcome: BaseException | None = None
         try:
             if order.status == "pending":
+                # any of them may be left pending if the attempt ends early; cleanup
+                # looks at each and deactivates only those still pending
+                pending_authz.update(order.authorizations)
                 await self._solve_authorizations(order, solvers, presented, pending_authz)
                 order = await self.wait_order(
                     order, until=frozenset({"ready", "processing", "valid"}), deadline=deadline
@@ -739,6 +763,26 @@ class AcmeClient:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CLEANUP_SECONDS):
                 await self._cleanup(presented, pending_authz if not finished else set())
                 await self._ledger_attempt_ended(identifiers, order, replaces, renewal_of, outcome)
+
+    async def _resumable_order(self, url: str, identifiers: tuple[Identifier, ...]) -> Order | None:
+        """The order at ``url`` if it can still lead to a certificate for ``identifiers``."""
+        try:
+            order = await self.get_order(url)
+        except AcmeCertsError as exc:
+            if exc.kind is not ErrorKind.PERMANENT:
+                raise
+            log.info("order %s cannot be resumed (%s); ordering anew", url, exc)
+            return None
+        if order.status in ("invalid", "expired", "deactivated", "revoked"):
+            log.info("order %s is %s; ordering anew", url, order.status)
+            return None
+        if set(order.identifiers) != set(identifiers):
+            log.warning("order %s is for other identifiers; ordering anew", url)
+            return None
+        if order.expires is not None and order.expires <= self.clock.now():
+            return None
+        log.info("resuming order %s (%s)", url, order.status)
+        return order
 
     async def _solve_authorizations(
         self,

@@ -294,6 +294,9 @@ class AcmeTransport:
                 status, url=url, retry_after=retry_after, reason=response.reason_phrase
             )
         if problem is not None:
+            if status == 503:
+                # the CA refused the request unprocessed: nothing was created or spent
+                problem.reached_ca = False
             if isinstance(problem, RateLimited) and problem.retry_after is None:
                 problem.retry_after = retry_after_from_detail(problem.detail, now=now)
             raise problem
