@@ -24,7 +24,7 @@ import anyio.abc
 
 from acmecerts._issued import IssuedCertificate
 from acmecerts._time import Clock
-from acmecerts.client import AcmeClient
+from acmecerts.client import AcmeClient, OrderHook
 from acmecerts.errors import (
     AcmeCertsError,
     AlreadyReplaced,
@@ -43,6 +43,7 @@ from acmecerts.manager._events import (
     EventBus,
     Subscriber,
 )
+from acmecerts.manager._persist import CertificateStore, OrderRecord
 from acmecerts.manager._spec import (
     CancelledResult,
     CertificateSpec,
@@ -54,9 +55,11 @@ from acmecerts.manager._spec import (
 )
 from acmecerts.protocol.ari import cert_id, choose_renewal_time
 from acmecerts.protocol.identifiers import Identifier
-from acmecerts.protocol.keys import KeyType
+from acmecerts.protocol.keys import KeyType, PrivateKey, load_private_key, private_key_pem
+from acmecerts.protocol.resources import Order
 from acmecerts.retry import AttemptSchedule, AttemptState
 from acmecerts.solvers._base import Solver
+from acmecerts.storage import KeyLayout, Storage
 
 __all__ = ["CancellationHook", "CertificateManager"]
 
@@ -93,6 +96,8 @@ class _Entry:
     flight: _Flight | None = None
     #: Bumped on every cancel, so work started before a cancel never starts an order.
     generation: int = 0
+    #: Whether stored state (certificate, attempt state) was read.
+    loaded: bool = False
 
 
 class CertificateManager:
@@ -106,6 +111,12 @@ class CertificateManager:
         renewal_fraction: Without ARI, renew when this fraction of the lifetime remains.
         clock: Time source (default: the client's).
         rng: Source of randomness for ARI window choice and jitter.
+        storage: Where certificates, attempt state and orders in flight are kept. With a
+            store shared by several processes (or replicas), issuance of a certificate is
+            single-flight across all of them (the store's lock) and a certificate one of
+            them issued is used by the others; an order in flight when a process died is
+            resumed instead of ordered again.
+        layout: Key names in ``storage`` (default: per the client's directory URL).
 
     Use it as an async context manager; while inside, it issues and renews in the
     background. :meth:`issue_many` also works outside (no background work then).
@@ -121,6 +132,8 @@ class CertificateManager:
         renewal_fraction: float = 1 / 3,
         clock: Clock | None = None,
         rng: random.Random | None = None,
+        storage: Storage | None = None,
+        layout: KeyLayout | None = None,
     ) -> None:
         if not solvers:
             raise InvalidInput("the manager needs at least one solver")
@@ -141,6 +154,11 @@ class CertificateManager:
         self._cancellation_hooks: list[CancellationHook] = []
         self._task_group: anyio.abc.TaskGroup | None = None
         self._wake = anyio.Event()
+        self._store: CertificateStore | None = None
+        if storage is not None:
+            self._store = CertificateStore(
+                storage, layout or KeyLayout(client.transport.directory_url)
+            )
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -281,7 +299,7 @@ class CertificateManager:
             if entry.certificate is not None and not entry.stale and not force:
                 results[i] = IssuedResult(entry.spec.name, entry.certificate)
                 return
-            results[i] = await self._obtain(entry)
+            results[i] = await self._obtain(entry, force=force)
 
         async with anyio.create_task_group() as tg:
             for i, entry in enumerate(entries):
@@ -295,7 +313,9 @@ class CertificateManager:
                 return entry
         return self._entries[self.manage(spec).name]
 
-    async def _obtain(self, entry: _Entry, *, renewal: bool = False) -> IssueResult:
+    async def _obtain(
+        self, entry: _Entry, *, renewal: bool = False, force: bool = False
+    ) -> IssueResult:
         """Run (or join) the single flight for ``entry``."""
         if entry.cancelled is not None:
             return CancelledResult(entry.spec.name, entry.cancelled)
@@ -310,7 +330,7 @@ class CertificateManager:
         self._flights_by_ids[ids] = flight
         result: IssueResult = CancelledResult(entry.spec.name, "interrupted")
         try:
-            result = await self._attempt(entry, flight, renewal=renewal)
+            result = await self._attempt(entry, flight, renewal=renewal, force=force)
         finally:
             flight.result = result
             entry.flight = None
@@ -328,10 +348,13 @@ class CertificateManager:
             log.exception("owner guard of %s failed; not starting an order", spec.name)
             return None
 
-    async def _attempt(self, entry: _Entry, flight: _Flight, *, renewal: bool) -> IssueResult:
+    async def _attempt(
+        self, entry: _Entry, flight: _Flight, *, renewal: bool, force: bool = False
+    ) -> IssueResult:
         spec = entry.spec
         name = spec.name
         generation = entry.generation
+        await self._load(entry)
         now = self.clock.now()
         if not self.schedule.ready(entry.state, now) and entry.state.next_attempt_at is not None:
             return DeferredResult(name, entry.state.next_attempt_at, "backoff after a failure")
@@ -352,12 +375,22 @@ class CertificateManager:
                     return DeferredResult(name, retry_at, "owner guard failed")
                 if entry.cancelled is not None or entry.generation != generation:
                     return CancelledResult(name, entry.cancelled or "cancelled")
-                return await self._issue(entry, renewal=renewal)
+                if self._store is None:
+                    return await self._issue(entry, renewal=renewal, force=force)
+                async with self._store.lock(name):
+                    return await self._issue(entry, renewal=renewal, force=force)
         return CancelledResult(name, entry.cancelled or "cancelled")
 
-    async def _issue(self, entry: _Entry, *, renewal: bool) -> IssueResult:
+    async def _issue(self, entry: _Entry, *, renewal: bool, force: bool = False) -> IssueResult:
         spec = entry.spec
         name = spec.name
+        if self._store is not None:
+            # under the store's lock: another process may have issued it meanwhile
+            await self._load(entry, again=True)
+            if not force and self._current(entry):
+                assert entry.certificate is not None
+                return IssuedResult(name, entry.certificate)
+            renewal = renewal or (entry.certificate is not None and not entry.stale)
         await self._publish(
             CertificateObtaining(
                 name, self.clock.now(), renewal=renewal, attempt=entry.state.attempts + 1
@@ -366,30 +399,97 @@ class CertificateManager:
         replaces = self._replaces(entry) if renewal else None
         try:
             try:
-                certificate = await self._client_issue(spec, replaces)
+                certificate = await self._client_issue(entry, replaces)
             except AlreadyReplaced:
                 log.info("%s: the CA refused replaces=%s; ordering without it", name, replaces)
-                certificate = await self._client_issue(spec, None)
+                certificate = await self._client_issue(entry, None)
         except AcmeCertsError as exc:
-            return await self._failed(entry, exc)
+            result = await self._failed(entry, exc)
+            await self._save_state(entry)
+            return result
         entry.certificate = certificate
         entry.stale = False
         entry.state = self.schedule.after_success(entry.state)
+        if self._store is not None:
+            await self._store.save_certificate(name, certificate)
+            await self._store.delete_order(name)
+            await self._save_state(entry)
         await self._plan_renewal(entry)
         await self._publish(
             CertificateObtained(name, self.clock.now(), certificate=certificate, renewal=renewal)
         )
         return IssuedResult(name, certificate, renewed=renewal)
 
-    async def _client_issue(self, spec: CertificateSpec, replaces: str | None) -> IssuedCertificate:
+    async def _client_issue(self, entry: _Entry, replaces: str | None) -> IssuedCertificate:
+        spec = entry.spec
+        store = self._store
+        resume_url: str | None = None
+        private_key: PrivateKey | None = None
+        on_order: OrderHook | None = None
+        if store is not None:
+            record = await store.load_order(spec.name)
+            if record is not None and set(record.identifiers) == spec.identifier_set:
+                resume_url = record.order_url
+                private_key = load_private_key(record.private_key_pem)
+
+            async def save_order(order: Order, key: PrivateKey) -> None:
+                await store.save_order(
+                    spec.name,
+                    OrderRecord(
+                        order_url=order.url,
+                        identifiers=spec.identifiers,
+                        private_key_pem=private_key_pem(key).decode("ascii"),
+                        created_at=self.clock.now(),
+                    ),
+                )
+
+            on_order = save_order
+
         return await self.client.issue(
             [i.value for i in spec.identifiers],
             solvers=self.solvers,
             key_type=spec.key_type,
+            private_key=private_key,
             profile=spec.profile,
             replaces=replaces,
             preferred_chain=spec.preferred_chain,
+            resume_order_url=resume_url,
+            on_order=on_order,
         )
+
+    async def _load(self, entry: _Entry, *, again: bool = False) -> None:
+        """Read the stored certificate and attempt state of ``entry`` (once, or ``again``)."""
+        store = self._store
+        if store is None or (entry.loaded and not again):
+            return
+        name = entry.spec.name
+        stored = await store.load_certificate(name)
+        if stored is not None and (
+            entry.certificate is None or stored.serial != entry.certificate.serial
+        ):
+            if frozenset(stored.identifiers) == entry.spec.identifier_set:
+                entry.certificate = stored
+                entry.stale = False
+                await self._plan_renewal(entry)
+            elif entry.certificate is None:
+                entry.certificate = stored
+                entry.stale = True  # managed with other identifiers now: issue again
+        if not entry.loaded:
+            state = await store.load_attempt_state(name)
+            if state is not None:
+                entry.state = state
+        entry.loaded = True
+
+    async def _save_state(self, entry: _Entry) -> None:
+        if self._store is not None:
+            await self._store.save_attempt_state(entry.spec.name, entry.state)
+
+    def _current(self, entry: _Entry) -> bool:
+        """Whether ``entry`` has a certificate that is not stale and not yet due."""
+        if entry.certificate is None or entry.stale:
+            return False
+        renew_at = entry.renew_at or entry.certificate.not_after
+        return self.clock.now() < renew_at
 
     async def _failed(self, entry: _Entry, error: AcmeCertsError) -> IssueResult:
         name = entry.spec.name

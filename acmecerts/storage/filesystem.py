@@ -559,13 +559,34 @@ class FileStorage:
         with self._dir_locked(dirpath) as dirfd:
             current = self._read_lease(path, name)
             now = self._clock.now()
-            if current is not None and current.holder != holder and current.expires_at > now:
+            if (
+                current is not None
+                and current.holder != holder
+                and current.expires_at > now
+                and not self._holder_died(current)
+            ):
                 return None, current
             record = _LeaseRecord(
                 holder, now + _dt.timedelta(seconds=lease), now, self._host, os.getpid()
             )
             self._write(dirfd, path, _encode(secrets.token_hex(16), record.to_json()))
             return record, None
+
+    def _holder_died(self, record: _LeaseRecord) -> bool:
+        """Whether the lock's holder was a process on this machine that no longer exists.
+
+        Such a lock is taken over at once instead of after its lease (a process killed
+        with SIGKILL releases nothing). A reused PID only makes us wait for the lease.
+        """
+        if record.host != self._host or record.pid <= 0 or record.pid == os.getpid():
+            return False
+        try:
+            os.kill(record.pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False  # alive, another user's
+        return False
 
     def _renew_sync(self, name: str, holder: str, lease: float) -> _dt.datetime | None:
         """Extend our lease; ``None`` if someone else holds the lock now."""
