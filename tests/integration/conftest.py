@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator, Iterator, Sequence
 
 import pytest
@@ -38,7 +39,7 @@ def assert_valid_chain(
     spki = serialization.PublicFormat.SubjectPublicKeyInfo
     der = serialization.Encoding.DER
     assert certs[0].public_key().public_bytes(der, spki) == key.public_key().public_bytes(der, spki)
-    for child, parent in zip(certs, certs[1:], strict=False):
+    for child, parent in itertools.pairwise(certs):
         child.verify_directly_issued_by(parent)
     root = x509.load_pem_x509_certificate(pebble.root_pem().encode())
     certs[-1].verify_directly_issued_by(root)

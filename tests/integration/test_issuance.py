@@ -51,7 +51,9 @@ async def test_ipv4_identifier(
 async def test_other_key_types(
     pebble: PebbleServer, client: AcmeClient, http01: Http01Server, key_type: KeyType
 ) -> None:
-    issued = await client.issue([f"{key_type.value}.example.test"], solver=http01, key_type=key_type)
+    issued = await client.issue(
+        [f"{key_type.value}.example.test"], solver=http01, key_type=key_type
+    )
     assert_valid_chain(issued, pebble, [f"{key_type.value}.example.test"])
 
 

@@ -98,7 +98,7 @@ def test_three_processes_sharing_a_store_order_each_certificate_once(
         for _ in range(3)
     ]
     outputs = [p.communicate(timeout=200) for p in procs]
-    for proc, (out, err) in zip(procs, outputs, strict=True):
+    for proc, (_out, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err[-2000:]
     results = [[json.loads(line) for line in out.splitlines()] for out, _ in outputs]
     assert _orders(pebble) - before == 30  # no certificate was ordered twice
