@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
+import logging
 import ssl
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -45,12 +46,14 @@ from acmecerts.protocol.resources import Directory, parse_directory
 from acmecerts.retry import RequestRetry, retry_request
 from acmecerts.transport._nonces import NoncePool
 
-__all__ = ["USER_AGENT", "AcmeResponse", "AcmeTransport", "RequestHook"]
+__all__ = ["USER_AGENT", "AcmeResponse", "AcmeTransport", "RequestHook", "ResponseHook"]
 
 USER_AGENT = f"acmecerts/{__version__}"
 JOSE_CONTENT_TYPE = "application/jose+json"
 #: Called for every HTTP request sent: ``(method, url)``.
 RequestHook = Callable[[str, str], None]
+#: Called after every HTTP request: ``(method, url, status)``; status 0 when none came.
+ResponseHook = Callable[[str, str, int], None]
 _MAX_BODY = 1 << 20
 
 
@@ -202,6 +205,7 @@ class AcmeTransport:
         self.retry = retry or RequestRetry()
         self.nonces = NoncePool()
         self.on_request = on_request
+        self._response_hooks: list[ResponseHook] = []
         #: Number of HTTP requests sent (every method, retries included).
         self.request_count = 0
         self._directory: Directory | None = None
@@ -247,7 +251,32 @@ class AcmeTransport:
         if self.on_request is not None:
             self.on_request(method, url)
         try:
-            response = await self._client.request(method, url, content=content, headers=headers)
+            response = await self._request(method, url, content=content, headers=headers)
+        except BaseException:
+            self._notify(method, url, 0)
+            raise
+        self._notify(method, url, response.status_code)
+        nonce = response.headers.get("replay-nonce")
+        if nonce:
+            self.nonces.put(nonce)
+        return response
+
+    def add_response_hook(self, hook: ResponseHook) -> None:
+        """Call ``hook(method, url, status)`` after every request (status 0: no answer)."""
+        self._response_hooks.append(hook)
+
+    def _notify(self, method: str, url: str, status: int) -> None:
+        for hook in self._response_hooks:
+            try:
+                hook(method, url, status)
+            except Exception:  # an observer must never break a request
+                logging.getLogger("acmecerts.transport").exception("response hook failed")
+
+    async def _request(
+        self, method: str, url: str, *, content: bytes | None, headers: dict[str, str]
+    ) -> httpx.Response:
+        try:
+            return await self._client.request(method, url, content=content, headers=headers)
         except httpx.ConnectTimeout as exc:
             raise RequestTimeout(
                 f"connecting to {url} timed out", url=url, reached_ca=False
@@ -266,10 +295,6 @@ class AcmeTransport:
             raise TransportError(f"{method} {url} failed: {exc!r}", url=url) from exc
         except ssl.SSLError as exc:
             raise ConnectError(f"TLS error with {url}: {exc}", url=url, reached_ca=False) from exc
-        nonce = response.headers.get("replay-nonce")
-        if nonce:
-            self.nonces.put(nonce)
-        return response
 
     def _check(self, response: httpx.Response, url: str) -> AcmeResponse:
         now = self.clock.now()
