@@ -5,8 +5,8 @@
 # and runs pytest in a project virtualenv:
 #   1. the Debian package `pebble` (pebble + pebble-challtestsrv) if /usr/bin/pebble is absent;
 #   2. a virtualenv in .venv (python3 -m venv) if absent or broken;
-#   3. `pip install -e '.[test,kubernetes]'` into it (skipped when pyproject.toml is unchanged since the
-#      last successful install; set ACMECERTS_REINSTALL=1 to force it);
+#   3. `pip install -e '.[test,kubernetes]'` into it (skipped when pyproject.toml is unchanged
+#      since the last successful install; set ACMECERTS_REINSTALL=1 to force it);
 #   4. acme2certifier's own virtualenv (${ACMECERTS_CACHE:-~/.cache/acmecerts}/a2c-venv), built
 #      once here so that its pip install does not count against a test's timeout;
 #   4b. a kube-apiserver built once from Debian's source package and etcd, for the Kubernetes
@@ -78,7 +78,7 @@ fi
 
 # 4b. A real Kubernetes API server for the Kubernetes store's tests (tests/storage/).
 #     Debian ships no kube-apiserver binary: scripts/kube-apiserver.sh builds one from Debian's
-#     `kubernetes` source package (about 5 minutes cold on 2 cores; it also installs etcd) and
+#     `kubernetes` source package (about 14 CPU-minutes cold; it also installs etcd) and
 #     caches it under ${ACMECERTS_CACHE:-~/.cache/acmecerts}; later runs return at once.
 #     A failed build does not stop the run: the tests that need it fail, naming the script.
 if kube_apiserver="$(bash scripts/kube-apiserver.sh)"; then

@@ -1,0 +1,449 @@
+"""FileStorage: what the contract cannot see — files, modes, crashes, other processes.
+
+The contract suite (``test_contract.py``) covers the protocol; these tests look at the
+directory itself and use child processes (``tests/storage/children.py``) for what must
+hold across processes: locks, compare-and-swap, SIGKILL in the middle of a write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import stat
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import anyio
+import pytest
+
+from acmecerts.errors import InvalidInput, StorageError
+from acmecerts.storage import FileStorage, LockTimeout, Storage, VersionConflict
+from acmecerts.storage.filesystem import MAX_VALUE_SIZE
+from tests.storage.children import child, expect_line, finish
+
+pytestmark = [pytest.mark.anyio, pytest.mark.timeout(10)]
+
+KEY = "ca/accounts/default/key.pem"
+HEADER = re.compile(rb"acmecerts-v1 ([0-9a-f]{32}) ([0-9]+) ([0-9a-f]{64})\n")
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def files_under(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if not p.is_dir())
+
+
+# -- files and modes ------------------------------------------------------------------
+
+
+async def test_is_a_storage(tmp_path: Path) -> None:
+    assert isinstance(FileStorage(tmp_path), Storage)
+
+
+async def test_keys_are_files_under_root(tmp_path: Path) -> None:
+    store = FileStorage(tmp_path / "store")
+
+    await store.store(KEY, b"secret", secret=True)
+
+    assert store.path_for(KEY) == str(tmp_path / "store" / "ca/accounts/default/key.pem")
+    assert files_under(tmp_path / "store") == ["ca/accounts/default/key.pem"]
+
+
+async def test_on_disk_format_is_a_checked_envelope(tmp_path: Path) -> None:
+    store = FileStorage(tmp_path)
+    data = b"-----BEGIN CERTIFICATE-----\n"
+
+    version = await store.store("a/cert.pem", data)
+
+    raw = (tmp_path / "a" / "cert.pem").read_bytes()
+    header = HEADER.match(raw)
+    assert header is not None
+    assert header[1].decode() == version
+    assert int(header[2]) == len(data)
+    assert raw[header.end() :] == data
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o000])
+async def test_files_0600_and_directories_0700(tmp_path: Path, umask: int) -> None:
+    root = tmp_path / "new" / "store"
+    store = FileStorage(root)
+    old = os.umask(umask)
+    try:
+        await store.store(KEY, b"private key", secret=True)
+        await store.store("ca/ledger.json", b"{}")
+        async with store.lock("ca/accounts/default/account", timeout=1):
+            lease_file = root / ".locks/ca/accounts/default/account"
+            assert mode(lease_file) == 0o600
+            assert mode(root / ".locks") == 0o700
+    finally:
+        os.umask(old)
+
+    assert mode(root) == 0o700
+    for directory in ("ca", "ca/accounts", "ca/accounts/default"):
+        assert mode(root / directory) == 0o700
+    assert mode(root / KEY) == 0o600
+    assert mode(root / "ca/ledger.json") == 0o600  # not secret, still private
+
+
+async def test_no_temp_files_left(tmp_path: Path) -> None:
+    store = FileStorage(tmp_path)
+    for i in range(20):
+        await store.store("a/value", str(i).encode())
+    async with store.lock("a/lock", timeout=1):
+        pass
+    await store.store("a/gone", b"x")
+    await store.delete("a/gone")
+
+    assert files_under(tmp_path) == ["a/value"]
+
+
+async def test_list_skips_temp_lock_and_stray_files(tmp_path: Path) -> None:
+    store = FileStorage(tmp_path)
+    await store.store("a/value", b"1")
+    (tmp_path / "a" / ".value.tmp").write_bytes(b"half a wri")
+    (tmp_path / "a" / "README.TXT").write_text("an operator's note")
+    (tmp_path / "a" / "link").symlink_to(tmp_path / "a" / "value")
+
+    async with store.lock("a/lock", timeout=1):
+        assert await store.list("") == ["a/value"]
+
+
+async def test_closed_store_refuses_work(tmp_path: Path) -> None:
+    async with FileStorage(tmp_path) as store:
+        await store.store("a/value", b"1")
+
+    with pytest.raises(StorageError, match="closed"):
+        await store.load("a/value")
+    await store.aclose()  # idempotent
+
+
+# -- keys that must never become paths -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["../escape", "a/../../escape", "/tmp/escape", "a/./b", ".locks/x", "a/.b.tmp", "a\\..\\b"],
+)
+async def test_path_traversal_refused(tmp_path: Path, key: str) -> None:
+    store = FileStorage(tmp_path / "store")
+
+    with pytest.raises(InvalidInput):
+        await store.store(key, b"x")
+    with pytest.raises(InvalidInput):
+        await store.load(key)
+    with pytest.raises(InvalidInput):
+        store.lock(key)
+
+    assert os.listdir(tmp_path) == []  # nothing written anywhere, not even the root
+
+
+async def test_symlink_is_not_followed(tmp_path: Path) -> None:
+    store = FileStorage(tmp_path / "store")
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"not yours")
+    await store.store("a/placeholder", b"x")
+    (tmp_path / "store" / "a" / "value").symlink_to(outside)
+
+    with pytest.raises(StorageError, match="symbolic link") as caught:
+        await store.load("a/value")
+    assert caught.value.path == str(tmp_path / "store" / "a" / "value")
+
+    await store.store("a/value", b"replaces the link, not its target")
+    assert outside.read_bytes() == b"not yours"
+
+
+async def test_special_files_are_errors(tmp_path: Path) -> None:
+    store = FileStorage(tmp_path)
+    await store.store("a/placeholder", b"x")
+    os.mkfifo(tmp_path / "a" / "fifo")
+
+    with anyio.fail_after(2), pytest.raises(StorageError, match="not a file"):
+        await store.load("a/fifo")
+
+
+async def test_oversized_values_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput):
+        await FileStorage(tmp_path).store("a/huge", bytes(MAX_VALUE_SIZE + 1))
+
+
+async def test_a_key_cannot_also_be_a_prefix(tmp_path: Path) -> None:
+    store = FileStorage(tmp_path)
+    await store.store("a", b"file")
+    await store.store("x/y", b"file")
+
+    with pytest.raises(StorageError, match="prefix"):
+        await store.store("a/b", b"under a file")
+    with pytest.raises(StorageError, match="prefix"):
+        await store.store("x", b"over a directory")
+
+    assert await store.load("a/b") is None
+    assert await store.load("x") is None
+    assert await store.delete("x") is False
+    assert await store.list("") == ["a", "x/y"]
+
+
+# -- corruption ---------------------------------------------------------------------
+
+CORRUPTIONS: dict[str, Callable[[bytes], bytes]] = {
+    "truncated": lambda raw: raw[:-7],
+    "header only": lambda raw: raw[: raw.index(b"\n") + 1],
+    "cut in header": lambda raw: raw[:20],
+    "empty": lambda raw: b"",
+    "flipped bit": lambda raw: raw[:-1] + bytes([raw[-1] ^ 0x01]),
+    "no header": lambda raw: raw[raw.index(b"\n") + 1 :],
+    "longer": lambda raw: raw + b"\n",
+}
+
+
+@pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+async def test_corrupt_file_is_reported_and_left_alone(tmp_path: Path, corruption: str) -> None:
+    store = FileStorage(tmp_path)
+    version = await store.store(KEY, b"-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMG\n", secret=True)
+    await store.store("ca/ledger.json", b"{}")
+    path = tmp_path / KEY
+    damaged = CORRUPTIONS[corruption](path.read_bytes())
+    path.write_bytes(damaged)
+
+    with pytest.raises(StorageError) as caught:
+        await store.load(KEY)
+    assert not isinstance(caught.value, VersionConflict)
+    assert caught.value.path == str(path)
+    assert str(path) in str(caught.value)
+    assert "corrupt" in str(caught.value)
+
+    # A compare-and-swap must read the old value first, so it refuses too.
+    for attempt in (
+        store.store(KEY, b"new", expect_version=version),
+        store.store(KEY, b"new", expect_version=None),
+        store.delete(KEY, expect_version=version),
+    ):
+        with pytest.raises(StorageError, match="corrupt"):
+            await attempt
+
+    assert path.read_bytes() == damaged  # never replaced or deleted
+    ledger = await store.load("ca/ledger.json")  # the other files are fine
+    assert ledger is not None
+    assert ledger.data == b"{}"
+    assert await store.list("ca/") == ["ca/accounts/default/key.pem", "ca/ledger.json"]
+
+
+async def test_unconditional_store_replaces_a_corrupt_file(tmp_path: Path) -> None:
+    """Only a deliberate write without compare-and-swap repairs a corrupt value."""
+    store = FileStorage(tmp_path)
+    await store.store("a/value", b"old")
+    (tmp_path / "a" / "value").write_bytes(b"garbage")
+
+    version = await store.store("a/value", b"restored from backup")
+
+    loaded = await store.load("a/value")
+    assert loaded is not None
+    assert (loaded.data, loaded.version) == (b"restored from backup", version)
+
+
+async def test_corrupt_lease_file_is_reported(tmp_path: Path) -> None:
+    store = FileStorage(tmp_path)
+    async with store.lock("a/lock", timeout=1):
+        pass
+    lease_file = tmp_path / ".locks" / "a" / "lock"
+    lease_file.parent.mkdir(parents=True, exist_ok=True)
+    lease_file.write_bytes(b"acmecerts-v1 trash")
+
+    with pytest.raises(StorageError, match="corrupt") as caught:
+        async with store.lock("a/lock", timeout=1):
+            pass
+    assert caught.value.path == str(lease_file)
+    assert lease_file.read_bytes() == b"acmecerts-v1 trash"
+
+
+# -- locks --------------------------------------------------------------------------
+
+
+async def test_lease_file_names_the_holder(tmp_path: Path) -> None:
+    store = FileStorage(tmp_path)
+    lease_file = tmp_path / ".locks" / "a" / "lock"
+
+    async with store.lock("a/lock", lease=30, timeout=1) as lease:
+        raw = lease_file.read_bytes()
+        record = json.loads(raw[raw.index(b"\n") + 1 :])
+        assert record["pid"] == os.getpid()
+        assert f":{os.getpid()}:" in record["holder"]
+        assert record["expires_at"] == lease.expires_at.isoformat()
+        with pytest.raises(LockTimeout, match=f"pid {os.getpid()}"):
+            async with FileStorage(tmp_path).lock("a/lock", timeout=0):
+                pass
+
+    assert not lease_file.exists()
+
+
+@pytest.mark.parametrize(
+    ("lease", "wait"), [(0, None), (-1, None), (float("inf"), None), (1, -1), (float("nan"), 1)]
+)
+async def test_lock_arguments_are_checked(tmp_path: Path, lease: float, wait: float) -> None:
+    with pytest.raises(InvalidInput):
+        FileStorage(tmp_path).lock("a/lock", lease=lease, timeout=wait)
+
+
+# -- several processes --------------------------------------------------------------
+
+
+async def test_lock_excludes_other_processes(tmp_path: Path) -> None:
+    root, log, go = tmp_path / "store", tmp_path / "log", tmp_path / "go"
+    script = """
+    root, log, go = ARGS
+
+    async def main():
+        store = FileStorage(root)
+        wait_for_go(go)
+        for _ in range(5):
+            async with store.lock("shared/lock", lease=10, timeout=8):
+                fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                os.write(fd, f"enter {os.getpid()}\\n".encode())
+                await anyio.sleep(0.005)
+                os.write(fd, f"exit {os.getpid()}\\n".encode())
+                os.close(fd)
+        print("done", flush=True)
+
+    anyio.run(main)
+    """
+    with (
+        child(script, str(root), str(log), str(go)) as a,
+        child(script, str(root), str(log), str(go)) as b,
+        child(script, str(root), str(log), str(go)) as c,
+    ):
+        for proc in (a, b, c):
+            await expect_line(proc, "ready")
+        go.touch()
+        for proc in (a, b, c):
+            await expect_line(proc, "done")
+            await finish(proc)
+
+    lines = log.read_text().splitlines()
+    assert len(lines) == 30
+    for enter, leave in zip(lines[::2], lines[1::2], strict=True):
+        assert enter.startswith("enter ")
+        assert leave == "exit " + enter.removeprefix("enter ")  # nobody in between
+    assert len({line.split()[1] for line in lines}) == 3
+
+
+async def test_compare_and_swap_across_processes(tmp_path: Path) -> None:
+    root, go = tmp_path / "store", tmp_path / "go"
+    script = """
+    root, go = ARGS
+
+    async def main():
+        store = FileStorage(root)
+        wait_for_go(go)
+        for _ in range(15):
+            await increment(store, "shared/counter.json")
+        print("done", flush=True)
+
+    anyio.run(main)
+    """
+    with (
+        child(script, str(root), str(go)) as a,
+        child(script, str(root), str(go)) as b,
+        child(script, str(root), str(go)) as c,
+    ):
+        for proc in (a, b, c):
+            await expect_line(proc, "ready")
+        go.touch()
+        for proc in (a, b, c):
+            await finish(proc)
+
+    loaded = await FileStorage(root).load("shared/counter.json")
+    assert loaded is not None
+    assert json.loads(loaded.data) == {"count": 45}
+
+
+async def test_sigkilled_holder_lease_expires_and_is_taken_over(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    script = """
+    async def main():
+        store = FileStorage(ARGS[0])
+        async with store.lock("shared/lock", lease=1.0, timeout=5):
+            print("locked", flush=True)
+            await anyio.sleep_forever()
+
+    anyio.run(main)
+    """
+    store = FileStorage(root)
+    with child(script, str(root)) as holder:
+        await expect_line(holder, "locked")
+        # Alive, its heartbeat keeps the 1 s lease for longer than 1 s.
+        with pytest.raises(LockTimeout, match=f"pid {holder.pid}"):
+            async with store.lock("shared/lock", timeout=1.5):
+                pass
+
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+        started = time.monotonic()
+        async with store.lock("shared/lock", lease=30, timeout=5) as lease:
+            waited = time.monotonic() - started
+            assert not lease.lost
+
+    assert waited < 1.5  # at most the rest of the dead holder's 1 s lease
+
+
+async def test_sigkill_in_the_middle_of_a_write_keeps_the_old_value(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    store = FileStorage(root)
+    old_version = await store.store("a/value", b"old value")
+    script = """
+    import acmecerts.storage.filesystem as fs
+
+    def stall(fd):  # the new value is in the temp file; stop before the rename
+        print("stalled", flush=True)
+        time.sleep(60)
+
+    fs.os.fsync = stall
+    anyio.run(FileStorage(ARGS[0]).store, "a/value", b"new value " * 1000)
+    """
+    with child(script, str(root)) as writer:
+        await expect_line(writer, "stalled")
+        assert (root / "a" / ".value.tmp").exists()
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+
+    loaded = await store.load("a/value")
+    assert loaded is not None
+    assert (loaded.data, loaded.version) == (b"old value", old_version)
+    assert await store.list("") == ["a/value"]
+
+    # The crashed writer's directory lock died with it; its temp file goes with the next write.
+    with anyio.fail_after(2):
+        await store.store("a/value", b"newer", expect_version=old_version)
+    assert files_under(root) == ["a/value"]
+
+
+async def test_sigkill_at_a_random_moment_never_corrupts(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    values = {b"a" * 300_000, b"b" * 100_000}
+    script = """
+    async def main():
+        store = FileStorage(ARGS[0])
+        first = True
+        while True:
+            for value in (b"a" * 300_000, b"b" * 100_000):
+                await store.store("a/value", value)
+                if first:
+                    print("writing", flush=True)
+                    first = False
+
+    anyio.run(main)
+    """
+    for _ in range(2):
+        with child(script, str(root)) as writer:
+            await expect_line(writer, "writing")
+            await anyio.sleep(random.uniform(0.01, 0.2))
+            writer.send_signal(signal.SIGKILL)
+            writer.wait()
+
+        loaded = await FileStorage(root).load("a/value")
+        assert loaded is not None
+        assert loaded.data in values

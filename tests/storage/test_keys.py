@@ -1,0 +1,180 @@
+"""The key layout: names from the network or the operator never become paths."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from acmecerts.errors import InvalidInput
+from acmecerts.storage import KeyLayout
+from acmecerts.storage.keys import (
+    MAX_SEGMENT_LENGTH,
+    ca_slug,
+    certificate_slug,
+    validate_key,
+    validate_prefix,
+    validate_segment,
+)
+from tests.storage.contract import INVALID_KEYS
+
+LE = "https://acme-v02.api.letsencrypt.org/directory"
+
+
+def test_layout_names_everything_under_the_ca_and_account() -> None:
+    layout = KeyLayout(LE, account="prod")
+    ca = layout.ca
+    base = f"{ca}/accounts/prod/"
+
+    assert ca.startswith("acme-v02.api.letsencrypt.org-directory-")
+    assert layout.account_prefix == base
+    assert layout.account_key() == f"{base}key.pem"
+    assert layout.account_meta() == f"{base}account.json"
+    assert layout.order("www.example.com") == f"{base}orders/www.example.com.json"
+    assert layout.attempt_state("default.web") == f"{base}attempts/default.web.json"
+    assert layout.ledger() == f"{ca}/ledger.json"
+    assert layout.account_lock() == f"{base}account"
+    assert layout.certificate_lock("a.example") == f"{base}certificates/a.example"
+
+    cert = layout.certificate("default.my-ingress")
+    assert cert.prefix == f"{base}certificates/default.my-ingress/"
+    assert (cert.cert, cert.privkey, cert.meta) == (
+        f"{cert.prefix}cert.pem",
+        f"{cert.prefix}privkey.pem",
+        f"{cert.prefix}meta.json",
+    )
+    assert cert.prefix.startswith(layout.certificates_prefix())
+    assert layout.order("x").startswith(layout.orders_prefix())
+
+
+def test_every_name_is_a_valid_key() -> None:
+    layout = KeyLayout("https://127.0.0.1:14000/dir")
+    cert = layout.certificate("*.example.com")
+    for key in (
+        layout.account_key(),
+        layout.account_meta(),
+        layout.ledger(),
+        layout.order("*.example.com"),
+        layout.attempt_state("*.example.com"),
+        layout.account_lock(),
+        layout.certificate_lock("*.example.com"),
+        cert.cert,
+        cert.privkey,
+        cert.meta,
+    ):
+        assert validate_key(key) == key
+
+
+def test_the_layout_never_makes_a_key_the_prefix_of_another() -> None:
+    layout = KeyLayout(LE)
+    keys = [
+        layout.account_key(),
+        layout.account_meta(),
+        layout.ledger(),
+        layout.order("a"),
+        layout.attempt_state("a"),
+        layout.certificate("a").cert,
+        layout.certificate("a").privkey,
+        layout.certificate("a").meta,
+    ]
+    locks = [layout.account_lock(), layout.certificate_lock("a"), layout.certificate_lock("b")]
+    for names in (keys, locks):
+        for name in names:
+            assert not any(other.startswith(f"{name}/") for other in names)
+
+
+def test_ca_slug_distinguishes_directories() -> None:
+    slugs = {
+        ca_slug(LE),
+        ca_slug("https://acme-staging-v02.api.letsencrypt.org/directory"),
+        ca_slug("https://127.0.0.1:14000/dir"),
+        ca_slug("https://127.0.0.1:15000/dir"),
+        ca_slug("http://127.0.0.1:14000/dir"),
+        ca_slug("https://ca.example/acme/directory?profile=a"),
+        ca_slug("https://ca.example/acme/directory?profile=b"),
+    }
+    assert len(slugs) == 7
+    assert ca_slug("https://127.0.0.1:14000/dir").startswith("127.0.0.1-14000-dir-")
+
+
+def test_ca_slug_normalises_what_does_not_matter() -> None:
+    assert ca_slug("HTTPS://Acme.Example:443/directory") == ca_slug(
+        "https://acme.example/directory"
+    )
+
+
+@pytest.mark.parametrize(
+    "url", ["", "acme.example/directory", "ftp://acme.example/", "https:///nohost", "https://h:x/"]
+)
+def test_ca_slug_refuses_non_urls(url: str) -> None:
+    with pytest.raises(InvalidInput):
+        ca_slug(url)
+
+
+def test_certificate_slug() -> None:
+    assert certificate_slug("default.my-ingress") == "default.my-ingress"
+    assert certificate_slug("WWW.Example.COM") == "www.example.com"
+    assert certificate_slug("*.example.com") == "_wildcard_.example.com"
+    long_name = "a" * 63 + "." + "b" * 63 + "." + "c" * 63 + ".example.com"
+    slug = certificate_slug(long_name)
+    assert len(slug) <= 120
+    assert slug != certificate_slug(long_name.replace("c", "d"))
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", "../etc", "a/b", "a..b", ".hidden", "a b", "b\u00fccher.de", "_wildcard_.x", "x\x00"],
+)
+def test_certificate_slug_refuses(name: str) -> None:
+    with pytest.raises(InvalidInput):
+        certificate_slug(name)
+
+
+@pytest.mark.parametrize("key", INVALID_KEYS)
+def test_invalid_keys(key: str) -> None:
+    with pytest.raises(InvalidInput):
+        validate_key(key)
+
+
+def test_valid_keys_and_prefixes() -> None:
+    for key in ("a", "a/b", "_wildcard_.example.com/cert.pem", "x" * MAX_SEGMENT_LENGTH):
+        assert validate_key(key) == key
+    for prefix in ("", "a", "a/", "a/b/ce", "a/."):
+        assert validate_prefix(prefix) == prefix
+
+
+def test_account_names_are_segments() -> None:
+    with pytest.raises(InvalidInput):
+        KeyLayout(LE, account="../other")
+    assert KeyLayout(LE, account="staging-2").account == "staging-2"
+
+
+@given(st.text(max_size=300))
+def test_any_certificate_name_is_refused_or_a_safe_segment(name: str) -> None:
+    try:
+        slug = certificate_slug(name)
+    except InvalidInput:
+        return
+    assert validate_segment(slug) == slug
+    assert "/" not in slug
+    assert ".." not in slug
+
+
+@given(st.text(alphabet="abcXY.-_*19", min_size=1, max_size=150), st.text(min_size=1))
+def test_different_names_get_different_slugs(name: str, other: str) -> None:
+    try:
+        one, two = certificate_slug(name), certificate_slug(other)
+    except InvalidInput:
+        return
+    assert (one == two) == (name.lower() == other.lower())
+
+
+@given(st.text(max_size=50))
+def test_any_key_is_refused_or_stays_inside(key: str) -> None:
+    try:
+        validate_key(key)
+    except InvalidInput:
+        return
+    assert not key.startswith("/")
+    assert all(segment not in ("", ".", "..") for segment in key.split("/"))
+    assert not any(segment.startswith(".") for segment in key.split("/"))
