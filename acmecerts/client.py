@@ -385,7 +385,7 @@ class AcmeClient:
         *,
         profile: str | None = None,
         replaces: str | None = None,
-        renewal_of: Iterable[Identifier | str] | None = None,
+        renewal_of: Sequence[Identifier | str] | None = None,
     ) -> Order:
         """Create an order (§7.4). ``replaces`` is the ARI certID of the certificate renewed.
 
@@ -420,7 +420,7 @@ class AcmeClient:
         self,
         idents: tuple[Identifier, ...],
         replaces: str | None,
-        renewal_of: Iterable[Identifier | str] | None,
+        renewal_of: Sequence[Identifier | str] | None,
     ) -> Decision | None:
         if self.ledger is None:
             return None
@@ -434,7 +434,7 @@ class AcmeClient:
         error: BaseException,
         idents: tuple[Identifier, ...],
         replaces: str | None,
-        renewal_of: Iterable[Identifier | str] | None,
+        renewal_of: Sequence[Identifier | str] | None,
     ) -> None:
         if self.ledger is None or reservation is None or self.account_url is None:
             return
@@ -453,7 +453,7 @@ class AcmeClient:
         idents: tuple[Identifier, ...],
         order: Order,
         replaces: str | None,
-        renewal_of: Iterable[Identifier | str] | None,
+        renewal_of: Sequence[Identifier | str] | None,
         error: BaseException | None,
     ) -> None:
         if self.ledger is None or self.account_url is None:
@@ -629,7 +629,7 @@ class AcmeClient:
         replaces: str | None = None,
         preferred_chain: str | None = None,
         attempt_timeout: float | _dt.timedelta | None = None,
-        renewal_of: Iterable[Identifier | str] | None = None,
+        renewal_of: Sequence[Identifier | str] | None = None,
         resume_order_url: str | None = None,
         on_order: OrderHook | None = None,
     ) -> IssuedCertificate:
@@ -712,7 +712,7 @@ class AcmeClient:
         profile: str | None,
         replaces: str | None,
         preferred_chain: str | None,
-        renewal_of: Iterable[Identifier | str] | None = None,
+        renewal_of: Sequence[Identifier | str] | None = None,
         resume_order_url: str | None = None,
         on_order: OrderHook | None = None,
     ) -> IssuedCertificate:

@@ -28,7 +28,7 @@ with ``raise Ours(...) from exc``.
     │   ├── OrderFailed                  the order became invalid
     │   ├── AttemptTimeout               the per-attempt deadline expired
     │   └── CertificateMismatch          the CA's certificate does not match the request
-    ├── RateLimitDeferred                the ledger held an order back (nothing sent); ``retry_after``
+    ├── RateLimitDeferred                the ledger held an order back, nothing was sent
     ├── IdentifierPaused                 the CA paused issuance for a name after many failures
     └── StorageError                     a stored file is missing, corrupt or unwritable
 

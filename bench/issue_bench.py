@@ -23,6 +23,10 @@ import anyio
 from acmecerts import AcmeClient, Http01Server
 from acmecerts.testing import PebbleServer
 
+HTTP2 = "--http1" not in sys.argv
+if not HTTP2:
+    sys.argv.remove("--http1")
+
 
 def _cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -42,7 +46,12 @@ async def run(pebble: PebbleServer, n: int, names_per_cert: int, round_no: int) 
 
     async with (
         Http01Server(host="127.0.0.1", port=pebble.http_port) as solver,
-        AcmeClient(pebble.directory_url, ca_bundle=pebble.ca_bundle, on_request=count) as client,
+        AcmeClient(
+            pebble.directory_url,
+            ca_bundle=pebble.ca_bundle,
+            on_request=count,
+            http2=HTTP2,
+        ) as client,
     ):
         # warm-up: directory, account, one nonce in the pool
         await client.register()
@@ -81,7 +90,10 @@ def main() -> int:
         f"{'req/cert':>8} {'peak RSS MiB':>12}"
     )
     print(header)
-    with tempfile.TemporaryDirectory() as tmp, PebbleServer(Path(tmp), authz_reuse_percent=0) as pebble:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        PebbleServer(Path(tmp), authz_reuse_percent=0) as pebble,
+    ):
         for round_no, n in enumerate(args.sizes):
 
             async def measured(n: int = n, r: int = round_no) -> dict[str, float]:

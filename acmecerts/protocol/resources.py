@@ -34,6 +34,19 @@ __all__ = [
     "parse_renewal_info",
 ]
 
+#: What ``acme.messages``/josepy raise for odd JSON: a malicious CA can trigger any of them
+#: (e.g. ``AttributeError`` for ``"key": {"x": null}``), so all become BadServerResponse.
+_DECODE_ERRORS = (
+    DeserializationError,
+    TypeError,
+    ValueError,
+    KeyError,
+    AttributeError,
+    IndexError,
+    OverflowError,
+    RecursionError,
+)
+
 _STATUSES = frozenset(
     {"pending", "processing", "valid", "invalid", "ready", "revoked", "deactivated", "expired"}
 )
@@ -93,7 +106,7 @@ def parse_directory(data: object, *, url: str | None = None) -> Directory:
     obj = dict(_require_mapping(data, "directory", url))
     try:
         parsed = messages.Directory.from_json(dict(obj))
-    except (DeserializationError, TypeError, ValueError, AttributeError) as exc:
+    except _DECODE_ERRORS as exc:
         raise BadServerResponse(f"malformed directory: {exc}", url=url) from exc
     for required in ("newNonce", "newAccount", "newOrder"):
         if not isinstance(obj.get(required), str):
@@ -137,7 +150,7 @@ def parse_account(data: object, *, url: str) -> Account:
     obj = _require_mapping(data, "account", url)
     try:
         reg = messages.Registration.from_json(dict(obj))
-    except (DeserializationError, TypeError, ValueError) as exc:
+    except _DECODE_ERRORS as exc:
         raise BadServerResponse(f"malformed account: {exc}", url=url) from exc
     status = obj.get("status", "valid")
     return Account(
@@ -200,7 +213,7 @@ def parse_challenge(obj: object, *, url: str | None) -> Challenge:
     chall = _require_mapping(obj, "challenge", url)
     try:
         body = messages.ChallengeBody.from_json(dict(chall))
-    except (DeserializationError, TypeError, ValueError, KeyError) as exc:
+    except _DECODE_ERRORS as exc:
         raise BadServerResponse(f"malformed challenge: {exc}", url=url) from exc
     curl = chall.get("url")
     ctype = chall.get("type")
@@ -224,7 +237,7 @@ def parse_authorization(data: object, *, url: str) -> Authorization:
     obj = _require_mapping(data, "authorization", url)
     try:
         body = messages.Authorization.from_json(dict(obj))
-    except (DeserializationError, TypeError, ValueError, KeyError) as exc:
+    except _DECODE_ERRORS as exc:
         raise BadServerResponse(f"malformed authorization: {exc}", url=url) from exc
     challenges = obj.get("challenges", [])
     if not isinstance(challenges, list):
@@ -260,7 +273,7 @@ def parse_order(data: object, *, url: str) -> Order:
     obj = _require_mapping(data, "order", url)
     try:
         body = messages.Order.from_json(dict(obj))
-    except (DeserializationError, TypeError, ValueError, KeyError) as exc:
+    except _DECODE_ERRORS as exc:
         raise BadServerResponse(f"malformed order: {exc}", url=url) from exc
     authzs = obj.get("authorizations", [])
     if not isinstance(authzs, list) or not all(isinstance(a, str) for a in authzs):
@@ -304,7 +317,7 @@ def parse_renewal_info(data: object, *, url: str) -> RenewalInfo:
         info = messages.RenewalInfo.from_json(dict(obj))
         start = _aware(info.suggested_window.start)
         end = _aware(info.suggested_window.end)
-    except (DeserializationError, TypeError, ValueError, KeyError, AttributeError) as exc:
+    except _DECODE_ERRORS as exc:
         raise BadServerResponse(f"malformed renewalInfo: {exc}", url=url) from exc
     if start is None or end is None or end < start:
         raise BadServerResponse("renewalInfo window is missing or ends before it starts", url=url)

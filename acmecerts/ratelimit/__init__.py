@@ -1,0 +1,36 @@
+"""Rate-limit-aware scheduling: a ledger of the CA's limits that keeps issuance under them.
+
+* :mod:`~acmecerts.ratelimit._model`: :class:`Limit` and :class:`RateLimitModel`, the
+  declarative token-bucket description of a CA's limits, with the :data:`LETS_ENCRYPT`
+  and :data:`NO_LIMITS` presets.
+* :class:`RateLimitLedger`: records spends, answers "may this order be sent now, and if
+  not, when", learns from the CA's ``rateLimited`` answers, persists in a ``Storage``.
+* :func:`prioritize` / :meth:`RateLimitLedger.plan`: who goes first when the budget is
+  short, and when each certificate will be issued.
+
+This is policy: pure decisions from the model, the recorded spends and an injected
+clock. See ``docs/rate-limits.md``.
+"""
+
+from acmecerts.ratelimit._ledger import RateLimitLedger
+from acmecerts.ratelimit._model import LETS_ENCRYPT, NO_LIMITS, Event, Limit, RateLimitModel, Scope
+from acmecerts.ratelimit._priority import IssuanceRequest, PlannedIssuance, prioritize
+from acmecerts.ratelimit._scopes import identifier_set_key, registered_domain
+from acmecerts.ratelimit._state import BudgetLine, Decision
+
+__all__ = [
+    "LETS_ENCRYPT",
+    "NO_LIMITS",
+    "BudgetLine",
+    "Decision",
+    "Event",
+    "IssuanceRequest",
+    "Limit",
+    "PlannedIssuance",
+    "RateLimitLedger",
+    "RateLimitModel",
+    "Scope",
+    "identifier_set_key",
+    "prioritize",
+    "registered_domain",
+]

@@ -1,0 +1,563 @@
+"""``RateLimitLedger``: what may be spent now at the CA, and when the next slot opens.
+
+The ledger keeps a :class:`~acmecerts.ratelimit._state.LedgerState` (the pure bucket
+arithmetic) in memory, or in a :class:`~acmecerts.storage.Storage` where every change is
+a read-modify-write with compare-and-swap, retried on
+:class:`~acmecerts.storage.VersionConflict`, so that replicas sharing a store share one
+budget and a restart forgets nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import random
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+import anyio
+
+from acmecerts._time import Clock, SystemClock, retry_after_from_detail
+from acmecerts.errors import (
+    AcmeCertsError,
+    AcmeProblem,
+    AuthorizationFailed,
+    IdentifierPaused,
+    InvalidInput,
+    RateLimitDeferred,
+    RateLimited,
+    StorageError,
+)
+from acmecerts.protocol.identifiers import Identifier
+from acmecerts.ratelimit._model import Event, RateLimitModel
+from acmecerts.ratelimit._priority import IssuanceRequest, PlannedIssuance, prioritize
+from acmecerts.ratelimit._scopes import as_identifiers
+from acmecerts.ratelimit._state import (
+    BudgetLine,
+    Decision,
+    LedgerState,
+    OrderRequest,
+    from_us,
+    to_us,
+)
+from acmecerts.storage._base import VersionConflict
+
+if TYPE_CHECKING:
+    from acmecerts.storage._base import Storage, StoredValue
+
+__all__ = ["RateLimitLedger"]
+
+T = TypeVar("T")
+
+_CERTIFICATE = frozenset({Event.NEW_CERTIFICATE})
+_ORDER = (Event.NEW_ORDER, Event.NEW_CERTIFICATE)
+_MAX_CAS_ATTEMPTS = 50
+# Without storage, full buckets are pruned at most this often (ledger time, µs).
+_PRUNE_EVERY_US = 60 * 1_000_000
+# ... and only after as many writes as the state had entries (amortised O(1) per write).
+_MIN_PRUNE_WRITES = 256
+_UNLOADED = object()
+
+
+class RateLimitLedger:
+    """The CA's rate limits, the spends made against them, and what the CA told us.
+
+    Args:
+        model: The CA's limits (:data:`~acmecerts.ratelimit.LETS_ENCRYPT`,
+            :data:`~acmecerts.ratelimit.NO_LIMITS`, or your own).
+        clock: Where "now" comes from (a :class:`~acmecerts.FakeClock` in tests).
+        storage: Keep the ledger in this store (shared by every replica using it);
+            ``None`` keeps it in memory only.
+        key: The storage key, normally ``KeyLayout(directory_url).ledger()`` (one
+            ledger per CA: some limits count across accounts). Required with
+            ``storage``.
+
+    Every question and record takes the order's identifiers (strings or
+    :class:`~acmecerts.Identifier`), the ``account`` (its URL) and the exemptions:
+    ``replaces=True`` for an ARI renewal (exempt from every limit) and ``renewal_of``,
+    the identifiers of the certificate being renewed (if they are exactly the order's,
+    the order is exempt from the limits marked ``renewal_exempt``: new orders and
+    certificates per registered domain).
+
+    Methods are coroutines because the ledger may live in a store; without one, none
+    of them waits for anything. Concurrent calls are serialised: :meth:`reserve` from
+    many tasks (or replicas sharing the store) never spends more than the model allows.
+    """
+
+    def __init__(
+        self,
+        model: RateLimitModel,
+        *,
+        clock: Clock | None = None,
+        storage: Storage | None = None,
+        key: str | None = None,
+    ) -> None:
+        if not isinstance(model, RateLimitModel):
+            raise InvalidInput(f"model must be a RateLimitModel, got {model!r}")
+        if storage is not None and key is None:
+            raise InvalidInput("a stored ledger needs key=, e.g. KeyLayout(directory_url).ledger()")
+        self.model = model
+        self.clock: Clock = clock or SystemClock()
+        self.storage = storage
+        self.key = key
+        self._state = LedgerState()
+        self._version: object = _UNLOADED
+        self._lock = anyio.Lock()
+        self._pruned_at = 0
+        self._writes = 0
+        self._prune_after = _MIN_PRUNE_WRITES
+        self._rng = random.Random()
+
+    def __repr__(self) -> str:
+        where = "memory" if self.storage is None else repr(self.key)
+        return f"RateLimitLedger({self.model!r}, {where})"
+
+    # -- questions -----------------------------------------------------------------------
+
+    async def check(
+        self,
+        identifiers: Iterable[Identifier | str],
+        *,
+        account: str,
+        renewal_of: Iterable[Identifier | str] | None = None,
+        replaces: bool = False,
+    ) -> Decision:
+        """Whether an order for ``identifiers`` fits the limits now; spends nothing."""
+        request = _request(identifiers, account, renewal_of, replaces)
+        return await self._read(lambda state, now: state.evaluate(self.model, request, now))
+
+    async def when(
+        self,
+        identifiers: Iterable[Identifier | str],
+        *,
+        account: str,
+        renewal_of: Iterable[Identifier | str] | None = None,
+        replaces: bool = False,
+    ) -> _dt.datetime:
+        """The earliest instant an order for ``identifiers`` fits (now if it fits now).
+
+        This answers for one order alone; :meth:`plan` answers for a queue of them.
+
+        Raises:
+            IdentifierPaused: an identifier is paused; no instant will do.
+        """
+        decision = await self.check(
+            identifiers, account=account, renewal_of=renewal_of, replaces=replaces
+        )
+        _raise_if_paused(decision, account)
+        if decision.allowed or decision.not_before is None:
+            return self.clock.now()
+        return decision.not_before
+
+    async def check_new_account(self, *, source: str = "local") -> Decision:
+        """Whether a new account may be created from ``source`` (an IP address) now."""
+        return await self._read(lambda state, now: state.account_decision(self.model, source, now))
+
+    async def budget(self, *, limit: str | None = None) -> list[BudgetLine]:
+        """Every bucket not full now (remaining tokens, next slot), learned blocks, pauses.
+
+        Full buckets are not listed: a scope key absent from the list has its whole
+        capacity. ``limit`` keeps only that limit's lines.
+        """
+        lines = await self._read(lambda state, now: state.budget(self.model, now))
+        return [line for line in lines if limit is None or line.limit == limit]
+
+    async def plan(
+        self, requests: Sequence[IssuanceRequest], *, account: str
+    ) -> list[PlannedIssuance]:
+        """When each of ``requests`` would be issued if sent as soon as the limits allow.
+
+        Requests are taken in :func:`~acmecerts.ratelimit.prioritize` order, each one
+        spending (in a copy of the ledger; nothing is recorded) at the earliest instant
+        it fits, so later ones queue behind earlier ones for the same buckets. The
+        result is in that order; ``at`` is ``None`` for a paused request.
+        """
+        ordered = prioritize(requests)
+
+        def simulate(state: LedgerState, now: int) -> list[PlannedIssuance]:
+            scratch = state.copy()
+            planned: list[PlannedIssuance] = []
+            for item in ordered:
+                request = OrderRequest(
+                    item.identifiers,
+                    account,
+                    renewal=item.is_exact_renewal,
+                    replaces=item.replaces,
+                )
+                decision = scratch.evaluate(self.model, request, now)
+                if decision.paused:
+                    planned.append(PlannedIssuance(item, None, decision))
+                    continue
+                at = now
+                if not decision.allowed and decision.not_before is not None:
+                    at = to_us(decision.not_before)
+                for limit, key in scratch.order_charges(self.model, request, _ORDER):
+                    scratch.spend(limit, key, at)
+                planned.append(PlannedIssuance(item, from_us(at), decision))
+            return planned
+
+        return await self._read(simulate)
+
+    # -- reservations ------------------------------------------------------------------
+
+    async def reserve(
+        self,
+        identifiers: Iterable[Identifier | str],
+        *,
+        account: str,
+        renewal_of: Iterable[Identifier | str] | None = None,
+        replaces: bool = False,
+    ) -> Decision:
+        """Check and, if the order fits, spend its tokens at once (atomically).
+
+        Spends one token of every new-order and certificate limit the order touches
+        (after exemptions). Give them back with :meth:`release` if the order is not
+        sent or no certificate comes of it.
+        """
+        request = _request(identifiers, account, renewal_of, replaces)
+
+        def reserve(state: LedgerState, now: int) -> tuple[Decision, bool]:
+            decision = state.evaluate(self.model, request, now)
+            if decision.allowed:
+                state.apply(self.model, decision.charges, now)
+            return decision, decision.allowed and bool(decision.charges)
+
+        return await self._write(reserve)
+
+    async def release(self, decision: Decision, *, certificate_only: bool = False) -> None:
+        """Give back what :meth:`reserve` spent for ``decision``.
+
+        ``certificate_only=True`` gives back only the certificate tokens: the order was
+        created (that token stays spent) but no certificate was finalized.
+        """
+        if not decision.allowed or not decision.charges:
+            return
+        events = _CERTIFICATE if certificate_only else None
+        await self._write(
+            lambda state, now: (
+                None,
+                state.release(self.model, decision.charges, now, events),
+            )
+        )
+
+    # -- records of what happened --------------------------------------------------------
+
+    async def order_created(
+        self,
+        identifiers: Iterable[Identifier | str],
+        *,
+        account: str,
+        renewal_of: Iterable[Identifier | str] | None = None,
+        replaces: bool = False,
+    ) -> None:
+        """Record an order created without :meth:`reserve` (e.g. by another tool)."""
+        await self._record(identifiers, account, renewal_of, replaces, Event.NEW_ORDER)
+
+    async def certificate_issued(
+        self,
+        identifiers: Iterable[Identifier | str],
+        *,
+        account: str,
+        renewal_of: Iterable[Identifier | str] | None = None,
+        replaces: bool = False,
+    ) -> None:
+        """Record a certificate issued without :meth:`reserve` (e.g. by another tool)."""
+        await self._record(identifiers, account, renewal_of, replaces, Event.NEW_CERTIFICATE)
+
+    async def authorization_failed(self, identifier: Identifier | str, *, account: str) -> bool:
+        """Record a failed authorization; returns whether the identifier is now paused."""
+        ident = as_identifiers([identifier])[0]
+
+        def record(state: LedgerState, now: int) -> tuple[bool, bool]:
+            return state.authorization_failed(self.model, account, ident, now), True
+
+        return await self._write(record)
+
+    async def authorization_succeeded(self, identifier: Identifier | str, *, account: str) -> None:
+        """Record a valid authorization: it ends a run of consecutive failures."""
+        ident = as_identifiers([identifier])[0]
+        await self._write(
+            lambda state, now: (None, state.authorization_succeeded(self.model, account, ident))
+        )
+
+    async def account_created(self, *, source: str = "local") -> None:
+        """Record a new account created from ``source`` (an IP address)."""
+
+        def record(state: LedgerState, now: int) -> tuple[None, bool]:
+            limits = self.model.for_event(Event.NEW_ACCOUNT)
+            for limit in limits:
+                state.spend(limit, source, now)
+            return None, bool(limits)
+
+        await self._write(record)
+
+    async def unpause(self, identifier: Identifier | str, *, account: str) -> bool:
+        """Forget a pause once the CA lifted it; returns whether there was one."""
+        ident = as_identifiers([identifier])[0]
+        return await self._write(
+            lambda state, now: (changed := state.unpause(account, ident), changed)
+        )
+
+    async def learn_from(
+        self,
+        error: AcmeProblem,
+        identifiers: Iterable[Identifier | str] = (),
+        *,
+        account: str,
+        renewal_of: Iterable[Identifier | str] | None = None,
+        replaces: bool = False,
+        source: str = "local",
+    ) -> Decision:
+        """Make the ledger agree with a ``rateLimited`` answer the CA gave to an order.
+
+        The limit is recognised from the problem's detail (Let's Encrypt names it and
+        links its documentation). Its buckets for this order are emptied until the
+        CA's ``retry_after`` (from ``Retry-After``, else the "retry after" in the
+        detail), so the ledger's view converges to the CA's even when the model is off.
+        A limit the model lacks is remembered as a block until then; an answer naming
+        no known limit holds back every order of the account until then; a pause
+        marks the identifiers paused. Returns the resulting decision for this order.
+        """
+        idents = as_identifiers(identifiers) if identifiers else ()
+        renewal = renewal_of is not None and set(as_identifiers(renewal_of)) == set(idents)
+        request = OrderRequest(idents, account, renewal=renewal, replaces=replaces, source=source)
+
+        def learn(state: LedgerState, now: int) -> tuple[Decision, bool]:
+            instant = error.retry_after or retry_after_from_detail(
+                error.detail or "", now=from_us(now)
+            )
+            until = None if instant is None else to_us(instant)
+            return state.learn(self.model, error, request, now, until), True
+
+        return await self._write(learn)
+
+    # -- what AcmeClient calls around an issuance ---------------------------------------
+
+    async def preflight(
+        self,
+        identifiers: Iterable[Identifier | str],
+        *,
+        account: str,
+        renewal_of: Iterable[Identifier | str] | None = None,
+        replaces: bool = False,
+    ) -> Decision:
+        """:meth:`reserve`, raising instead of returning a refusal (before ``newOrder``).
+
+        Raises:
+            RateLimitDeferred: the order does not fit now; ``retry_after`` says when.
+            IdentifierPaused: an identifier is paused.
+        """
+        idents = as_identifiers(identifiers)
+        decision = await self.reserve(
+            idents, account=account, renewal_of=renewal_of, replaces=replaces
+        )
+        if decision.allowed:
+            return decision
+        _raise_if_paused(decision, account)
+        names = ", ".join(i.value for i in idents)
+        when = decision.not_before.isoformat() if decision.not_before else "later"
+        raise RateLimitDeferred(
+            f"order for {names} deferred to {when}: it would exceed {decision.limit} "
+            f"for {decision.scope_key} (nothing was sent)",
+            retry_after=decision.not_before,
+            limit=decision.limit,
+            scope_key=decision.scope_key,
+            identifiers=[i.value for i in idents],
+        )
+
+    async def order_refused(
+        self,
+        decision: Decision,
+        error: BaseException,
+        identifiers: Iterable[Identifier | str],
+        *,
+        account: str,
+        renewal_of: Iterable[Identifier | str] | None = None,
+        replaces: bool = False,
+    ) -> None:
+        """``newOrder`` failed after :meth:`preflight`: learn from it, give tokens back.
+
+        Everything goes back when the CA answered with a problem or the request never
+        reached it; after a request that may have created an order (a timeout), only
+        the certificate tokens do.
+        """
+        refused = isinstance(error, AcmeProblem) or (
+            isinstance(error, AcmeCertsError) and not error.reached_ca
+        )
+        await self.release(decision, certificate_only=not refused)
+        if isinstance(error, RateLimited):  # after the release: the CA's word is final
+            await self.learn_from(
+                error, identifiers, account=account, renewal_of=renewal_of, replaces=replaces
+            )
+
+    async def attempt_ended(
+        self,
+        identifiers: Iterable[Identifier | str],
+        *,
+        account: str,
+        renewal_of: Iterable[Identifier | str] | None = None,
+        replaces: bool = False,
+        authorized: bool,
+        finalized: bool,
+        error: BaseException | None,
+    ) -> None:
+        """Record how an issuance attempt after a successful :meth:`preflight` ended.
+
+        ``authorized``: every authorization became valid (ends runs of consecutive
+        failures). ``finalized``: the CSR was sent, so the certificate counts; if not,
+        the certificate tokens go back. An :class:`~acmecerts.AuthorizationFailed`
+        error records a failed authorization, a ``rateLimited`` one is learned from.
+        """
+        idents = as_identifiers(identifiers)
+        request = _request(idents, account, renewal_of, replaces)
+        denied = _find(error, AuthorizationFailed)
+        failed = as_identifiers([denied.identifier])[0] if denied is not None else None
+        limited = _find(error, RateLimited)
+
+        def record(state: LedgerState, now: int) -> tuple[None, bool]:
+            changed = False
+            if authorized:
+                for ident in idents:
+                    changed |= state.authorization_succeeded(self.model, account, ident)
+            if failed is not None:
+                state.authorization_failed(self.model, account, failed, now)
+                changed = True
+            if not finalized:
+                charges = state.order_charges(self.model, request, _CERTIFICATE)
+                for limit, key in charges:
+                    if key in state.buckets.get(limit.name, {}):
+                        state.refund(limit, key, now)
+                        changed = True
+            return None, changed
+
+        await self._write(record)
+        if limited is not None:
+            await self.learn_from(
+                limited, idents, account=account, renewal_of=renewal_of, replaces=replaces
+            )
+
+    # -- the store -----------------------------------------------------------------------
+
+    async def _record(
+        self,
+        identifiers: Iterable[Identifier | str],
+        account: str,
+        renewal_of: Iterable[Identifier | str] | None,
+        replaces: bool,
+        event: Event,
+    ) -> None:
+        request = _request(identifiers, account, renewal_of, replaces)
+
+        def record(state: LedgerState, now: int) -> tuple[None, bool]:
+            charges = state.order_charges(self.model, request, (event,))
+            for limit, key in charges:
+                state.spend(limit, key, now)
+            return None, bool(charges)
+
+        await self._write(record)
+
+    def _now(self) -> int:
+        return to_us(self.clock.now())
+
+    async def _read(self, fn: Callable[[LedgerState, int], T]) -> T:
+        if self.storage is None:
+            # Nothing awaits between reading and answering: no lock needed.
+            return fn(self._state, self._now())
+        async with self._lock:
+            state, _ = await self._load()
+            return fn(state, self._now())
+
+    async def _write(self, fn: Callable[[LedgerState, int], tuple[T, bool]]) -> T:
+        if self.storage is None:
+            # The change is made without awaiting, so it is atomic for every task.
+            now = self._now()
+            result, changed = fn(self._state, now)
+            if changed:
+                self._writes += 1
+                if self._writes >= self._prune_after and now - self._pruned_at >= _PRUNE_EVERY_US:
+                    self._state.prune(self.model, now)
+                    self._pruned_at, self._writes = now, 0
+                    self._prune_after = max(_MIN_PRUNE_WRITES, self._state.size())
+            return result
+        async with self._lock:
+            for attempt in range(1, _MAX_CAS_ATTEMPTS + 1):
+                state, stored = await self._load()
+                now = self._now()
+                try:
+                    result, changed = fn(state, now)
+                    if not changed:
+                        return result
+                    state.prune(self.model, now)
+                    version = await self.storage.store(
+                        self._key(),
+                        state.to_bytes(),
+                        expect_version=None if stored is None else stored.version,
+                    )
+                except VersionConflict:
+                    self._version = _UNLOADED  # the cached state holds our unsaved change
+                    await anyio.sleep(self._rng.uniform(0, 0.002 * attempt))
+                    continue
+                except BaseException:
+                    self._version = _UNLOADED
+                    raise
+                self._version = version
+                return result
+            raise StorageError(
+                f"the rate-limit ledger {self.key} kept changing while it was updated "
+                f"({_MAX_CAS_ATTEMPTS} attempts)",
+                path=self.key,
+            )
+
+    async def _load(self) -> tuple[LedgerState, StoredValue | None]:
+        assert self.storage is not None
+        stored = await self.storage.load(self._key())
+        if stored is None:
+            self._state, self._version = LedgerState(), None
+        elif stored.version != self._version:
+            self._state = LedgerState.from_bytes(stored.data, where=self._key())
+            self._version = stored.version
+        return self._state, stored
+
+    def _key(self) -> str:
+        assert self.key is not None
+        return self.key
+
+
+def _request(
+    identifiers: Iterable[Identifier | str],
+    account: str,
+    renewal_of: Iterable[Identifier | str] | None,
+    replaces: bool,
+) -> OrderRequest:
+    idents = as_identifiers(identifiers)
+    if not idents:
+        raise InvalidInput("an order needs at least one identifier")
+    if not isinstance(account, str) or not account:
+        raise InvalidInput(f"account must be a non-empty string (the account URL), got {account!r}")
+    renewal = renewal_of is not None and set(as_identifiers(renewal_of)) == set(idents)
+    return OrderRequest(idents, account, renewal=renewal, replaces=bool(replaces))
+
+
+E = TypeVar("E", bound=BaseException)
+
+
+def _find(error: BaseException | None, cls: type[E]) -> E | None:
+    """``error`` if it is a ``cls``, else the first ``cls`` inside an exception group."""
+    if isinstance(error, cls):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = _find(inner, cls)
+            if found is not None:
+                return found
+    return None
+
+
+def _raise_if_paused(decision: Decision, account: str) -> None:
+    if decision.paused:
+        raise IdentifierPaused(
+            f"issuance for {', '.join(decision.paused)} is paused by the CA after too many "
+            "consecutive failed validations; fix validation, have the pause lifted at the "
+            "CA, then call ledger.unpause()",
+            identifiers=decision.paused,
+            account=account,
+        )
