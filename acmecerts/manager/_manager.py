@@ -30,6 +30,7 @@ from acmecerts.errors import (
     AlreadyReplaced,
     ErrorKind,
     InvalidInput,
+    RateLimitDeferred,
     RateLimited,
 )
 from acmecerts.manager._events import (
@@ -293,6 +294,9 @@ class CertificateManager:
         ``force``. One failure or one slow validation does not hold up the others.
         """
         entries = [self._entry_for(s) for s in specs]
+        # under a short budget the first to ask get it: higher priority first, then the
+        # renewals closest to expiry, then new certificates in the order given
+        order = sorted(range(len(entries)), key=lambda i: self._urgency(entries[i], i))
         results: list[IssueResult | None] = [None] * len(entries)
 
         async def one(i: int, entry: _Entry) -> None:
@@ -302,9 +306,14 @@ class CertificateManager:
             results[i] = await self._obtain(entry, force=force)
 
         async with anyio.create_task_group() as tg:
-            for i, entry in enumerate(entries):
-                tg.start_soon(one, i, entry)
+            for i in order:
+                tg.start_soon(one, i, entries[i])
         return [r for r in results if r is not None]
+
+    @staticmethod
+    def _urgency(entry: _Entry, position: int) -> tuple[int, float, int]:
+        expires = entry.certificate.not_after.timestamp() if entry.certificate else float("inf")
+        return (-entry.spec.priority, expires, position)
 
     def _entry_for(self, spec: CertificateSpec | str) -> _Entry:
         if isinstance(spec, str):
@@ -397,12 +406,15 @@ class CertificateManager:
             )
         )
         replaces = self._replaces(entry) if renewal else None
+        renewal_of = (
+            entry.certificate.identifiers if renewal and entry.certificate is not None else None
+        )
         try:
             try:
-                certificate = await self._client_issue(entry, replaces)
+                certificate = await self._client_issue(entry, replaces, renewal_of)
             except AlreadyReplaced:
                 log.info("%s: the CA refused replaces=%s; ordering without it", name, replaces)
-                certificate = await self._client_issue(entry, None)
+                certificate = await self._client_issue(entry, None, renewal_of)
         except AcmeCertsError as exc:
             result = await self._failed(entry, exc)
             await self._save_state(entry)
@@ -420,7 +432,12 @@ class CertificateManager:
         )
         return IssuedResult(name, certificate, renewed=renewal)
 
-    async def _client_issue(self, entry: _Entry, replaces: str | None) -> IssuedCertificate:
+    async def _client_issue(
+        self,
+        entry: _Entry,
+        replaces: str | None,
+        renewal_of: Sequence[Identifier] | None = None,
+    ) -> IssuedCertificate:
         spec = entry.spec
         store = self._store
         resume_url: str | None = None
@@ -455,6 +472,7 @@ class CertificateManager:
             preferred_chain=spec.preferred_chain,
             resume_order_url=resume_url,
             on_order=on_order,
+            renewal_of=renewal_of,
         )
 
     async def _load(self, entry: _Entry, *, again: bool = False) -> None:
@@ -503,9 +521,18 @@ class CertificateManager:
             )
             await self._publish(CertificateFailed(name, self.clock.now(), error=error))
             return FailedResult(name, error)
-        entry.state = self.schedule.after_failure(
-            entry.state, error, now=self.clock.now(), rng=self._rng
-        )
+        if isinstance(error, RateLimitDeferred):
+            # predicted by the ledger, nothing was sent: not a failure, no escalation
+            entry.state = dataclasses.replace(
+                entry.state,
+                next_attempt_at=error.retry_after,
+                last_error=f"{type(error).__name__}: {error}",
+                last_error_kind=error.kind.value,
+            )
+        else:
+            entry.state = self.schedule.after_failure(
+                entry.state, error, now=self.clock.now(), rng=self._rng
+            )
         next_at = entry.state.next_attempt_at
         if error.kind is ErrorKind.RATE_LIMITED and next_at is not None:
             event: CertificateEvent

@@ -17,6 +17,7 @@ from acmecerts.manager import (
     CertificateManager,
     CertificateObtained,
     CertificateSpec,
+    DeferredResult,
     FailedResult,
     IssuedResult,
 )
@@ -281,3 +282,34 @@ async def _renew_with_replaces(a2c: Acme2CertifierServer) -> None:
 
     assert sent[-1]["replaces"] == cert_id(first.certificate.chain.leaf)
     assert clock.now() >= info.window_start
+
+
+async def test_ledger_deferrals_do_not_escalate_the_schedule_and_priority_goes_first(
+    pebble: PebbleServer, http01: Http01Server
+) -> None:
+    from acmecerts.ratelimit import LETS_ENCRYPT, RateLimitLedger
+
+    clock = FakeClock()
+    ledger = RateLimitLedger(
+        LETS_ENCRYPT.with_overrides({"certificates_per_registered_domain": 2}), clock=clock
+    )
+    async with AcmeClient(
+        pebble.directory_url, ca_bundle=pebble.ca_bundle, clock=clock, ledger=ledger
+    ) as client:
+        manager = CertificateManager(client, solvers=[http01], concurrency=1)
+        specs = [
+            CertificateSpec.of("low1.budget.test"),
+            CertificateSpec.of("low2.budget.test"),
+            CertificateSpec.of("vip.budget.test", priority=10),
+        ]
+        results = await manager.issue_many(specs)
+    by_name = {r.name: r for r in results}
+    assert isinstance(by_name["vip.budget.test"], IssuedResult)  # asked last, served first
+    assert isinstance(by_name["low1.budget.test"], IssuedResult)
+    deferred = by_name["low2.budget.test"]
+    assert isinstance(deferred, DeferredResult)
+    assert deferred.until > clock.now()
+    # a deferral is not a failure: the attempt schedule did not move
+    assert manager.next_renewal("low2.budget.test") == deferred.until
+    entry_state = manager._entries["low2.budget.test"].state
+    assert entry_state.attempts == 0
