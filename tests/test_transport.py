@@ -22,6 +22,7 @@ from acmecerts.errors import (
     InvalidInput,
     RateLimited,
     ServerBusy,
+    TransportError,
 )
 from acmecerts.protocol.keys import AccountKey
 from acmecerts.retry import RequestRetry
@@ -193,7 +194,8 @@ async def test_503_with_retry_after_is_waited_out() -> None:
 
     transport, _, clock = make(handler)
     assert await post(transport) == {"ok": 2}
-    assert clock.sleeps and clock.sleeps[0] >= 7
+    assert clock.sleeps
+    assert clock.sleeps[0] >= 7
 
 
 async def test_long_rate_limit_is_raised_with_instant() -> None:
@@ -247,7 +249,7 @@ async def test_non_idempotent_post_is_not_replayed_after_reaching_ca() -> None:
         raise httpx.ReadError("connection reset", request=request)
 
     transport, _, _ = make(handler)
-    with pytest.raises(Exception) as info:
+    with pytest.raises(TransportError) as info:
         await transport.post(f"{BASE}/order", key=KEY, kid="k", payload={}, idempotent=False)
     assert calls == 1
     assert getattr(info.value, "kind", None) is ErrorKind.TRANSIENT
@@ -330,3 +332,40 @@ def test_nonce_pool_is_lifo_bounded_and_filters_junk() -> None:
     assert pool.take() == "third-nonce-03"
     assert pool.take() == "second-nonce"
     assert pool.take() is None
+
+
+async def test_busy_transport_waits_for_replay_nonces_instead_of_asking_new_nonce() -> None:
+    import anyio
+
+    release = anyio.Event()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"ok": True}, headers={"Replay-Nonce": "reply-nonce-00"})
+
+    rec = Recorder(handler)
+
+    async def slow_handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/thing":
+            await release.wait()
+        return rec(request)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(slow_handler))
+    transport = AcmeTransport(
+        f"{BASE}/dir", client=client, clock=FakeClock(T0), nonce_circulation=4
+    )
+    results: list[object] = []
+
+    async def one() -> None:
+        results.append(await post(transport))
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(12):
+            tg.start_soon(one)
+        await anyio.sleep(0.1)
+        # four requests are in flight; the other eight wait for their Replay-Nonces
+        assert rec.paths().count("HEAD /nonce") == 4
+        release.set()
+    assert len(results) == 12
+    assert rec.paths().count("HEAD /nonce") == 4
+    assert rec.paths().count("POST /thing") == 12
+    await client.aclose()

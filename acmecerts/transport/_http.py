@@ -10,6 +10,7 @@ says may be retried.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime as _dt
 import json
@@ -19,6 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 
 from acmecerts._time import (
@@ -32,7 +34,6 @@ from acmecerts._version import __version__
 from acmecerts.errors import (
     AcmeCertsError,
     BadServerResponse,
-    ConnectError,
     ErrorKind,
     InvalidInput,
     RateLimited,
@@ -45,6 +46,11 @@ from acmecerts.protocol.problems import problem_from_response, synthetic_problem
 from acmecerts.protocol.resources import Directory, parse_directory
 from acmecerts.retry import RequestRetry, retry_request
 from acmecerts.transport._nonces import NoncePool
+from acmecerts.transport._policy import (
+    UrlPolicy,
+    connect_error,
+    warn_if_tls_unverified,
+)
 
 __all__ = ["USER_AGENT", "AcmeResponse", "AcmeTransport", "RequestHook", "ResponseHook"]
 
@@ -55,6 +61,8 @@ RequestHook = Callable[[str, str], None]
 #: Called after every HTTP request: ``(method, url, status)``; status 0 when none came.
 ResponseHook = Callable[[str, str, int], None]
 _MAX_BODY = 1 << 20
+#: The longest a request waits for another request's Replay-Nonce before asking newNonce.
+_NONCE_WAIT = 2.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -99,7 +107,7 @@ class AcmeResponse:
             )
         try:
             return json.loads(self.content)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # also nesting too deep
             raise BadServerResponse(
                 f"the answer is not valid JSON: {exc}", url=self.url, status_code=self.status_code
             ) from exc
@@ -152,9 +160,21 @@ def _split_link_values(header: str) -> list[str]:
     return parts
 
 
-def _ssl_context(ca_bundle: str | Path | None, verify: bool) -> ssl.SSLContext | bool:
-    if not verify:
-        return False
+def _directory_urls(directory: Directory) -> list[str]:
+    """Every resource URL of a directory, which requests may be sent to."""
+    optional = (
+        directory.revoke_cert,
+        directory.key_change,
+        directory.new_authz,
+        directory.renewal_info,
+    )
+    required = [directory.new_nonce, directory.new_account, directory.new_order]
+    return required + [url for url in optional if url is not None]
+
+
+def _ssl_context(ca_bundle: str | Path | None) -> ssl.SSLContext:
+    # Verification is always on: certificate chain and host name (there is no option to
+    # turn it off; a caller-supplied ``client`` that does is warned about loudly).
     ctx = ssl.create_default_context()
     if ca_bundle is not None:
         try:
@@ -179,6 +199,13 @@ class AcmeTransport:
         client: A ready ``httpx.AsyncClient`` to use instead (its settings win; the
             transport does not close a client it did not create).
         on_request: Called with ``(method, url)`` for every request sent.
+        url_policy: Which URLs the CA may send the client to (:class:`UrlPolicy`); the
+            default allows only the directory URL's origin, https. Every URL is checked
+            before a request is sent to it; a refused one raises :class:`UnsafeUrl`.
+        nonce_circulation: How many requests may be in flight before a request that
+            finds the nonce pool empty waits for one of their ``Replay-Nonce`` answers
+            instead of asking ``newNonce``. Below it, latency wins (a ``newNonce`` is
+            sent at once); above it, every request but the first few reuses a nonce.
     """
 
     def __init__(
@@ -193,6 +220,8 @@ class AcmeTransport:
         client: httpx.AsyncClient | None = None,
         on_request: RequestHook | None = None,
         max_connections: int = 100,
+        url_policy: UrlPolicy | None = None,
+        nonce_circulation: int = 32,
     ) -> None:
         try:
             parsed = httpx.URL(directory_url)
@@ -204,14 +233,22 @@ class AcmeTransport:
         self.clock: Clock = clock or SystemClock()
         self.retry = retry or RequestRetry()
         self.nonces = NoncePool()
+        if nonce_circulation < 1:
+            raise InvalidInput("nonce_circulation must be at least 1")
+        self.nonce_circulation = nonce_circulation
+        #: Requests in flight whose answers will carry a Replay-Nonce (HEAD and POST).
+        self._producers = 0
+        self._nonce_waiters: collections.deque[anyio.Event] = collections.deque()
         self.on_request = on_request
+        #: Where requests may go (checked before every request; see :class:`UrlPolicy`).
+        self.url_policy = url_policy if url_policy is not None else UrlPolicy()
         self._response_hooks: list[ResponseHook] = []
         #: Number of HTTP requests sent (every method, retries included).
         self.request_count = 0
         self._directory: Directory | None = None
         if client is None:
             self._client = httpx.AsyncClient(
-                verify=_ssl_context(ca_bundle, True),
+                verify=_ssl_context(ca_bundle),
                 http2=http2,
                 timeout=as_seconds(timeout),
                 headers={"User-Agent": USER_AGENT},
@@ -225,6 +262,7 @@ class AcmeTransport:
         else:
             self._client = client
             self._owns_client = False
+            warn_if_tls_unverified(client)
 
     async def aclose(self) -> None:
         """Close the connection pool (if the transport created it)."""
@@ -242,6 +280,7 @@ class AcmeTransport:
     async def _send_once(
         self, method: str, url: str, *, content: bytes | None = None, accept: str | None = None
     ) -> httpx.Response:
+        self.check_url(url)  # the last line of defence: nothing is sent to a refused URL
         headers: dict[str, str] = {"User-Agent": USER_AGENT}
         if content is not None:
             headers["Content-Type"] = JOSE_CONTENT_TYPE
@@ -250,11 +289,20 @@ class AcmeTransport:
         self.request_count += 1
         if self.on_request is not None:
             self.on_request(method, url)
+        producer = method in ("HEAD", "POST")
+        if producer:
+            self._producers += 1
         try:
             response = await self._request(method, url, content=content, headers=headers)
         except BaseException:
             self._notify(method, url, 0)
             raise
+        finally:
+            if producer:
+                self._producers -= 1
+                if self._nonce_waiters:
+                    # a waiter counted on this request; let it look again
+                    self._nonce_waiters.popleft().set()
         self._notify(method, url, response.status_code)
         nonce = response.headers.get("replay-nonce")
         if nonce:
@@ -276,7 +324,11 @@ class AcmeTransport:
         self, method: str, url: str, *, content: bytes | None, headers: dict[str, str]
     ) -> httpx.Response:
         try:
-            return await self._client.request(method, url, content=content, headers=headers)
+            # follow_redirects=False even on a caller's client: a redirect could lead
+            # anywhere, around the URL policy (a 3xx is reported as BadServerResponse).
+            return await self._client.request(
+                method, url, content=content, headers=headers, follow_redirects=False
+            )
         except httpx.ConnectTimeout as exc:
             raise RequestTimeout(
                 f"connecting to {url} timed out", url=url, reached_ca=False
@@ -288,13 +340,11 @@ class AcmeTransport:
         except httpx.TimeoutException as exc:
             raise RequestTimeout(f"{method} {url} timed out", url=url) from exc
         except httpx.ConnectError as exc:
-            raise ConnectError(
-                f"cannot connect to {url}: {exc}", url=url, reached_ca=False
-            ) from exc
+            raise connect_error(url, exc) from exc
         except httpx.HTTPError as exc:
             raise TransportError(f"{method} {url} failed: {exc!r}", url=url) from exc
         except ssl.SSLError as exc:
-            raise ConnectError(f"TLS error with {url}: {exc}", url=url, reached_ca=False) from exc
+            raise connect_error(url, exc) from exc
 
     def _check(self, response: httpx.Response, url: str) -> AcmeResponse:
         now = self.clock.now()
@@ -339,8 +389,13 @@ class AcmeTransport:
         )
         return result
 
+    def check_url(self, url: str) -> str:
+        """Return ``url`` if :attr:`url_policy` lets requests go there, else raise UnsafeUrl."""
+        return self.url_policy.check(url, directory_url=self.directory_url)
+
     async def get(self, url: str, *, accept: str | None = None) -> AcmeResponse:
         """Unauthenticated GET (directory, ``renewalInfo``), retried when safe."""
+        self.check_url(url)
 
         async def attempt() -> AcmeResponse:
             return self._check(await self._send_once("GET", url, accept=accept), url)
@@ -351,7 +406,11 @@ class AcmeTransport:
         """The CA's directory, fetched once and cached."""
         if self._directory is None or refresh:
             response = await self.get(self.directory_url)
-            self._directory = parse_directory(response.json(), url=self.directory_url)
+            directory = parse_directory(response.json(), url=self.directory_url)
+            # A directory that sends the client elsewhere is refused as a whole, at once.
+            for resource_url in _directory_urls(directory):
+                self.check_url(resource_url)
+            self._directory = directory
         return self._directory
 
     async def new_nonce(self) -> str:
@@ -359,9 +418,20 @@ class AcmeTransport:
         return await self._nonce(retry=True)
 
     async def _nonce(self, *, retry: bool) -> str:
-        nonce = self.nonces.take()
-        if nonce is not None:
-            return nonce
+        while True:
+            nonce = self.nonces.take()
+            if nonce is not None:
+                return nonce
+            if self._producers < self.nonce_circulation:
+                break
+            # enough requests are in flight that one of their answers brings a nonce:
+            # wait for it (bounded) instead of spending a newNonce round-trip
+            event = anyio.Event()
+            self._nonce_waiters.append(event)
+            with anyio.move_on_after(_NONCE_WAIT):
+                await event.wait()
+            if event in self._nonce_waiters:
+                self._nonce_waiters.remove(event)
         directory = await self.directory()
         url = directory.new_nonce
 
@@ -392,6 +462,7 @@ class AcmeTransport:
         ``idempotent=False`` (e.g. ``newOrder``) stops a request that may have reached the
         CA from being sent twice after a transport failure.
         """
+        self.check_url(url)  # before a nonce is spent on it
 
         async def attempt() -> AcmeResponse:
             # One retry loop, not two nested ones: the nonce is fetched once per try, so
