@@ -1,6 +1,8 @@
-"""Developer sessions: ``nox -s tests lint types docs bench``."""
+"""Developer sessions: ``nox -s tests lint types docs bench soak audit``."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import nox
 
@@ -13,6 +15,83 @@ def tests(session: nox.Session) -> None:
     """The test suite against real Pebble (needs Debian's pebble package)."""
     session.install("-e", ".[test]")
     session.run("pytest", *session.posargs)
+
+
+@nox.session
+def soak(session: nox.Session) -> None:
+    """The fault soak through the fault proxy: ``ACMECERTS_SOAK_SECONDS`` (default 60),
+    ``ACMECERTS_SOAK_FAULT_RATE``, ``ACMECERTS_SOAK_CONCURRENCY``, ``ACMECERTS_SOAK_SEED``."""
+    session.install("-e", ".[test]")
+    session.run("pytest", "tests/soak", "-m", "soak", "-s", *session.posargs)
+
+
+#: What pip-audit asks by default (the PyPI JSON API's ``vulnerabilities``, from OSV).
+AUDIT_PROBE = "https://pypi.org/pypi/pip/24.0/json"
+
+
+def _advisories_reachable() -> str | None:
+    """``None`` if the advisory service answers, else why not (offline, blocked, a mirror)."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(AUDIT_PROBE, timeout=10) as answer:
+            if b'"vulnerabilities"' not in answer.read():
+                return f"{AUDIT_PROBE} answered without vulnerability data"
+    except (urllib.error.URLError, OSError) as exc:
+        return f"{AUDIT_PROBE}: {getattr(exc, 'reason', exc)}"
+    return None
+
+
+@nox.session
+def audit(session: nox.Session) -> None:
+    """pip-audit of the installed dependencies (every extra); fails on a known vulnerability.
+
+    Offline-tolerant: when the advisory database cannot be reached (no network, a proxy
+    that blocks it, a package mirror without vulnerability data) the session says so and
+    is skipped (exit 0): that is "not audited", never "no vulnerabilities". ``nox -s audit
+    -- --strict`` makes unauditable packages fail instead.
+    """
+    unreachable = _advisories_reachable()
+    if unreachable is not None:
+        session.skip(f"NOT AUDITED: the advisory database is unreachable ({unreachable})")
+    session.install("-e", ".[cli,kubernetes,metrics]", "pip-audit>=2.7")
+    report = session.run(
+        "pip-audit",
+        "--skip-editable",  # acmecerts itself (a PyPI project of that name is not us)
+        "--progress-spinner=off",
+        "--format=json",
+        *session.posargs,
+        silent=True,
+        success_codes=[0, 1],
+    )
+    import json
+
+    dependencies: list[dict[str, Any]] | None = None
+    for line in reversed(str(report).splitlines()):  # stderr may be mixed in
+        if line.startswith('{"dependencies"'):
+            dependencies = json.loads(line)["dependencies"]
+            break
+    if dependencies is None:
+        session.error(f"pip-audit failed:\n{report}")
+    audited = [d for d in dependencies if "skip_reason" not in d]
+    vulnerable = [d for d in audited if d.get("vulns")]
+    for dep in vulnerable:
+        for vuln in dep["vulns"]:
+            fixed = ", ".join(vuln.get("fix_versions", [])) or "no fix yet"
+            session.warn(f"{dep['name']} {dep['version']}: {vuln['id']} (fixed in: {fixed})")
+    if vulnerable:
+        session.error(f"{len(vulnerable)} installed package(s) have known vulnerabilities")
+    if not audited:
+        session.skip(
+            f"NOT AUDITED: none of the {len(dependencies)} packages could be looked up "
+            "(the advisory database is unreachable from here)"
+        )
+    skipped = len(dependencies) - len(audited)
+    session.log(
+        f"no known vulnerabilities in {len(audited)} packages"
+        + (f" ({skipped} could not be looked up)" if skipped else "")
+    )
 
 
 @nox.session
@@ -32,14 +111,23 @@ def types(session: nox.Session) -> None:
 
 @nox.session
 def docs(session: nox.Session) -> None:
-    """Every Python block in docs/ and README.md compiles and imports real names."""
-    session.install("-e", ".")
-    session.install("pytest")
-    session.run("pytest", "tests/test_docs.py")
+    """Build the site (mkdocs --strict) and run every code block of the docs and examples.
+
+    The blocks talk to a real Pebble (Debian's pebble package). The kopf operator example
+    needs a kube-apiserver (scripts/kube-apiserver.sh); run its test too with
+    ``nox -s docs -- tests/test_example_operator.py``.
+    """
+    session.install("-e", ".[docs,cli,test,kubernetes]", "kopf>=1.37")
+    session.run("mkdocs", "build", "--strict", "--site-dir", f"{session.create_tmp()}/site")
+    session.run("pytest", "tests/test_docs.py", "tests/test_examples.py", *session.posargs)
 
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Issuance benchmark against a local Pebble."""
+    """acmecerts against its peers on a local Pebble: ``nox -s bench -- --quick``.
+
+    Peers (certbot's acme, aioacme, lego) live in their own venvs, installed on first use
+    by ``bench/setup_peers.sh``; see docs/performance.md.
+    """
     session.install("-e", ".")
-    session.run("python", "bench/issue_bench.py", *session.posargs)
+    session.run("python", "bench/run.py", *session.posargs)

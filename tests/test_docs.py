@@ -1,34 +1,466 @@
-"""Every Python code block in README.md and docs/ compiles and imports only real names."""
+"""Every code block in README.md and docs/ is executed (or checked), so the docs never rot.
+
+The convention, also described for writers in ``docs/contributing.md``:
+
+* **python** blocks run for real, in order, in one namespace per page (like a REPL
+  session): a later block may use what an earlier one defined. Top-level ``await`` is
+  allowed; all the awaiting blocks of a page share one event loop, so a server or client
+  started in one block is still running in the next. Blocks that talk to a CA talk to the
+  session's Pebble, because the source is rewritten before it runs (:data:`REWRITES`):
+  Let's Encrypt's directory URLs become Pebble's, ``port=80`` (and ``Http01Server()``)
+  the port where Pebble validates http-01, and absolute state paths (``/var/lib/...``,
+  ``/etc/ssl/...``) paths under a temporary directory, which is also the working
+  directory. ``SSL_CERT_FILE`` names a bundle with Pebble's HTTPS CA, so the client
+  trusts Pebble without a ``ca_bundle=`` the reader would not write. The names
+  ``DIRECTORY``, ``CA_BUNDLE``, ``HTTP_PORT`` and ``TLS_PORT`` are injected too.
+* ``<!-- invisible-code-block: python ... -->`` holds a python block that runs at its
+  place but is not shown (set-up a fragment needs: a ``clock``, an ``error``...).
+* **sh**/**console** blocks: every command runs. ``acmecerts ...`` runs the CLI as a
+  subprocess against Pebble (``ACMECERTS_DIRECTORY``, ``ACMECERTS_CA_BUNDLE``,
+  ``ACMECERTS_STATE_DIR`` set; ``issue`` answers http-01 where Pebble validates), and
+  ``python examples/...`` an example (``ACMECERTS_HTTP_PORT`` set too); both must exit
+  0. ``pip install 'acmecerts[extra]'`` checks that the extras exist. Any other command
+  needs a not-run marker.
+* **json**, **yaml** and **toml** blocks must parse; **text** blocks are output or
+  formats, not code. A block without a language fails.
+* A block made of ``--8<-- "examples/..."`` lines shows a file from ``examples/``, which
+  ``tests/test_examples.py`` and ``tests/test_example_operator.py`` run; the file (and
+  section) must exist.
+* ``<!-- not-run: reason -->`` right before a block skips it. There may be at most
+  :data:`MAX_NOT_RUN` of them, each with a reason of a few words.
+"""
 
 from __future__ import annotations
 
 import ast
-import importlib
+import asyncio
+import inspect
+import json
+import os
 import re
+import shlex
+import ssl
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from acmecerts.testing import PebbleServer
+
 ROOT = Path(__file__).resolve().parent.parent
-FILES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]
-BLOCK = re.compile(r"```python\n(.*?)```", re.DOTALL)
-FLAGS = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+DOCS = ROOT / "docs"
+FILES = [
+    ROOT / "README.md",
+    *sorted(p for p in DOCS.glob("**/*.md") if not any(part.startswith("_") for part in p.parts)),
+]
+
+#: At most this many blocks may be marked ``<!-- not-run: ... -->`` (all files together).
+MAX_NOT_RUN = 8
+
+#: Languages and what happens to their blocks.
+PYTHON = {"python", "py", "pycon"}
+SHELL = {"sh", "bash", "console", "shell"}
+PARSED = {"json", "yaml", "toml"}
+NOT_CODE = {"text"}
+
+LETS_ENCRYPT_URLS = (
+    "https://acme-v02.api.letsencrypt.org/directory",
+    "https://acme-staging-v02.api.letsencrypt.org/directory",
+)
+#: Absolute paths in the docs that are moved under the page's temporary directory.
+STATE_PATHS = ("/var/lib/", "/etc/ssl/", "/etc/acmecerts/")
+
+_FENCE = re.compile(
+    r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)\n"
+    r"(?P<body>.*?)"
+    r"^(?P=indent)(?P=fence)[ \t]*$",
+    re.MULTILINE | re.DOTALL,
+)
+_INVISIBLE = re.compile(
+    r"^<!--[ \t]*invisible-code-block:[ \t]*python[ \t]*\n(?P<body>.*?)^-->[ \t]*$",
+    re.MULTILINE | re.DOTALL,
+)
+_NOT_RUN = re.compile(r"<!--[ \t]*not-run:(?P<reason>[^\n]*?)-->[ \t]*\n(?:[ \t]*\n)*\Z")
+_SNIPPET = re.compile(r'^--8<--[ \t]+"(?P<path>[^"]+)"[ \t]*$')
+_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+_REQUIREMENT = re.compile(r"(?:acmecerts|\.)(?:\[(?P<extras>[^\]]*)\])?(?:[<>=!~].*)?")
 
 
-def _blocks() -> list[tuple[str, str]]:
-    found = []
-    for path in FILES:
-        for i, match in enumerate(BLOCK.finditer(path.read_text())):
-            found.append((f"{path.relative_to(ROOT)}#{i}", match.group(1)))
-    return found
+@dataclass(frozen=True)
+class Block:
+    """One code block of a page."""
+
+    path: Path
+    line: int
+    language: str
+    body: str
+    invisible: bool = False
+    not_run: str | None = None
+
+    @property
+    def where(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
 
 
-@pytest.mark.parametrize(("where", "code"), _blocks(), ids=[w for w, _ in _blocks()])
-def test_block_compiles_and_its_imports_exist(where: str, code: str) -> None:
-    tree = compile(code, where, "exec", flags=FLAGS)
-    assert isinstance(tree, ast.Module)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("acmecerts"):
-            module = importlib.import_module(node.module)
-            for alias in node.names:
-                assert hasattr(module, alias.name), f"{where}: {node.module}.{alias.name} missing"
+def _masked(text: str) -> str:
+    """``text`` with the inside of every fence blanked (newlines kept), so that markers
+    and comments quoted in a block are not taken for real ones."""
+    out, last = [], 0
+    for match in _FENCE.finditer(text):
+        out.append(text[last : match.start("body")])
+        out.append(re.sub(r"[^\n]", " ", match["body"]))
+        last = match.end("body")
+    out.append(text[last:])
+    return "".join(out)
+
+
+def blocks_of(path: Path) -> list[Block]:
+    """The blocks of ``path`` in document order (invisible ones included)."""
+    text = path.read_text(encoding="utf-8")
+    masked = _masked(text)
+    comments = [m.span() for m in _COMMENT.finditer(masked)]
+    found: list[tuple[int, Block]] = []
+    for match in _INVISIBLE.finditer(masked):
+        line = text.count("\n", 0, match.start()) + 1  # the comment's first line
+        body = text[match.start("body") : match.end("body")]
+        found.append((match.start(), Block(path, line, "python", body, invisible=True)))
+    for match in _FENCE.finditer(text):
+        if any(start < match.start() < end for start, end in comments):
+            continue  # commented out, or the body of an invisible block
+        indent = len(match["indent"])
+        body = "".join(line[indent:] for line in match["body"].splitlines(keepends=True))
+        language = match["info"].strip().split(" ")[0].lower().lstrip(".")
+        marker = _NOT_RUN.search(masked, 0, match.start())
+        reason = marker["reason"].strip() if marker else None
+        line = text.count("\n", 0, match.start()) + 1
+        found.append((match.start(), Block(path, line, language, body, not_run=reason)))
+    return [block for _, block in sorted(found, key=lambda item: item[0])]
+
+
+def not_run_markers(path: Path) -> int:
+    """How many not-run markers ``path`` has outside code blocks."""
+    return len(re.findall(r"<!--[ \t]*not-run:", _masked(path.read_text(encoding="utf-8"))))
+
+
+ALL_BLOCKS = [block for path in FILES for block in blocks_of(path)]
+
+
+# -- running python -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the rewritten blocks point."""
+
+    directory: str
+    ca_bundle: Path
+    http_port: int
+    tls_port: int
+    tmp: Path
+
+
+def rewrite(source: str, target: Target) -> str:
+    """Point a block at Pebble and at temporary paths (see the module docstring)."""
+    for url in LETS_ENCRYPT_URLS:
+        source = source.replace(url, target.directory)
+    source = re.sub(r"\bport=80\b", f"port={target.http_port}", source)
+    source = re.sub(r"\bport=443\b", f"port={target.tls_port}", source)
+    source = source.replace("Http01Server()", f"Http01Server(port={target.http_port})")
+    source = source.replace("TlsAlpn01Server()", f"TlsAlpn01Server(port={target.tls_port})")
+    for prefix in STATE_PATHS:
+        source = source.replace(prefix, f"{target.tmp}{prefix}")
+    return source
+
+
+def injected(target: Target) -> dict[str, Any]:
+    """What every block of a page may use without importing or defining it."""
+    return {
+        "__name__": "__main__",
+        "DIRECTORY": target.directory,
+        "CA_BUNDLE": str(target.ca_bundle),
+        "HTTP_PORT": target.http_port,
+        "TLS_PORT": target.tls_port,
+    }
+
+
+_FLAGS = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+
+
+def run_python(block: Block, namespace: dict[str, Any], runner: asyncio.Runner, target: Target):
+    source = rewrite(block.body, target)
+    # line numbers in tracebacks point into the Markdown file
+    code = compile("\n" * (block.line) + source, str(block.path), "exec", flags=_FLAGS)
+    result = eval(code, namespace)  # the docs are our own code
+    if code.co_flags & inspect.CO_COROUTINE:
+        runner.run(result)
+
+
+async def _close_leftovers(namespace: dict[str, Any]) -> None:
+    """Close what a page left open (clients, solvers, stores), newest first."""
+    for value in reversed(list(namespace.values())):
+        if isinstance(value, type) or inspect.ismodule(value):
+            continue
+        close = getattr(value, "aclose", None)
+        if close is not None and inspect.iscoroutinefunction(close):
+            await close()
+
+
+# -- running shell ----------------------------------------------------------------------------
+
+
+def shell_commands(body: str) -> Iterator[list[str]]:
+    """The commands of a shell block (``$`` prompts and output lines of console blocks)."""
+    lines = body.splitlines()
+    console = any(line.startswith("$ ") for line in lines)
+    pending = ""
+    for raw in lines:
+        line = raw.rstrip()
+        if console:
+            if not line.startswith("$ ") and not pending:
+                continue  # output
+            line = line.removeprefix("$ ")
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        command = shlex.split(pending + line, comments=True)
+        pending = ""
+        if command:
+            yield command
+
+
+def _extras() -> set[str]:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return set(pyproject["project"]["optional-dependencies"])
+
+
+def run_shell(block: Block, target: Target, env: dict[str, str]) -> None:
+    for command in shell_commands(rewrite(block.body, target)):
+        if command[0] == "acmecerts":
+            args = command[1:]
+            if (
+                args
+                and args[0] == "issue"
+                and not any(a.startswith("--http-01-listen") for a in args)
+            ):
+                args = [*args, "--http-01-listen", f"127.0.0.1:{target.http_port}"]
+            args = [
+                re.sub(r"^(.*):80$", rf"127.0.0.1:{target.http_port}", a)
+                if a.endswith(":80")
+                else a
+                for a in args
+            ]
+            result = subprocess.run(
+                [sys.executable, "-m", "acmecerts.cli", *args],
+                env=env,
+                cwd=target.tmp,
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert result.returncode == 0, (
+                f"{block.where}: `{shlex.join(command)}` exited {result.returncode}\n"
+                f"{result.stdout}\n{result.stderr}"
+            )
+        elif command[0] == "python" and command[1:2] and command[1].startswith("examples/"):
+            result = subprocess.run(
+                [sys.executable, str(ROOT / command[1]), *command[2:]],
+                env={**env, "ACMECERTS_HTTP_PORT": str(target.http_port)},
+                cwd=target.tmp,
+                capture_output=True,
+                text=True,
+                timeout=180,
+                check=False,
+            )
+            assert result.returncode == 0, (
+                f"{block.where}: `{shlex.join(command)}` exited {result.returncode}\n"
+                f"{result.stdout}\n{result.stderr}"
+            )
+        elif command[:2] == ["pip", "install"]:
+            for requirement in command[2:]:
+                if requirement.startswith("-"):
+                    continue
+                match = _REQUIREMENT.fullmatch(requirement)
+                assert match, f"{block.where}: pip installs {requirement!r}, not acmecerts"
+                wanted = {e.strip() for e in (match["extras"] or "").split(",") if e.strip()}
+                missing = wanted - _extras()
+                assert not missing, f"{block.where}: no extra {sorted(missing)} in pyproject.toml"
+        else:
+            pytest.fail(
+                f"{block.where}: `{shlex.join(command)}` is not run by the docs test; run "
+                "acmecerts commands only, or mark the block <!-- not-run: reason -->",
+                pytrace=False,
+            )
+
+
+def check_snippet(block: Block) -> bool:
+    """Whether ``block`` only includes files; if so, check that they exist."""
+    lines = [line for line in block.body.splitlines() if line.strip()]
+    if not lines or not all(_SNIPPET.match(line) for line in lines):
+        return False
+    for line in lines:
+        match = _SNIPPET.match(line)
+        assert match is not None
+        name, _, section = match["path"].partition(":")
+        path = ROOT / name
+        assert path.is_file(), f"{block.where}: includes {name}, which does not exist"
+        assert name.startswith("examples/"), (
+            f"{block.where}: includes {name}; only files under examples/ are run by a test"
+        )
+        if section:
+            text = path.read_text()
+            assert f"--8<-- [start:{section}]" in text, f"{block.where}: no section {section}"
+            assert f"--8<-- [end:{section}]" in text, f"{block.where}: section {section} open"
+    return True
+
+
+def check_parsed(block: Block) -> None:
+    if block.language == "json":
+        json.loads(block.body)
+    elif block.language == "toml":
+        tomllib.loads(block.body)
+    else:
+        import yaml
+
+        list(yaml.safe_load_all(block.body))
+
+
+# -- the tests --------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def target(pebble: PebbleServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Target:
+    """A temporary working directory, and a CA bundle trusted through ``SSL_CERT_FILE``."""
+    bundle = tmp_path / "trusted.pem"
+    system = ssl.get_default_verify_paths().cafile
+    parts = [Path(system).read_text()] if system and Path(system).is_file() else []
+    bundle.write_text("".join([*parts, Path(pebble.ca_bundle).read_text()]))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    return Target(pebble.directory_url, pebble.ca_bundle, pebble.http_port, pebble.tls_port, work)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
+@pytest.mark.timeout(300)
+def test_code_blocks_run(path: Path, target: Target) -> None:
+    """Run (or check) every block of one page, in order, against Pebble."""
+    namespace = injected(target)
+    env = {
+        **os.environ,
+        "ACMECERTS_DIRECTORY": target.directory,
+        "ACMECERTS_CA_BUNDLE": str(target.ca_bundle),
+        "ACMECERTS_STATE_DIR": str(target.tmp / "state"),
+    }
+    with asyncio.Runner() as runner:
+        try:
+            for block in blocks_of(path):
+                if block.not_run is not None:
+                    continue
+                if check_snippet(block):
+                    continue
+                try:
+                    if block.language in PYTHON:
+                        run_python(block, namespace, runner, target)
+                    elif block.language in SHELL:
+                        run_shell(block, target, env)
+                    elif block.language in PARSED:
+                        check_parsed(block)
+                    elif block.language in NOT_CODE:
+                        pass
+                    else:
+                        pytest.fail(
+                            f"{block.where}: a block needs a language the docs test knows "
+                            f"(python, sh, console, json, yaml, toml, text), not "
+                            f"{block.language!r}",
+                            pytrace=False,
+                        )
+                except Exception as exc:
+                    exc.add_note(f"in the {block.language} block at {block.where}")
+                    raise
+        finally:
+            runner.run(_close_leftovers(namespace))
+
+
+def test_not_run_markers_are_few_and_justified() -> None:
+    skipped = [b for b in ALL_BLOCKS if b.not_run is not None]
+    report = "\n".join(f"  {b.where}: {b.not_run}" for b in skipped)
+    assert len(skipped) <= MAX_NOT_RUN, f"too many blocks are not run:\n{report}"
+    for block in skipped:
+        assert len(block.not_run.split()) >= 3, f"{block.where}: say why it is not run"
+    # a marker must sit right before a block: count them in the raw text too
+    markers = sum(not_run_markers(path) for path in FILES)
+    assert markers == len(skipped), f"a not-run marker is not right before a block:\n{report}"
+
+
+def test_every_block_has_a_known_language() -> None:
+    known = PYTHON | SHELL | PARSED | NOT_CODE
+    unknown = [f"{b.where}: {b.language!r}" for b in ALL_BLOCKS if b.language not in known]
+    assert not unknown, "blocks without a known language:\n" + "\n".join(unknown)
+
+
+def test_python_blocks_are_most_of_the_docs() -> None:
+    """The harness finds the python blocks (a broken fence regex would silently find none)."""
+    python = [b for b in ALL_BLOCKS if b.language in PYTHON and not b.invisible]
+    assert len(python) >= 20, [b.where for b in python]
+
+
+def test_readme_demo_runs() -> None:
+    """The last step of ``scripts/demo.sh`` (its block in README.md is not run)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "acmecerts.testing.demo"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+
+
+# -- the CLI reference --------------------------------------------------------------------------
+
+
+def _cli_reference() -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cli_reference", DOCS / "_hooks/cli_reference.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cli_reference_has_every_command_and_option() -> None:
+    hook = _cli_reference()
+    markdown = hook.render()
+    root = hook._root_command()
+    ctx = root.make_context("acmecerts", [], resilient_parsing=True)
+    for path, command, _ in hook._walk(root, (), ctx):
+        assert f"## `{' '.join(('acmecerts', *path))}`" in markdown
+        for param in command.params:
+            for option in getattr(param, "opts", []):
+                if option.startswith("-") and not param.hidden:
+                    assert f"`{option}`" in markdown, f"{option} of {path} is not documented"
+    page = (DOCS / "cli.md").read_text()
+    assert hook.MARKER in page
+    assert hook.on_page_markdown(page, page=None).count(hook.MARKER) == 0
+
+
+def test_cli_exit_codes_are_the_documented_ones() -> None:
+    from acmecerts.cli import _app
+
+    codes = {value for name, value in vars(_app).items() if name.startswith("EXIT_")}
+    codes.discard(getattr(_app, "EXIT_CODES", None))
+    page = (DOCS / "cli.md").read_text()
+    table = page.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    documented = {int(m) for m in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)}
+    assert documented == {c for c in codes if isinstance(c, int)}

@@ -1,0 +1,258 @@
+"""A kopf operator: one certificate per ``Certificate`` resource, kept in a TLS Secret.
+
+    kubectl apply -f crd.yaml -f rbac.yaml
+    kopf run --standalone --namespace default operator.py
+    kubectl apply -f certificate.yaml        # spec.dnsNames, spec.secretName
+
+* At start-up it runs one :class:`~acmecerts.manager.CertificateManager` for the whole
+  operator, with its state (account key, certificates, orders in flight, rate-limit
+  ledger, locks) in the Kubernetes store, so a restarted or second replica carries on
+  where the first left off. http-01 is answered by an in-process server on
+  ``ACMECERTS_HTTP_PORT``: route ``/.well-known/acme-challenge/`` of every name to it.
+* A ``Certificate`` created, resumed or changed is *managed*: issued, then renewed in the
+  background. Each certificate issued (or renewed) is written to the Secret
+  ``spec.secretName`` (default ``<name>-tls``, type ``kubernetes.io/tls``, owned by the
+  resource), and its serial and expiry to ``status.certificate``.
+* A ``Certificate`` deleted is *unmanaged*: in-flight work for it is cancelled at once,
+  its pending authorizations are deactivated at the CA, and once the delete handler
+  returns nothing more is sent for it. The manager also asks an *owner guard* before
+  every order, so a resource deleted behind the operator's back costs no order either.
+
+Configuration (environment): ``ACMECERTS_DIRECTORY`` (default Let's Encrypt staging),
+``ACMECERTS_CA_BUNDLE``, ``ACMECERTS_HTTP_PORT`` (default 80), ``ACMECERTS_EMAIL``,
+``ACMECERTS_STORE_NAMESPACE`` (where the store lives; default the kubeconfig's or the
+pod's namespace) and, for demonstrations, ``ACMECERTS_RENEWAL_FRACTION`` (renew when this
+fraction of the lifetime remains; default a third). The Kubernetes credentials come from
+``$KUBECONFIG`` or the pod's service account.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import logging
+import os
+from typing import Any
+
+import kopf
+from lightkube import ApiError, AsyncClient
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
+from lightkube.resources.core_v1 import Secret
+from lightkube.types import PatchType
+
+from acmecerts import AcmeClient, Http01Server, IssuedCertificate
+from acmecerts.manager import CertificateEvent, CertificateManager, CertificateObtained
+from acmecerts.storage import (
+    KeyLayout,
+    load_account_url,
+    load_or_create_account_key,
+    save_account_url,
+)
+from acmecerts.storage.kubernetes import KubernetesStorage
+
+GROUP, VERSION, PLURAL = "acmecerts.example.com", "v1", "certificates"
+STAGING = "https://acme-staging-v02.api.letsencrypt.org/directory"
+FIELD_MANAGER = "acmecerts-example-operator"
+
+CertificateResource = create_namespaced_resource(GROUP, VERSION, "Certificate", PLURAL)
+log = logging.getLogger("acmecerts.example.operator")
+
+
+@dataclasses.dataclass(frozen=True)
+class Owner:
+    """The resource a managed certificate belongs to."""
+
+    namespace: str
+    name: str
+    uid: str
+    secret_name: str
+
+
+@dataclasses.dataclass
+class Operator:
+    """What the handlers share (kept in kopf's ``memo``)."""
+
+    kube: AsyncClient
+    manager: CertificateManager | None = None
+    owners: dict[str, Owner] = dataclasses.field(default_factory=dict)
+    ready: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    stop: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+
+
+def certificate_name(namespace: str, name: str) -> str:
+    """The manager's name for a resource's certificate (also its storage key)."""
+    return f"{namespace}.{name}"
+
+
+# --8<-- [start:guard]
+def owner_guard(kube: AsyncClient, owner: Owner) -> Any:
+    """Asked by the manager before every order: does the resource still exist?"""
+
+    async def present() -> bool:
+        try:
+            obj = await kube.get(CertificateResource, owner.name, namespace=owner.namespace)
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return False
+            raise  # unknown: the manager waits and asks again, it never guesses "gone"
+        meta = obj.metadata
+        return meta is not None and meta.uid == owner.uid and meta.deletionTimestamp is None
+
+    return present
+
+
+# --8<-- [end:guard]
+
+
+async def publish(kube: AsyncClient, owner: Owner, cert: IssuedCertificate) -> None:
+    """Write ``cert`` to the owner's kubernetes.io/tls Secret and its status."""
+    secret = Secret(
+        metadata=ObjectMeta(
+            name=owner.secret_name,
+            namespace=owner.namespace,
+            labels={"app.kubernetes.io/managed-by": FIELD_MANAGER},
+            ownerReferences=[
+                OwnerReference(
+                    apiVersion=f"{GROUP}/{VERSION}",
+                    kind="Certificate",
+                    name=owner.name,
+                    uid=owner.uid,
+                    controller=True,
+                    blockOwnerDeletion=True,
+                )
+            ],
+        ),
+        type="kubernetes.io/tls",
+        data={
+            "tls.crt": base64.b64encode(cert.fullchain_pem.encode()).decode(),
+            "tls.key": base64.b64encode(cert.private_key_pem.encode()).decode(),
+        },
+    )
+    await kube.apply(secret, field_manager=FIELD_MANAGER, force=True)
+    status = {
+        "certificate": {
+            "secretName": owner.secret_name,
+            "serial": cert.serial,
+            "notAfter": cert.not_after.isoformat(),
+            "dnsNames": list(cert.names),
+        }
+    }
+    try:
+        await kube.patch(
+            CertificateResource.Status,
+            owner.name,
+            {"status": status},
+            namespace=owner.namespace,
+            patch_type=PatchType.MERGE,
+        )
+    except ApiError as exc:
+        if exc.status.code != 404:  # deleted meanwhile: nothing to report to
+            raise
+
+
+async def run_manager(operator: Operator) -> None:
+    """The manager and what it needs, for the operator's lifetime (one task)."""
+    directory = os.environ.get("ACMECERTS_DIRECTORY", STAGING)
+    email = os.environ.get("ACMECERTS_EMAIL")
+    fraction = float(os.environ.get("ACMECERTS_RENEWAL_FRACTION", 1 / 3))
+    # --8<-- [start:manager]
+    storage = KubernetesStorage(os.environ.get("ACMECERTS_STORE_NAMESPACE"))
+    layout = KeyLayout(directory)
+    async with (
+        storage,
+        Http01Server(port=int(os.environ.get("ACMECERTS_HTTP_PORT", "80"))) as solver,
+    ):
+        # every replica finds the same account key in the store (made once, under a lock)
+        account_key = await load_or_create_account_key(storage, layout)
+        client = AcmeClient(
+            directory,
+            ca_bundle=os.environ.get("ACMECERTS_CA_BUNDLE"),
+            account_key=account_key,
+            account_url=await load_account_url(storage, layout, account_key=account_key),
+            contact=[f"mailto:{email}"] if email else [],
+        )
+        manager = CertificateManager(
+            client, solvers=[solver], storage=storage, layout=layout, renewal_fraction=fraction
+        )
+
+        async def on_event(event: CertificateEvent) -> None:
+            owner = operator.owners.get(event.name)
+            if isinstance(event, CertificateObtained) and event.certificate and owner:
+                await publish(operator.kube, owner, event.certificate)
+                serial = event.certificate.serial
+                log.info("%s: certificate %s in Secret %s", event.name, serial, owner.secret_name)
+
+        manager.subscribe(on_event)
+        manager.on_cancel(lambda name, reason: log.info("cancelled %s: %s", name, reason))
+        async with client, manager:
+            await client.register()  # the account exists before the first order
+            if client.account_url is not None:
+                await save_account_url(storage, layout, client.account_url, account_key=account_key)
+            operator.manager = manager
+            operator.ready.set()
+            await operator.stop.wait()
+    # --8<-- [end:manager]
+
+
+@kopf.on.startup()
+async def start(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.persistence.finalizer = f"{GROUP}/finalizer"
+    operator = Operator(kube=AsyncClient(field_manager=FIELD_MANAGER))
+    operator.task = asyncio.create_task(run_manager(operator))
+    ready = asyncio.create_task(operator.ready.wait())
+    await asyncio.wait([ready, operator.task], return_when=asyncio.FIRST_COMPLETED)
+    if not operator.ready.is_set():
+        ready.cancel()
+        await operator.task  # raises why it could not start
+    memo.operator = operator
+
+
+@kopf.on.cleanup()
+async def stop(memo: kopf.Memo, **_: Any) -> None:
+    operator: Operator = memo.operator
+    operator.stop.set()
+    if operator.task is not None:
+        await operator.task
+    await operator.kube.close()
+
+
+# --8<-- [start:handlers]
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL, field="spec")
+async def manage(
+    spec: kopf.Spec, name: str, namespace: str, uid: str, memo: kopf.Memo, **_: Any
+) -> dict[str, Any]:
+    operator: Operator = memo.operator
+    assert operator.manager is not None
+    cert_name = certificate_name(namespace, name)
+    owner = Owner(namespace, name, uid, spec.get("secretName") or f"{name}-tls")
+    operator.owners[cert_name] = owner
+    # idempotent; new dnsNames re-issue; issued and renewed in the background from here
+    operator.manager.manage(
+        cert_name, list(spec["dnsNames"]), owner=owner_guard(operator.kube, owner)
+    )
+    return {"managed": cert_name}
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL)
+async def unmanage(name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
+    operator: Operator = memo.operator
+    assert operator.manager is not None
+    cert_name = certificate_name(namespace, name)
+    # cancels in-flight work (pending authorizations are deactivated at the CA);
+    # when it returns, nothing more is sent for this certificate
+    await operator.manager.unmanage(cert_name)
+    owner = operator.owners.pop(cert_name, None)
+    if owner is not None:  # the owner reference does this too where a GC runs
+        try:
+            await operator.kube.delete(Secret, owner.secret_name, namespace=namespace)
+        except ApiError as exc:
+            if exc.status.code != 404:
+                raise
+
+
+# --8<-- [end:handlers]
