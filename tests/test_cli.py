@@ -1,128 +1,90 @@
-"""``acmecerts issue``: the real command, run as a subprocess against the session Pebble.
+"""``acmecerts issue NAME...``: the real command, run as a subprocess against the session Pebble.
 
-Exit codes: 0 issued, 1 the CA refused (its problem detail printed), 2 bad input (one
-line on stderr, no traceback, and not a single request to the CA), 130 interrupted.
+Exit codes: 0 issued (or current), 1 the CA refused (its problem detail printed), 2 bad
+input (one line on stderr, no traceback, and not a single request to the CA), 130
+interrupted. The state directory is the library's ``FileStorage`` (``KeyLayout``).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
-import json
-import os
 import signal
 import socket
-import stat
 import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import anyio
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
+from test_cli_support import (
+    NEW_ACCOUNT,
+    NEW_ORDER,
+    REPO,
+    assert_one_line_error,
+    ca_args,
+    check_certificate,
+    clean_environment,
+    cli_env,
+    free_port,
+    http01_args,
+    mode,
+    one_json,
+    run_cli,
+    run_main,
+    stored_account,
+    stored_serial,
+)
 
+from acmecerts.cli import main
 from acmecerts.cli._state import directory_slug
 from acmecerts.protocol.keys import AccountKey
+from acmecerts.storage import FileStorage, KeyLayout, save_account_url
 
 if TYPE_CHECKING:
     from acmecerts.testing import PebbleServer
 
-REPO = Path(__file__).resolve().parents[1]
-NEW_ACCOUNT = ("POST", "/sign-me-up")
-pytestmark = pytest.mark.timeout(30)
-
-
-def cli_env(**extra: str) -> dict[str, str]:
-    """The test's environment without ACMECERTS_* settings, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACMECERTS_")}
-    env.update(extra)
-    return env
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "acmecerts.cli", *args],
-        cwd=REPO,
-        env=env if env is not None else cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=25,
-        check=False,
-    )
-
-
-def free_port(*, not_: int | None = None) -> int:
-    """A free loopback port, other than ``not_``."""
-    while True:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port: int = sock.getsockname()[1]
-        if port != not_:
-            return port
-
-
-def unvalidated_port(pebble: PebbleServer) -> int:
-    """A port where Pebble's validation never connects (it only uses ``http_port``)."""
-    return free_port(not_=pebble.http_port)
+pytestmark = pytest.mark.timeout(60)
 
 
 def issue_args(
     pebble: PebbleServer, tmp_path: Path, *names: str, listen_port: int | None = None
 ) -> list[str]:
-    port = pebble.http_port if listen_port is None else listen_port
     return [
         "issue",
-        "--directory",
-        pebble.directory_url,
-        "--ca-bundle",
-        str(pebble.ca_bundle),
-        "--state-dir",
-        str(tmp_path / "state"),
+        *ca_args(pebble, tmp_path / "state"),
         "--out",
         str(tmp_path / "out"),
-        "--http-01-listen",
-        f"127.0.0.1:{port}",
+        *http01_args(pebble, listen_port),
         *names,
     ]
 
 
-def account_dir(pebble: PebbleServer, tmp_path: Path) -> Path:
-    return tmp_path / "state" / "accounts" / directory_slug(pebble.directory_url)
+def account_files(pebble: PebbleServer, tmp_path: Path) -> Path:
+    """``<state>/<ca>/accounts/default``: where the account key and URL are stored."""
+    return tmp_path / "state" / KeyLayout(pebble.directory_url).account_prefix
 
 
-def mode(path: Path) -> int:
-    return stat.S_IMODE(path.stat().st_mode)
+@pytest.fixture(autouse=True)
+def _clean_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clean_environment(tmp_path, monkeypatch)
 
 
-def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:
-    assert result.returncode == code, result.stderr
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
+def one_line(capsys: pytest.CaptureFixture[str], code: int, expected: int) -> str:
+    """The one ``acmecerts: error:`` line of an in-process run (nothing on stdout)."""
+    captured = capsys.readouterr()
+    assert code == expected, captured.err
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
     assert lines[0].startswith("acmecerts: error: ")
+    assert captured.out == ""
     return lines[0]
-
-
-def check_certificate(out: Path, names: set[str], root_pem: str) -> x509.Certificate:
-    (leaf,) = x509.load_pem_x509_certificates((out / "cert.pem").read_bytes())
-    intermediates = x509.load_pem_x509_certificates((out / "chain.pem").read_bytes())
-    fullchain = x509.load_pem_x509_certificates((out / "fullchain.pem").read_bytes())
-    assert fullchain == [leaf, *intermediates]
-    san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    assert set(san.get_values_for_type(x509.DNSName)) == names
-    key = serialization.load_pem_private_key((out / "privkey.pem").read_bytes(), password=None)
-    spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
-    assert key.public_key().public_bytes(*spki) == leaf.public_key().public_bytes(*spki)
-    root = x509.load_pem_x509_certificate(root_pem.encode())
-    for child, parent in zip([leaf, *intermediates], [*intermediates, root], strict=True):
-        child.verify_directly_issued_by(parent)
-    return leaf
 
 
 # -- success --------------------------------------------------------------------------------
 
 
-def test_issue_writes_the_certificate_files_with_safe_modes(
+def test_issue_writes_the_files_and_stores_the_certificate(
     pebble: PebbleServer, tmp_path: Path
 ) -> None:
     names = {"cli-files.example.test", "www.cli-files.example.test"}
@@ -132,7 +94,7 @@ def test_issue_writes_the_certificate_files_with_safe_modes(
     assert result.stderr == ""
     assert "Certificate issued for" in result.stdout
     out = tmp_path / "out"
-    check_certificate(out, names, pebble.root_pem())
+    leaf = check_certificate(out, names, pebble.root_pem())
     assert mode(out / "privkey.pem") == 0o600
     for public in ("cert.pem", "chain.pem", "fullchain.pem"):
         assert mode(out / public) == 0o644
@@ -144,22 +106,24 @@ def test_issue_writes_the_certificate_files_with_safe_modes(
         "fullchain.pem",
         "privkey.pem",
     ]  # no temporary files left behind
-    accounts = account_dir(pebble, tmp_path)
-    assert mode(accounts) == 0o700
-    assert mode(accounts / "account.key") == 0o600
-    AccountKey.from_pem((accounts / "account.key").read_bytes())
-    stored = json.loads((accounts / "account.json").read_text())
-    assert stored["directory"] == pebble.directory_url
-    assert stored["url"].startswith(pebble.directory_url.removesuffix("/dir"))
+    # The state directory is the manager's FileStorage: the library reads what the CLI wrote.
+    state = tmp_path / "state"
+    key, url = stored_account(state, pebble.directory_url)
+    assert key is not None
+    assert url is not None
+    assert url.startswith(pebble.directory_url.removesuffix("/dir"))
+    assert mode(account_files(pebble, tmp_path) / "key.pem") == 0o600
+    name = "cli-files.example.test"
+    assert stored_serial(state, pebble.directory_url, name) == format(leaf.serial_number, "x")
 
 
 def test_json_prints_exactly_one_object(pebble: PebbleServer, tmp_path: Path) -> None:
     result = run_cli(*issue_args(pebble, tmp_path, "cli-json.example.test"), "--json")
 
     assert result.returncode == 0, result.stderr
-    assert len(result.stdout.splitlines()) == 1
-    document = json.loads(result.stdout)
+    document = one_json(result)
     assert document["status"] == "issued"
+    assert document["name"] == "cli-json.example.test"
     assert document["names"] == ["cli-json.example.test"]
     out = tmp_path / "out"
     assert document["files"] == {
@@ -172,151 +136,207 @@ def test_json_prints_exactly_one_object(pebble: PebbleServer, tmp_path: Path) ->
     assert int(document["serial"], 16) == leaf.serial_number
     assert _dt.datetime.fromisoformat(document["not_after"]) == leaf.not_valid_after_utc
     assert _dt.datetime.fromisoformat(document["not_before"]) == leaf.not_valid_before_utc
+    # no ARI at Pebble 2.4: renewal when a third of the lifetime is left
+    lifetime = leaf.not_valid_after_utc - leaf.not_valid_before_utc
+    renewal = _dt.datetime.fromisoformat(document["renewal_at"])
+    expected = leaf.not_valid_after_utc - lifetime / 3
+    assert abs(renewal - expected) < _dt.timedelta(seconds=2)
     assert document["order_url"].startswith("https://127.0.0.1:")
     assert document["certificate_url"].startswith("https://127.0.0.1:")
 
 
-def test_second_run_reuses_the_stored_account(pebble: PebbleServer, tmp_path: Path) -> None:
-    args = issue_args(pebble, tmp_path, "cli-reuse.example.test")
-    first = run_cli(*args, "--json")
+def test_a_current_certificate_is_kept_and_force_orders_a_new_one(
+    pebble: PebbleServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = [*issue_args(pebble, tmp_path, "cli-reuse.example.test"), "--json"]
+    first = run_cli(*args)
     assert first.returncode == 0, first.stderr
-    account_json = account_dir(pebble, tmp_path) / "account.json"
-    key_before = (account_dir(pebble, tmp_path) / "account.key").read_bytes()
-    url_before = json.loads(account_json.read_text())["url"]
-    new_accounts_before = pebble.requests_seen().count(NEW_ACCOUNT)
+    key_before, url_before = stored_account(tmp_path / "state", pebble.directory_url)
+    seen = pebble.requests_seen()
 
-    second = run_cli(*args, "--json")
+    # Not due for renewal: nothing is ordered, the stored certificate is written again.
+    (tmp_path / "out" / "cert.pem").unlink()
+    second = run_main(capsys, *args)  # in-process: faster
 
     assert second.returncode == 0, second.stderr
-    assert json.loads(second.stdout)["serial"] != json.loads(first.stdout)["serial"]
-    assert json.loads(account_json.read_text())["url"] == url_before
-    assert (account_dir(pebble, tmp_path) / "account.key").read_bytes() == key_before
-    assert pebble.requests_seen().count(NEW_ACCOUNT) == new_accounts_before
+    assert one_json(second)["status"] == "current"
+    assert one_json(second)["serial"] == one_json(first)["serial"]
+    assert (tmp_path / "out" / "cert.pem").exists()
+    new_requests = pebble.requests_seen()[len(seen) :]
+    assert NEW_ORDER not in new_requests
+    assert NEW_ACCOUNT not in new_requests
 
+    third = run_cli(*args, "--force")
 
-def test_environment_variables_and_the_default_output_directory(
-    pebble: PebbleServer, tmp_path: Path
-) -> None:
-    env = cli_env(
-        ACMECERTS_DIRECTORY=pebble.directory_url,
-        ACMECERTS_CA_BUNDLE=str(pebble.ca_bundle),
-        ACMECERTS_STATE_DIR=str(tmp_path / "state"),
-    )
-    result = run_cli(
-        "issue",
-        "--http-01-listen",
-        f"127.0.0.1:{pebble.http_port}",
-        "CLI-Env.Example.Test",
-        env=env,
-    )
-
-    assert result.returncode == 0, result.stderr
-    out = tmp_path / "state" / "certificates" / "cli-env.example.test"
-    check_certificate(out, {"cli-env.example.test"}, pebble.root_pem())
-    assert mode(out / "privkey.pem") == 0o600
+    assert third.returncode == 0, third.stderr
+    assert one_json(third)["serial"] != one_json(first)["serial"]
+    assert stored_account(tmp_path / "state", pebble.directory_url) == (key_before, url_before)
+    assert pebble.requests_seen()[len(seen) :].count(NEW_ACCOUNT) == 0
 
 
 def test_a_stale_account_url_is_registered_again(pebble: PebbleServer, tmp_path: Path) -> None:
     # The CA no longer knows the stored account (e.g. it was reset): the key registers again.
-    accounts = account_dir(pebble, tmp_path)
-    accounts.mkdir(parents=True)
-    (accounts / "account.key").write_bytes(AccountKey.generate().to_pem())
+    key = AccountKey.generate()
     gone = pebble.directory_url.removesuffix("/dir") + "/my-account/does-not-exist"
-    (accounts / "account.json").write_text(
-        json.dumps({"directory": pebble.directory_url, "url": gone})
-    )
+
+    async def store() -> None:
+        storage, layout = FileStorage(tmp_path / "state"), KeyLayout(pebble.directory_url)
+        await storage.store(layout.account_key(), key.to_pem(), secret=True)
+        await save_account_url(storage, layout, gone, account_key=key)
+
+    anyio.run(store)
 
     result = run_cli(*issue_args(pebble, tmp_path, "cli-stale.example.test"))
 
     assert result.returncode == 0, result.stderr
     assert "no longer exists" in result.stderr
-    assert json.loads((accounts / "account.json").read_text())["url"] != gone
+    stored_key, url = stored_account(tmp_path / "state", pebble.directory_url)
+    assert stored_key == key
+    assert url is not None
+    assert url != gone
+
+
+def test_a_first_cut_account_is_imported_with_settings_from_the_environment(
+    pebble: PebbleServer, tmp_path: Path
+) -> None:
+    # <state>/accounts/<slug>/account.key, as the first CLI wrote it
+    legacy = tmp_path / "state" / "accounts" / directory_slug(pebble.directory_url)
+    legacy.mkdir(parents=True)
+    key = AccountKey.generate()
+    (legacy / "account.key").write_bytes(key.to_pem())
+    requests_before = len(pebble.requests_seen())
+    env = cli_env(
+        tmp_path,
+        ACMECERTS_DIRECTORY=pebble.directory_url,
+        ACMECERTS_CA_BUNDLE=str(pebble.ca_bundle),
+        ACMECERTS_STATE_DIR=str(tmp_path / "state"),
+        ACMECERTS_HTTP_01_LISTEN=f"127.0.0.1:{pebble.http_port}",
+    )
+
+    result = run_cli("issue", "CLI-Env.Example.Test", env=env)
+
+    assert result.returncode == 0, result.stderr
+    stored_key, url = stored_account(tmp_path / "state", pebble.directory_url)
+    assert stored_key == key  # the same account key, now in the store
+    assert url is not None
+    assert pebble.requests_seen()[requests_before:].count(NEW_ACCOUNT) == 1
+    assert (legacy / "account.key").read_bytes() == key.to_pem()  # left as it was
+    # no --out: <state>/certificates/<first name>
+    out = tmp_path / "state" / "certificates" / "cli-env.example.test"
+    check_certificate(out, {"cli-env.example.test"}, pebble.root_pem())
+    assert mode(out / "privkey.pem") == 0o600
 
 
 # -- bad input: exit 2, one line, nothing sent ----------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("extra", "names", "message"),
-    [
-        ([], ["bad..name.example"], "empty label"),
-        ([], ["good.example.test", "bad_name.example.test"], "bad_name.example.test"),
-        ([], ["localhost"], "at least two labels"),
-        ([], ["*.wild.example.test"], "wildcard"),
-        (["--http-01-listen", "80"], ["ok.example.test"], "HOST:PORT"),
-        (["--http-01-listen", "127.0.0.1:http"], ["ok.example.test"], "port"),
-        (["--http-01-listen", "127.0.0.1:70000"], ["ok.example.test"], "port"),
-        (["--http-01-listen", "::1:80"], ["ok.example.test"], "brackets"),
-        (["--key-type", "dsa1024"], ["ok.example.test"], "unknown key type"),
-        (["--ca-bundle", "/nonexistent/ca.pem"], ["ok.example.test"], "/nonexistent/ca.pem"),
-        (["--timeout", "0"], ["ok.example.test"], "--timeout"),
-        (["--email", "not-an-address"], ["ok.example.test"], "--email"),
-        (["--directory", "http://127.0.0.1/dir"], ["ok.example.test"], "https://"),
-        (["--no-such-option"], ["ok.example.test"], "--no-such-option"),
-        ([], [], "NAME"),
-    ],
-)
+BAD_INPUT = [
+    ([], ["bad..name.example"], "empty label"),
+    ([], ["good.example.test", "bad_name.example.test"], "bad_name.example.test"),
+    ([], ["localhost"], "at least two labels"),
+    ([], ["*.wild.example.test"], "wildcard"),
+    (["--http-01-listen", "80"], ["ok.example.test"], "HOST:PORT"),
+    (["--http-01-listen", "127.0.0.1:http"], ["ok.example.test"], "port"),
+    (["--http-01-listen", "127.0.0.1:70000"], ["ok.example.test"], "port"),
+    (["--http-01-listen", "::1:80"], ["ok.example.test"], "brackets"),
+    (["--key-type", "dsa1024"], ["ok.example.test"], "unknown key type"),
+    (["--ca-bundle", "/nonexistent/ca.pem"], ["ok.example.test"], "/nonexistent/ca.pem"),
+    (["--timeout", "0"], ["ok.example.test"], "--timeout"),
+    (["--max-wait", "-1"], ["ok.example.test"], "--max-wait"),
+    (["--concurrency", "0"], ["ok.example.test"], "--concurrency"),
+    (["--email", "not-an-address"], ["ok.example.test"], "--email"),
+    (["--directory", "http://127.0.0.1/dir"], ["ok.example.test"], "https://"),
+    (["--challenge", "dns-02"], ["ok.example.test"], "--challenge"),
+    (["--challenge", "dns-01"], ["ok.example.test"], "--dns-hook"),
+    (["--challenge", "dns-01", "--dns-hook", "/nonexistent/hook"], ["ok.example.test"], "hook"),
+    (
+        ["--challenge", "dns-01", "--dns-rfc2136-server", "127.0.0.1:53", "--dns-tsig-key", "k"],
+        ["ok.example.test"],
+        "--dns-tsig-secret",
+    ),
+    (["--challenge", "dns-01", "--dns-hook", "true"], ["127.0.0.1"], "IP address"),
+    (["--eab-kid", "kid-1"], ["ok.example.test"], "--eab-hmac-key"),
+    (["--from-file", "/nonexistent/list.txt"], [], "/nonexistent/list.txt"),
+    (["--from-file", "/dev/null"], ["ok.example.test"], "not both"),
+    (["--no-such-option"], ["ok.example.test"], "--no-such-option"),
+    ([], [], "NAME"),
+]
+
+
+@pytest.mark.parametrize(("extra", "names", "message"), BAD_INPUT)
 def test_bad_input_exits_2_without_contacting_the_ca(
-    pebble: PebbleServer, tmp_path: Path, extra: list[str], names: list[str], message: str
+    pebble: PebbleServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    extra: list[str],
+    names: list[str],
+    message: str,
 ) -> None:
+    # In-process (the same main() as the console script) to keep the suite fast; the
+    # subprocess test below shows the process behaves the same.
     requests_before = len(pebble.requests_seen())
 
-    result = run_cli(*issue_args(pebble, tmp_path), *extra, *names)
+    code = main([*issue_args(pebble, tmp_path), *extra, *names])
 
-    line = assert_one_line_error(result, 2)
-    assert message in line
-    assert result.stdout == ""
+    assert message in one_line(capsys, code, 2)
     assert len(pebble.requests_seen()) == requests_before
     assert not (tmp_path / "state").exists()
 
 
-def test_bad_input_with_json_prints_an_invalid_input_object(
-    pebble: PebbleServer, tmp_path: Path
-) -> None:
+def test_bad_input_in_a_process_with_json(pebble: PebbleServer, tmp_path: Path) -> None:
+    requests_before = len(pebble.requests_seen())
     result = run_cli(*issue_args(pebble, tmp_path, "*.wild.example.test"), "--json")
 
     line = assert_one_line_error(result, 2)
-    document = json.loads(result.stdout)
+    assert "wildcard" in line
+    document = one_json(result)
     assert document["status"] == "invalid-input"
     assert document["problem"] is None
     assert document["error"] in line
+    assert len(pebble.requests_seen()) == requests_before
+    assert not (tmp_path / "state").exists()
 
 
 def test_a_port_already_in_use_exits_2_without_contacting_the_ca(
-    pebble: PebbleServer, tmp_path: Path
+    pebble: PebbleServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     requests_before = len(pebble.requests_seen())
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        result = run_cli(*issue_args(pebble, tmp_path, "busy.example.test", listen_port=port))
+        code = main(issue_args(pebble, tmp_path, "busy.example.test", listen_port=port))
 
-    line = assert_one_line_error(result, 2)
+    line = one_line(capsys, code, 2)
     assert f"127.0.0.1:{port}" in line
     assert len(pebble.requests_seen()) == requests_before
+    assert not (tmp_path / "state").exists()
 
 
 @pytest.mark.parametrize(
     ("file", "content"),
     [
-        ("account.key", b"-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n"),
+        ("key.pem", b"-----BEGIN PRIVATE KEY-----\nnot a key\n-----END PRIVATE KEY-----\n"),
         ("account.json", b'{"directory": "truncated'),
     ],
 )
 def test_corrupt_stored_account_exits_2_naming_the_file_and_keeps_it(
-    pebble: PebbleServer, tmp_path: Path, file: str, content: bytes
+    pebble: PebbleServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    file: str,
+    content: bytes,
 ) -> None:
-    accounts = account_dir(pebble, tmp_path)
+    # Written without FileStorage's integrity header: the store reports the file corrupt.
+    accounts = account_files(pebble, tmp_path)
     accounts.mkdir(parents=True)
-    (accounts / "account.key").write_bytes(AccountKey.generate().to_pem())
     corrupt = accounts / file
     corrupt.write_bytes(content)
     requests_before = len(pebble.requests_seen())
 
-    result = run_cli(*issue_args(pebble, tmp_path, "corrupt.example.test"))
+    code = main(issue_args(pebble, tmp_path, "corrupt.example.test"))
 
-    line = assert_one_line_error(result, 2)
+    line = one_line(capsys, code, 2)
     assert str(corrupt) in line
     assert corrupt.read_bytes() == content
     assert len(pebble.requests_seen()) == requests_before
@@ -329,14 +349,13 @@ def test_failed_validation_exits_1_with_the_problem_detail(
     pebble: PebbleServer, tmp_path: Path
 ) -> None:
     # Pebble validates on pebble.http_port; answering on another port leaves it unanswered.
-    args = issue_args(
-        pebble, tmp_path, "refused.example.test", listen_port=unvalidated_port(pebble)
-    )
+    port = free_port(not_=pebble.http_port)
+    args = issue_args(pebble, tmp_path, "refused.example.test", listen_port=port)
 
     result = run_cli(*args, "--json")
 
     line = assert_one_line_error(result, 1)
-    document = json.loads(result.stdout)
+    document = one_json(result)
     assert document["status"] == "failed"
     problem = document["problem"]
     assert problem["type"] == "urn:ietf:params:acme:error:connection"
@@ -345,15 +364,24 @@ def test_failed_validation_exits_1_with_the_problem_detail(
     assert "refused.example.test" in line
     assert not (tmp_path / "out" / "cert.pem").exists()
     # The account was created all the same, and is kept for the next run.
-    assert (account_dir(pebble, tmp_path) / "account.json").exists()
+    assert stored_account(tmp_path / "state", pebble.directory_url)[1] is not None
+
+    # The certificate is remembered: once the problem is fixed, `renew` issues it, at once
+    # (no backoff holds a person back).
+    fixed = run_cli("renew", "--json", *ca_args(pebble, tmp_path / "state"), *http01_args(pebble))
+    assert fixed.returncode == 0, fixed.stderr
+    (renewed,) = one_json(fixed)["certificates"]
+    assert renewed["name"] == "refused.example.test"
+    assert renewed["status"] == "issued"
+    check_certificate(tmp_path / "out", {"refused.example.test"}, pebble.root_pem())
 
 
-def test_failed_validation_in_human_mode(pebble: PebbleServer, tmp_path: Path) -> None:
-    args = issue_args(
-        pebble, tmp_path, "refused2.example.test", listen_port=unvalidated_port(pebble)
-    )
-
-    result = run_cli(*args)
+def test_failed_validation_in_human_mode(
+    pebble: PebbleServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    port = free_port(not_=pebble.http_port)
+    args = issue_args(pebble, tmp_path, "refused2.example.test", listen_port=port)
+    result = run_main(capsys, *args)  # in-process: faster
 
     line = assert_one_line_error(result, 1)
     assert "validation of refused2.example.test failed" in line
@@ -368,7 +396,7 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path: Path) -> None:
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
-        silent.settimeout(20)
+        silent.settimeout(30)
         port = silent.getsockname()[1]
         proc = subprocess.Popen(
             [
@@ -385,7 +413,7 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path: Path) -> None:
                 "interrupted.example.test",
             ],
             cwd=REPO,
-            env=cli_env(),
+            env=cli_env(tmp_path),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -394,7 +422,7 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path: Path) -> None:
             connection, _ = silent.accept()
             with connection:
                 proc.send_signal(signal.SIGINT)
-                stdout, stderr = proc.communicate(timeout=20)
+                stdout, stderr = proc.communicate(timeout=30)
         finally:
             if proc.poll() is None:
                 proc.kill()
@@ -406,11 +434,33 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path: Path) -> None:
     assert stdout == ""
 
 
-def test_help_and_version(tmp_path: Path) -> None:
-    help_result = run_cli("issue", "--help")
-    assert help_result.returncode == 0
-    for option in ("--directory", "--ca-bundle", "--http-01-listen", "--key-type", "--json"):
-        assert option in help_result.stdout
-    version = run_cli("--version")
-    assert version.returncode == 0
-    assert version.stdout.startswith("acmecerts ")
+def test_help_documents_the_commands_and_the_exit_codes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["--help"]) == 0
+    top = capsys.readouterr().out
+    for command in ("issue", "renew", "revoke", "status", "account"):
+        assert command in top
+    assert main(["issue", "--help"]) == 0
+    issue_help = " ".join(capsys.readouterr().out.split())
+    for option in (
+        "--directory",
+        "--challenge",
+        "--from-file",
+        "--max-wait",
+        "--concurrency",
+        "--eab-kid",
+        "--json",
+    ):
+        assert option in issue_help
+    for code in ("0 ok", "1 failed", "2 bad input", "3 deferred", "130 interrupted"):
+        assert code in issue_help
+    assert main(["account", "--help"]) == 0
+    account_help = capsys.readouterr().out
+    for action in ("show", "create", "rollover", "deactivate"):
+        assert action in account_help
+
+
+def test_version(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith("acmecerts ")

@@ -1,6 +1,8 @@
-"""The ``acmecerts`` command line: ``acmecerts issue [OPTIONS] NAME...``.
+"""The ``acmecerts`` command line: ``issue``, ``renew``, ``revoke``, ``status``, ``account``.
 
-Needs the ``cli`` extra (``pip install 'acmecerts[cli]'``: typer and rich).
+Needs the ``cli`` extra (``pip install 'acmecerts[cli]'``: typer and rich). The state
+directory is a :class:`~acmecerts.storage.FileStorage` that programs using the library
+can share (see :mod:`acmecerts.cli._state`); ``acmecerts --help`` documents the exit codes.
 """
 
 from __future__ import annotations

@@ -1,401 +1,321 @@
-"""``acmecerts issue``: one certificate for some names, over http-01, from the command line.
+"""The ``acmecerts`` command line: typer commands, their options, and the exit codes.
 
-Exit codes: 0 issued; 1 the issuance failed (the CA's problem detail is printed);
-2 bad input or unusable state (one line on stderr, nothing sent to the CA); 130 interrupted.
-With ``--json`` exactly one JSON object goes to stdout, whatever happens.
+Commands: ``issue`` (one certificate, or one per line of ``--from-file``, in parallel),
+``renew``, ``revoke``, ``status`` and ``account show|create|rollover|deactivate``. Each
+validates all of its input before anything is sent to the CA or written, so bad input
+costs nothing (exit 2, one line); every command has ``--json`` (exactly one JSON object on
+stdout, whatever happens). The work itself is in ``_issue``, ``_revoke``, ``_status``
+and ``_account`` (shared parts in ``_common``).
 
-Order of work, so that bad input never costs a request: every option is validated first,
-then the stored account is read, then the http-01 port is bound and the output directory
-created; only then is the CA contacted.
+Options come from the command line, ``ACMECERTS_*`` environment variables and a TOML file,
+in that order of precedence (see :mod:`acmecerts.cli._config`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as _dt
-import ipaddress
-import json
-import logging
-import math
-import re
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Final
+from typing import Annotated, Any, Final
 
-import anyio
 import typer
-from rich.console import Console
-from rich.text import Text
 
 from acmecerts._version import __version__
-from acmecerts.cli._state import (
-    StateDir,
-    StoredAccount,
-    default_state_dir,
-    directory_slug,
-    ensure_private_dir,
-    write_certificate_files,
+from acmecerts.errors import InvalidInput
+
+from ._account import run_account
+from ._common import (
+    EXIT_DEFERRED,
+    EXIT_FAILED,
+    EXIT_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    LETS_ENCRYPT,
+    AccountArgs,
+    CommonArgs,
+    Report,
 )
-from acmecerts.client import AcmeClient
-from acmecerts.errors import (
-    AccountDoesNotExist,
-    AcmeCertsError,
-    AcmeProblem,
-    InvalidInput,
-    IssuanceError,
-    StorageError,
+from ._config import ENV_PREFIX, config_default_map, find_config_path, load_config
+from ._issue import IssueArgs, run_issue, run_renew
+from ._revoke import run_revoke
+from ._solvers import ChallengeOptions
+from ._status import run_status
+
+__all__ = [
+    "EXIT_DEFERRED",
+    "EXIT_FAILED",
+    "EXIT_INPUT",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "app",
+    "main",
+]
+
+EXIT_CODES: Final = (
+    "Exit codes: 0 ok (issued, or nothing was due); 1 failed (the CA's problem detail is "
+    "printed); 2 bad input or unusable state (one line on stderr, nothing sent to the CA); "
+    "3 deferred by rate limits (the instant is printed and kept in the state directory); "
+    "130 interrupted (Ctrl-C: pending authorizations are deactivated first)."
 )
-from acmecerts.protocol.identifiers import Identifier, parse_identifiers
-from acmecerts.protocol.keys import AccountKey, KeyType
-from acmecerts.solvers import Http01Server
-
-if TYPE_CHECKING:
-    from acmecerts._issued import IssuedCertificate
-
-__all__ = ["EXIT_FAILED", "EXIT_INPUT", "EXIT_INTERRUPTED", "EXIT_OK", "app", "main"]
-
-log = logging.getLogger("acmecerts.cli")
-
-#: Let's Encrypt's production directory, the default CA.
-LETS_ENCRYPT: Final = "https://acme-v02.api.letsencrypt.org/directory"
-
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_INPUT: Final = 2
-EXIT_INTERRUPTED: Final = 130
-
-_KEY_TYPES: Final = "|".join(k.value for k in KeyType)
-_EMAIL = re.compile(r"[^@\s,;:<>()\[\]\\\"]+@[^@\s,;:<>()\[\]\\\"]+")
-_HOST = re.compile(r"[A-Za-z0-9.-]+")
-
-
-# -- validated input ----------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class IssueOptions:
-    """What ``acmecerts issue`` was given, as typed."""
-
-    names: tuple[str, ...]
-    directory: str = LETS_ENCRYPT
-    ca_bundle: Path | None = None
-    emails: tuple[str, ...] = ()
-    state_dir: Path | None = None
-    out: Path | None = None
-    http_01_listen: str = "0.0.0.0:80"
-    key_type: str = KeyType.EC256.value
-    json: bool = False
-    timeout: float = 1800.0
-    verbose: int = 0
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Plan:
-    """Validated options: everything needed to run without asking again."""
-
-    identifiers: tuple[Identifier, ...]
-    directory: str
-    ca_bundle: Path | None
-    contact: tuple[str, ...]
-    state: StateDir
-    out: Path
-    host: str
-    port: int
-    key_type: KeyType
-    timeout: float
-
-
-def parse_listen(value: str) -> tuple[str, int]:
-    """Parse ``HOST:PORT`` (``[IPv6]:PORT``; an empty host means every IPv4 interface)."""
-    text = value.strip()
-
-    def bad(reason: str) -> InvalidInput:
-        return InvalidInput(f"--http-01-listen {value!r}: {reason}")
-
-    if text.startswith("["):
-        inner, closed, rest = text[1:].partition("]")
-        if not closed or not rest.startswith(":"):
-            raise bad("expected [IPv6]:PORT")
-        try:
-            host = ipaddress.IPv6Address(inner).compressed
-        except ValueError:
-            raise bad(f"{inner!r} is not an IPv6 address") from None
-        port_text = rest[1:]
-    else:
-        host, colon, port_text = text.rpartition(":")
-        if not colon:
-            raise bad("expected HOST:PORT, e.g. 0.0.0.0:80")
-        if ":" in host:
-            raise bad("write an IPv6 address in brackets, e.g. [::]:80")
-        host = host or "0.0.0.0"
-        if not _HOST.fullmatch(host):
-            raise bad(f"{host!r} is not a host name or IP address")
-    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
-        raise bad(f"the port must be a number from 1 to 65535, not {port_text!r}")
-    return host, int(port_text)
-
-
-def _contacts(emails: Sequence[str]) -> tuple[str, ...]:
-    contacts: list[str] = []
-    for email in emails:
-        address = email.strip().removeprefix("mailto:")
-        if not _EMAIL.fullmatch(address):
-            raise InvalidInput(f"--email {email!r} is not an e-mail address")
-        contacts.append(f"mailto:{address}")
-    return tuple(dict.fromkeys(contacts))
-
-
-def _plan(options: IssueOptions) -> _Plan:
-    """Validate every option; raise :class:`InvalidInput` before anything is touched."""
-    identifiers = parse_identifiers(options.names)
-    for ident in identifiers:
-        if ident.is_wildcard:
-            raise InvalidInput(
-                f"{ident.value}: http-01 cannot validate a wildcard name (wildcards need dns-01)"
-            )
-    directory_slug(options.directory)  # raises InvalidInput for a URL the CA cannot have
-    key_type = KeyType.parse(options.key_type)
-    host, port = parse_listen(options.http_01_listen)
-    if not (math.isfinite(options.timeout) and options.timeout > 0):
-        raise InvalidInput(f"--timeout must be a positive number of seconds, not {options.timeout}")
-    ca_bundle = options.ca_bundle.expanduser() if options.ca_bundle is not None else None
-    if ca_bundle is not None:
-        try:
-            with ca_bundle.open("rb") as file:
-                file.read(1)
-        except OSError as exc:
-            raise InvalidInput(
-                f"cannot read --ca-bundle {ca_bundle}: {exc.strerror or exc}"
-            ) from exc
-    state = StateDir(options.state_dir if options.state_dir is not None else default_state_dir())
-    out = options.out.expanduser() if options.out is not None else None
-    return _Plan(
-        identifiers=identifiers,
-        directory=options.directory,
-        ca_bundle=ca_bundle,
-        contact=_contacts(options.emails),
-        state=state,
-        out=(out or state.default_out(identifiers[0].value)).absolute(),
-        host=host,
-        port=port,
-        key_type=key_type,
-        timeout=options.timeout,
-    )
-
-
-# -- issuing ------------------------------------------------------------------------------
-
-
-async def _issue(plan: _Plan, stored: StoredAccount | None) -> IssuedCertificate:
-    stored_url = stored.url if stored is not None else None
-    # issue() takes text, not Identifier objects; the values are already normalised.
-    names = [ident.value for ident in plan.identifiers]
-    async with (
-        AcmeClient(
-            plan.directory,
-            account_key=stored.key if stored is not None else AccountKey.generate(),
-            account_url=stored_url,
-            contact=plan.contact,
-            ca_bundle=plan.ca_bundle,
-            attempt_timeout=plan.timeout,
-        ) as client,
-        Http01Server(host=plan.host, port=plan.port) as solver,
-    ):
-        # Nothing has been sent yet; from here on the CA is contacted.
-        ensure_private_dir(plan.out)
-        if stored is None:
-            client.account_key = plan.state.create_account_key(plan.directory, client.account_key)
-        try:
-            try:
-                return await client.issue(names, solver=solver, key_type=plan.key_type)
-            except AccountDoesNotExist:
-                if stored_url is None:
-                    raise
-                # The CA forgot the account (e.g. a test CA restarted): register the key again.
-                log.warning("account %s no longer exists at the CA; registering again", stored_url)
-                client.account_url = None
-                return await client.issue(names, solver=solver, key_type=plan.key_type)
-        finally:
-            if client.account_url is not None and client.account_url != stored_url:
-                try:
-                    plan.state.save_account_url(plan.directory, client.account_url)
-                except StorageError as exc:
-                    log.warning("%s", exc)
-
-
-def _first_error(exc: BaseException) -> BaseException:
-    """The first leaf of an exception group (task groups wrap what their children raise)."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
-
-
-def _problem_of(exc: BaseException) -> AcmeProblem | None:
-    if isinstance(exc, AcmeProblem):
-        return exc
-    if isinstance(exc, IssuanceError):
-        return exc.problem
-    return None
-
-
-# -- output -------------------------------------------------------------------------------
-
-
-class _Report:
-    """Writes the result: one line on stderr for errors, rich or JSON on stdout."""
-
-    def __init__(self, *, json_mode: bool) -> None:
-        self.json_mode = json_mode
-        self.out = Console(soft_wrap=True, highlight=False)
-        self.err = Console(stderr=True, soft_wrap=True, highlight=False)
-
-    def _json(self, document: dict[str, Any]) -> None:
-        sys.stdout.write(json.dumps(document) + "\n")
-        sys.stdout.flush()
-
-    def error(self, code: int, message: str, problem: AcmeProblem | None = None) -> int:
-        line = " ".join(message.split())
-        sys.stderr.write(f"acmecerts: error: {line}\n")
-        sys.stderr.flush()
-        if self.json_mode:
-            self._json(
-                {
-                    "status": "invalid-input" if code == EXIT_INPUT else "failed",
-                    "error": line,
-                    "problem": (
-                        {"type": problem.type, "detail": problem.detail}
-                        if problem is not None
-                        else None
-                    ),
-                }
-            )
-        return code
-
-    def issued(self, issued: IssuedCertificate, files: dict[str, Path]) -> int:
-        if self.json_mode:
-            self._json(
-                {
-                    "status": "issued",
-                    "names": list(issued.names),
-                    "not_before": issued.not_before.isoformat(),
-                    "not_after": issued.not_after.isoformat(),
-                    "serial": issued.serial,
-                    "files": {kind: str(path) for kind, path in files.items()},
-                    "order_url": issued.order_url,
-                    "certificate_url": issued.certificate_url,
-                }
-            )
-            return EXIT_OK
-        days = (issued.not_after - _dt.datetime.now(_dt.UTC)).days
-        title = Text("Certificate issued for ", style="bold green")
-        title.append(", ".join(issued.names), style="bold")
-        self.out.print(title)
-        rows = [
-            ("expires", f"{issued.not_after:%Y-%m-%d %H:%M} UTC (in {days} days)"),
-            ("serial", issued.serial),
-        ]
-        rows += [(kind, str(files[kind])) for kind in ("fullchain", "cert", "chain", "privkey")]
-        for label, value in rows:
-            line = Text(f"  {label:<10} ", style="dim")
-            line.append(value)
-            self.out.print(line)
-        return EXIT_OK
-
-
-# -- logging ------------------------------------------------------------------------------
-
-
-class _OneLineWarnings(logging.Handler):
-    """Without ``-v``: warnings and errors as one line each, never a traceback."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            message = " ".join(record.getMessage().split())
-            sys.stderr.write(f"acmecerts: {record.levelname.lower()}: {message}\n")
-        except Exception:  # logging must never break the command
-            self.handleError(record)
-
-
-_handler: logging.Handler | None = None
-
-
-def _configure_logging(verbose: int, console: Console) -> None:
-    global _handler
-    root = logging.getLogger()
-    if _handler is not None:
-        root.removeHandler(_handler)
-    if verbose:
-        if console.is_terminal:
-            from rich.logging import RichHandler
-
-            _handler = RichHandler(console=console, show_path=False, log_time_format="%H:%M:%S")
-        else:  # a log file: one plain line per record, never wrapped
-            _handler = logging.StreamHandler(sys.stderr)
-            _handler.setFormatter(
-                logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-            )
-        level = logging.DEBUG if verbose > 1 else logging.INFO
-        logging.getLogger("acmecerts").setLevel(level)
-        logging.getLogger("httpx").setLevel(logging.INFO)
-    else:
-        _handler = _OneLineWarnings()
-        logging.getLogger("acmecerts").setLevel(logging.WARNING)
-    root.addHandler(_handler)
-    root.setLevel(logging.WARNING)
-
-
-# -- the command --------------------------------------------------------------------------
-
-
-def run_issue(options: IssueOptions) -> int:
-    """Run ``acmecerts issue``; return the exit code."""
-    report = _Report(json_mode=options.json)
-    _configure_logging(options.verbose, report.err)
-    try:
-        plan = _plan(options)
-        stored = plan.state.load_account(plan.directory)
-        names = ", ".join(i.value for i in plan.identifiers)
-        if report.err.is_terminal and not options.verbose:
-            with report.err.status(f"Issuing a certificate for {names}..."):
-                issued = anyio.run(_issue, plan, stored)
-        else:
-            issued = anyio.run(_issue, plan, stored)
-    except KeyboardInterrupt:
-        return report.error(EXIT_INTERRUPTED, "interrupted")
-    except BaseException as raised:
-        exc = _first_error(raised)
-        if isinstance(exc, KeyboardInterrupt):
-            return report.error(EXIT_INTERRUPTED, "interrupted")
-        if isinstance(exc, InvalidInput | StorageError):
-            return report.error(EXIT_INPUT, str(exc))
-        if isinstance(exc, AcmeCertsError):
-            return report.error(EXIT_FAILED, str(exc), _problem_of(exc))
-        raise
-    try:
-        files = write_certificate_files(plan.out, issued)
-    except StorageError as exc:
-        return report.error(
-            EXIT_FAILED,
-            f"the certificate was issued but could not be saved: {exc} (certificate URL: "
-            f"{issued.certificate_url})",
-        )
-    return report.issued(issued, files)
-
-
-app = typer.Typer(
-    name="acmecerts",
-    help="Get TLS certificates from an ACME CA (RFC 8555).",
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+CONFIG_HELP: Final = (
+    "Every option can also be set as an ACMECERTS_* environment variable (ACMECERTS_STATE_DIR "
+    "for --state-dir) or in the TOML file (key state-dir); precedence: flag, environment, "
+    "file, default."
 )
+_EPILOG: Final = f"{EXIT_CODES}\n\n{CONFIG_HELP}"
+
+_CA: Final = "CA and state"
+_CHALLENGE: Final = "Challenge"
+_ACCOUNT: Final = "Account"
+_OUTPUT: Final = "Output"
+_ISSUING: Final = "Issuing"
+
+
+def _env(option: str) -> str:
+    return ENV_PREFIX + option.upper().replace("-", "_")
+
+
+def _opt(name: str, *, panel: str = _CA, **kwargs: Any) -> Any:
+    """A typer option ``--name`` whose environment variable is ``ACMECERTS_NAME``."""
+    return typer.Option(f"--{name}", envvar=_env(name), rich_help_panel=panel, **kwargs)
+
+
+# -- shared options ---------------------------------------------------------------------------
+
+Directory = Annotated[str, _opt("directory", metavar="URL", help="The CA's ACME directory URL.")]
+CaBundle = Annotated[
+    Path | None,
+    _opt(
+        "ca-bundle",
+        metavar="PATH",
+        help="Extra CA certificate (PEM) to trust for the CA's TLS, e.g. Pebble's.",
+        show_default=False,
+    ),
+]
+StateDir = Annotated[
+    Path | None,
+    _opt(
+        "state-dir",
+        metavar="PATH",
+        help="Where the account, the certificates and the rate-limit ledger are kept "
+        "[default: $XDG_DATA_HOME/acmecerts or ~/.local/share/acmecerts].",
+        show_default=False,
+    ),
+]
+RateLimits = Annotated[
+    str,
+    _opt(
+        "rate-limits",
+        metavar="auto|letsencrypt|none",
+        help="The CA's rate limits the ledger keeps you under (auto: Let's Encrypt's for its "
+        "production directory, else only what the CA says in rateLimited answers).",
+    ),
+]
+Timeout = Annotated[
+    float,
+    _opt("timeout", metavar="SECONDS", help="Deadline for one issuance attempt."),
+]
+Json = Annotated[
+    bool,
+    _opt("json", panel=_OUTPUT, help="Print one JSON object describing the result on stdout."),
+]
+Verbose = Annotated[
+    int,
+    typer.Option(
+        "-v",
+        "--verbose",
+        count=True,
+        rich_help_panel=_OUTPUT,
+        help="Log progress (-vv: debug details) on stderr.",
+    ),
+]
+Config = Annotated[
+    Path | None,
+    _opt(
+        "config",
+        panel=_OUTPUT,
+        metavar="PATH",
+        help="TOML file with default option values "
+        "[default: $XDG_CONFIG_HOME/acmecerts/config.toml if it exists].",
+        show_default=False,
+    ),
+]
+Email = Annotated[
+    list[str] | None,
+    _opt(
+        "email",
+        panel=_ACCOUNT,
+        metavar="ADDRESS",
+        help="Contact e-mail for a new account (repeatable).",
+        show_default=False,
+    ),
+]
+EabKid = Annotated[
+    str | None,
+    _opt(
+        "eab-kid",
+        panel=_ACCOUNT,
+        metavar="KID",
+        help="External account binding key ID from the CA (with --eab-hmac-key).",
+        show_default=False,
+    ),
+]
+EabHmacKey = Annotated[
+    str | None,
+    _opt(
+        "eab-hmac-key",
+        panel=_ACCOUNT,
+        metavar="B64URL",
+        help="External account binding MAC key from the CA (base64url).",
+        show_default=False,
+    ),
+]
+Challenge = Annotated[
+    str,
+    _opt(
+        "challenge",
+        panel=_CHALLENGE,
+        metavar="http-01|dns-01|tls-alpn-01",
+        help="How the CA validates control of the names.",
+    ),
+]
+Http01Listen = Annotated[
+    str,
+    _opt(
+        "http-01-listen",
+        panel=_CHALLENGE,
+        metavar="HOST:PORT",
+        help="Where to answer http-01 challenges (the CA connects to port 80).",
+    ),
+]
+TlsAlpn01Listen = Annotated[
+    str,
+    _opt(
+        "tls-alpn-01-listen",
+        panel=_CHALLENGE,
+        metavar="HOST:PORT",
+        help="Where to answer tls-alpn-01 challenges (the CA connects to port 443).",
+    ),
+]
+DnsServer = Annotated[
+    str | None,
+    _opt(
+        "dns-rfc2136-server",
+        panel=_CHALLENGE,
+        metavar="HOST[:PORT]",
+        help="dns-01: the primary DNS server that takes TSIG-signed dynamic updates.",
+        show_default=False,
+    ),
+]
+DnsTsigKey = Annotated[
+    str | None,
+    _opt(
+        "dns-tsig-key",
+        panel=_CHALLENGE,
+        metavar="NAME",
+        help="dns-01: the TSIG key's name.",
+        show_default=False,
+    ),
+]
+DnsTsigSecret = Annotated[
+    str | None,
+    _opt(
+        "dns-tsig-secret",
+        panel=_CHALLENGE,
+        metavar="B64",
+        help="dns-01: the TSIG key's secret (base64, as in a BIND key file).",
+        show_default=False,
+    ),
+]
+DnsTsigAlgorithm = Annotated[
+    str,
+    _opt(
+        "dns-tsig-algorithm",
+        panel=_CHALLENGE,
+        metavar="ALG",
+        help="dns-01: the TSIG algorithm.",
+    ),
+]
+DnsHook = Annotated[
+    str | None,
+    _opt(
+        "dns-hook",
+        panel=_CHALLENGE,
+        metavar="COMMAND",
+        help="dns-01: run COMMAND present|cleanup NAME VALUE to add or remove the TXT value "
+        "(also in ACMECERTS_DNS_ACTION, ACMECERTS_DNS_NAME, ACMECERTS_DNS_VALUE).",
+        show_default=False,
+    ),
+]
+DnsNameserver = Annotated[
+    list[str] | None,
+    _opt(
+        "dns-propagation-nameserver",
+        panel=_CHALLENGE,
+        metavar="HOST[:PORT]",
+        help="dns-01: ask this server whether the TXT value is visible (repeatable) "
+        "[default: the zone's authoritative servers].",
+        show_default=False,
+    ),
+]
+DnsPropagationTimeout = Annotated[
+    float,
+    _opt(
+        "dns-propagation-timeout",
+        panel=_CHALLENGE,
+        metavar="SECONDS",
+        help="dns-01: how long to wait for the TXT value to be visible (0: do not check).",
+    ),
+]
+MaxWait = Annotated[
+    float,
+    _opt(
+        "max-wait",
+        panel=_ISSUING,
+        metavar="SECONDS",
+        help="Wait (with a countdown) when the CA or the ledger says to retry at most this "
+        "long from now; a later instant defers the certificate (exit code 3).",
+    ),
+]
+Concurrency = Annotated[
+    int,
+    _opt("concurrency", panel=_ISSUING, metavar="N", help="Certificates ordered at once."),
+]
+Force = Annotated[
+    bool,
+    _opt(
+        "force",
+        panel=_ISSUING,
+        help="Order a new certificate even if the stored one is not due for renewal.",
+    ),
+]
 
 
 def _version(value: bool) -> None:
     if value:
         sys.stdout.write(f"acmecerts {__version__}\n")
         raise typer.Exit(EXIT_OK)
+
+
+app = typer.Typer(
+    name="acmecerts",
+    help="Get TLS certificates from an ACME CA (RFC 8555).",
+    epilog=_EPILOG,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+account_app = typer.Typer(
+    name="account",
+    help="Show, create, roll over or deactivate the ACME account.",
+    epilog=_EPILOG,
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+app.add_typer(account_app, name="account")
 
 
 @app.callback()
@@ -406,114 +326,417 @@ def _root(
             "--version", callback=_version, is_eager=True, help="Show the version and exit."
         ),
     ] = False,
+    config: Config = None,
 ) -> None:
     """Get TLS certificates from an ACME CA (RFC 8555)."""
 
 
-@app.command("issue")
+def _common(
+    directory: str,
+    ca_bundle: Path | None,
+    state_dir: Path | None,
+    rate_limits: str,
+    timeout: float,
+    json_output: bool,
+    verbose: int,
+) -> CommonArgs:
+    return CommonArgs(
+        directory=directory,
+        ca_bundle=ca_bundle,
+        state_dir=state_dir,
+        rate_limits=rate_limits,
+        timeout=timeout,
+        json=json_output,
+        verbose=verbose,
+    )
+
+
+@app.command("issue", epilog=_EPILOG)
 def issue_command(
     names: Annotated[
-        list[str],
+        list[str] | None,
         typer.Argument(
             metavar="NAME...",
-            help="DNS names or IP addresses for the certificate; the first one names the "
-            "default output directory.",
-            show_default=False,
-        ),
-    ],
-    directory: Annotated[
-        str,
-        typer.Option(
-            "--directory",
-            metavar="URL",
-            envvar="ACMECERTS_DIRECTORY",
-            help="The CA's ACME directory URL.",
-        ),
-    ] = LETS_ENCRYPT,
-    ca_bundle: Annotated[
-        Path | None,
-        typer.Option(
-            "--ca-bundle",
-            metavar="PATH",
-            envvar="ACMECERTS_CA_BUNDLE",
-            help="Extra CA certificate (PEM) to trust for the CA's TLS, e.g. Pebble's.",
+            help="DNS names or IP addresses for one certificate; the first one names it "
+            "(and its default output directory).",
             show_default=False,
         ),
     ] = None,
-    email: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--email",
-            metavar="ADDRESS",
-            help="Contact e-mail for a new account (repeatable).",
-            show_default=False,
-        ),
-    ] = None,
-    state_dir: Annotated[
+    from_file: Annotated[
         Path | None,
-        typer.Option(
-            "--state-dir",
-            metavar="PATH",
-            envvar="ACMECERTS_STATE_DIR",
-            help="Where the account key is kept and reused "
-            "[default: $XDG_DATA_HOME/acmecerts or ~/.local/share/acmecerts].",
+        _opt(
+            "from-file",
+            panel=_ISSUING,
+            metavar="FILE",
+            help="Issue one certificate per line of FILE (names separated by spaces, the "
+            "first names the certificate; # comments), in parallel.",
             show_default=False,
         ),
     ] = None,
     out: Annotated[
         Path | None,
-        typer.Option(
-            "--out",
+        _opt(
+            "out",
+            panel=_ISSUING,
             metavar="DIR",
-            help="Directory for cert.pem, chain.pem, fullchain.pem and privkey.pem (0600) "
-            "[default: STATE_DIR/certificates/FIRST-NAME].",
+            help="Directory for cert.pem, chain.pem, fullchain.pem and privkey.pem (0600); "
+            "with --from-file, DIR/NAME for each certificate "
+            "[default: STATE_DIR/certificates/NAME].",
             show_default=False,
         ),
     ] = None,
-    http_01_listen: Annotated[
-        str,
-        typer.Option(
-            "--http-01-listen",
-            metavar="HOST:PORT",
-            help="Where to answer http-01 challenges (the CA connects to port 80).",
-        ),
-    ] = "0.0.0.0:80",
     key_type: Annotated[
         str,
-        typer.Option("--key-type", metavar=f"[{_KEY_TYPES}]", help="The certificate key type."),
-    ] = KeyType.EC256.value,
-    json_output: Annotated[
-        bool,
-        typer.Option("--json", help="Print one JSON object describing the result on stdout."),
-    ] = False,
-    timeout: Annotated[
-        float,
-        typer.Option("--timeout", metavar="SECONDS", help="Deadline for the issuance attempt."),
-    ] = 1800.0,
-    verbose: Annotated[
-        int,
-        typer.Option(
-            "-v", "--verbose", count=True, help="Log progress (-vv: debug details) on stderr."
+        _opt(
+            "key-type",
+            panel=_ISSUING,
+            metavar="ec256|ec384|rsa2048|rsa3072|rsa4096",
+            help="The certificate key type.",
         ),
-    ] = 0,
+    ] = "ec256",
+    profile: Annotated[
+        str | None,
+        _opt(
+            "profile",
+            panel=_ISSUING,
+            metavar="NAME",
+            help="A certificate profile the CA offers.",
+            show_default=False,
+        ),
+    ] = None,
+    preferred_chain: Annotated[
+        str | None,
+        _opt(
+            "preferred-chain",
+            panel=_ISSUING,
+            metavar="ISSUER",
+            help="Prefer the chain whose root (or an intermediate) has this common name.",
+            show_default=False,
+        ),
+    ] = None,
+    force: Force = False,
+    concurrency: Concurrency = 8,
+    max_wait: MaxWait = 120.0,
+    challenge: Challenge = "http-01",
+    http_01_listen: Http01Listen = "0.0.0.0:80",
+    tls_alpn_01_listen: TlsAlpn01Listen = "0.0.0.0:443",
+    dns_rfc2136_server: DnsServer = None,
+    dns_tsig_key: DnsTsigKey = None,
+    dns_tsig_secret: DnsTsigSecret = None,
+    dns_tsig_algorithm: DnsTsigAlgorithm = "hmac-sha256",
+    dns_hook: DnsHook = None,
+    dns_propagation_nameserver: DnsNameserver = None,
+    dns_propagation_timeout: DnsPropagationTimeout = 120.0,
+    email: Email = None,
+    eab_kid: EabKid = None,
+    eab_hmac_key: EabHmacKey = None,
+    directory: Directory = LETS_ENCRYPT,
+    ca_bundle: CaBundle = None,
+    state_dir: StateDir = None,
+    rate_limits: RateLimits = "auto",
+    timeout: Timeout = 1800.0,
+    json_output: Json = False,
+    verbose: Verbose = 0,
+    config: Config = None,
 ) -> None:
-    """Issue one certificate for NAME... using http-01 validation."""
+    """Issue a certificate for NAME..., or one per line of --from-file (in parallel).
+
+    A certificate already in the state directory for the same names that is not due for
+    renewal is kept (and its files written to --out) unless --force.
+    """
     code = run_issue(
-        IssueOptions(
-            names=tuple(names),
-            directory=directory,
-            ca_bundle=ca_bundle,
-            emails=tuple(email or ()),
-            state_dir=state_dir,
+        IssueArgs(
+            names=tuple(names or ()),
+            from_file=from_file,
             out=out,
-            http_01_listen=http_01_listen,
             key_type=key_type,
-            json=json_output,
-            timeout=timeout,
-            verbose=verbose,
-        )
+            profile=profile,
+            preferred_chain=preferred_chain,
+            force=force,
+            concurrency=concurrency,
+            max_wait=max_wait,
+        ),
+        _common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
+        AccountArgs(emails=tuple(email or ()), eab_kid=eab_kid, eab_hmac_key=eab_hmac_key),
+        ChallengeOptions(
+            challenge=challenge,
+            http_01_listen=http_01_listen,
+            tls_alpn_01_listen=tls_alpn_01_listen,
+            dns_rfc2136_server=dns_rfc2136_server,
+            dns_tsig_key=dns_tsig_key,
+            dns_tsig_secret=dns_tsig_secret,
+            dns_tsig_algorithm=dns_tsig_algorithm,
+            dns_hook=dns_hook,
+            dns_propagation_nameservers=tuple(dns_propagation_nameserver or ()),
+            dns_propagation_timeout=dns_propagation_timeout,
+        ),
     )
     raise typer.Exit(code)
+
+
+@app.command("renew", epilog=_EPILOG)
+def renew_command(
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[NAME]...",
+            help="Certificates to renew (as `acmecerts status` names them) [default: all].",
+            show_default=False,
+        ),
+    ] = None,
+    force: Annotated[
+        bool, _opt("force", panel=_ISSUING, help="Renew now, even certificates that are not due.")
+    ] = False,
+    concurrency: Concurrency = 8,
+    max_wait: MaxWait = 120.0,
+    challenge: Challenge = "http-01",
+    http_01_listen: Http01Listen = "0.0.0.0:80",
+    tls_alpn_01_listen: TlsAlpn01Listen = "0.0.0.0:443",
+    dns_rfc2136_server: DnsServer = None,
+    dns_tsig_key: DnsTsigKey = None,
+    dns_tsig_secret: DnsTsigSecret = None,
+    dns_tsig_algorithm: DnsTsigAlgorithm = "hmac-sha256",
+    dns_hook: DnsHook = None,
+    dns_propagation_nameserver: DnsNameserver = None,
+    dns_propagation_timeout: DnsPropagationTimeout = 120.0,
+    email: Email = None,
+    eab_kid: EabKid = None,
+    eab_hmac_key: EabHmacKey = None,
+    directory: Directory = LETS_ENCRYPT,
+    ca_bundle: CaBundle = None,
+    state_dir: StateDir = None,
+    rate_limits: RateLimits = "auto",
+    timeout: Timeout = 1800.0,
+    json_output: Json = False,
+    verbose: Verbose = 0,
+    config: Config = None,
+) -> None:
+    """Renew the certificates in the state directory that are due.
+
+    Due means inside the CA's ARI renewal window, or a third of the lifetime left when the
+    CA has no ARI (and a revoked certificate); --force renews now. A certificate that was
+    asked for but not issued (deferred by rate limits, failed, interrupted) is issued. The
+    files are written where the certificate's files were written before.
+    """
+    code = run_renew(
+        tuple(names or ()),
+        force=force,
+        concurrency=concurrency,
+        max_wait=max_wait,
+        common=_common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
+        account=AccountArgs(emails=tuple(email or ()), eab_kid=eab_kid, eab_hmac_key=eab_hmac_key),
+        challenge=ChallengeOptions(
+            challenge=challenge,
+            http_01_listen=http_01_listen,
+            tls_alpn_01_listen=tls_alpn_01_listen,
+            dns_rfc2136_server=dns_rfc2136_server,
+            dns_tsig_key=dns_tsig_key,
+            dns_tsig_secret=dns_tsig_secret,
+            dns_tsig_algorithm=dns_tsig_algorithm,
+            dns_hook=dns_hook,
+            dns_propagation_nameservers=tuple(dns_propagation_nameserver or ()),
+            dns_propagation_timeout=dns_propagation_timeout,
+        ),
+    )
+    raise typer.Exit(code)
+
+
+@app.command("revoke", epilog=_EPILOG)
+def revoke_command(
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="PATH|NAME",
+            help="A certificate file (PEM, leaf first), a directory with cert.pem, or the "
+            "name of a certificate in the state directory.",
+            show_default=False,
+        ),
+    ],
+    reason: Annotated[
+        str,
+        _opt(
+            "reason",
+            metavar="unspecified|keyCompromise|affiliationChanged|superseded|cessationOfOperation",
+            help="The revocation reason (RFC 5280).",
+        ),
+    ] = "unspecified",
+    cert_key: Annotated[
+        Path | None,
+        _opt(
+            "cert-key",
+            metavar="PATH",
+            help="Sign with the certificate's private key instead of the account key "
+            "(e.g. when the account is lost).",
+            show_default=False,
+        ),
+    ] = None,
+    directory: Directory = LETS_ENCRYPT,
+    ca_bundle: CaBundle = None,
+    state_dir: StateDir = None,
+    rate_limits: RateLimits = "auto",
+    timeout: Timeout = 1800.0,
+    json_output: Json = False,
+    verbose: Verbose = 0,
+    config: Config = None,
+) -> None:
+    """Revoke a certificate (by file or by name); a stored one is renewed at the next run."""
+    code = run_revoke(
+        target,
+        reason=reason,
+        cert_key=cert_key,
+        common=_common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
+    )
+    raise typer.Exit(code)
+
+
+@app.command("status", epilog=_EPILOG)
+def status_command(
+    ari: Annotated[
+        bool,
+        _opt(
+            "ari",
+            help="Ask the CA for each certificate's renewal window (ARI) instead of assuming "
+            "a third of the lifetime.",
+        ),
+    ] = False,
+    directory: Directory = LETS_ENCRYPT,
+    ca_bundle: CaBundle = None,
+    state_dir: StateDir = None,
+    rate_limits: RateLimits = "auto",
+    timeout: Timeout = 1800.0,
+    json_output: Json = False,
+    verbose: Verbose = 0,
+    config: Config = None,
+) -> None:
+    """Show the certificates in the state directory and the rate-limit budget.
+
+    For each certificate: its names, expiry, next renewal and any deferral; for the CA:
+    what the rate-limit ledger says may be spent now, per limit, and when the next slot
+    opens. Nothing is sent to the CA unless --ari.
+    """
+    code = run_status(
+        ari=ari,
+        common=_common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
+    )
+    raise typer.Exit(code)
+
+
+@account_app.command("show", epilog=_EPILOG)
+def account_show(
+    directory: Directory = LETS_ENCRYPT,
+    ca_bundle: CaBundle = None,
+    state_dir: StateDir = None,
+    rate_limits: RateLimits = "auto",
+    timeout: Timeout = 1800.0,
+    json_output: Json = False,
+    verbose: Verbose = 0,
+    config: Config = None,
+) -> None:
+    """Show the stored account and what the CA says about it."""
+    code = run_account(
+        "show",
+        common=_common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
+    )
+    raise typer.Exit(code)
+
+
+@account_app.command("create", epilog=_EPILOG)
+def account_create(
+    key_type: Annotated[
+        str,
+        _opt(
+            "key-type",
+            panel=_ACCOUNT,
+            metavar="ec256|ec384|rsa2048|rsa3072|rsa4096",
+            help="The key type of a new account key.",
+        ),
+    ] = "ec256",
+    email: Email = None,
+    eab_kid: EabKid = None,
+    eab_hmac_key: EabHmacKey = None,
+    directory: Directory = LETS_ENCRYPT,
+    ca_bundle: CaBundle = None,
+    state_dir: StateDir = None,
+    rate_limits: RateLimits = "auto",
+    timeout: Timeout = 1800.0,
+    json_output: Json = False,
+    verbose: Verbose = 0,
+    config: Config = None,
+) -> None:
+    """Register the account (idempotent: an existing one is shown; --email updates it)."""
+    code = run_account(
+        "create",
+        common=_common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
+        account=AccountArgs(emails=tuple(email or ()), eab_kid=eab_kid, eab_hmac_key=eab_hmac_key),
+        key_type=key_type,
+    )
+    raise typer.Exit(code)
+
+
+@account_app.command("rollover", epilog=_EPILOG)
+def account_rollover(
+    key_type: Annotated[
+        str,
+        _opt(
+            "key-type",
+            panel=_ACCOUNT,
+            metavar="ec256|ec384|rsa2048|rsa3072|rsa4096",
+            help="The key type of the new account key.",
+        ),
+    ] = "ec256",
+    directory: Directory = LETS_ENCRYPT,
+    ca_bundle: CaBundle = None,
+    state_dir: StateDir = None,
+    rate_limits: RateLimits = "auto",
+    timeout: Timeout = 1800.0,
+    json_output: Json = False,
+    verbose: Verbose = 0,
+    config: Config = None,
+) -> None:
+    """Replace the account key (RFC 8555 §7.3.5) without ever losing the account.
+
+    The new key is stored first, then the CA is asked to switch, then the stored account
+    key is replaced; an interrupted rollover is finished (or undone) by the next command.
+    """
+    code = run_account(
+        "rollover",
+        common=_common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
+        key_type=key_type,
+    )
+    raise typer.Exit(code)
+
+
+@account_app.command("deactivate", epilog=_EPILOG)
+def account_deactivate(
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes", "-y", help="Do not ask for confirmation (needed without a terminal)."
+        ),
+    ] = False,
+    directory: Directory = LETS_ENCRYPT,
+    ca_bundle: CaBundle = None,
+    state_dir: StateDir = None,
+    rate_limits: RateLimits = "auto",
+    timeout: Timeout = 1800.0,
+    json_output: Json = False,
+    verbose: Verbose = 0,
+    config: Config = None,
+) -> None:
+    """Deactivate the account for good (RFC 8555 §7.3.6).
+
+    The CA refuses its key afterwards; the key is moved aside in the state directory and
+    the next command that needs an account creates a new one.
+    """
+    code = run_account(
+        "deactivate",
+        common=_common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
+        confirmed=yes,
+    )
+    raise typer.Exit(code)
+
+
+# -- entry point ------------------------------------------------------------------------------
 
 
 def _usage_error(exc: Exception) -> tuple[int, str] | None:
@@ -526,7 +749,7 @@ def _usage_error(exc: Exception) -> tuple[int, str] | None:
     exit_code = getattr(exc, "exit_code", None)
     if not callable(format_message) or not isinstance(exit_code, int):
         return None
-    message = str(format_message())
+    message = str(format_message()) or "missing command"  # no arguments: help was shown
     if exit_code == EXIT_INPUT:  # click's UsageError and its subclasses
         message += " (see --help)"
     return exit_code, message
@@ -535,16 +758,27 @@ def _usage_error(exc: Exception) -> tuple[int, str] | None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``acmecerts`` command line; return the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    json_env = os.environ.get(_env("json"), "").strip().lower()
+    json_mode = "--json" in args or json_env in ("1", "true", "yes", "on")
     command = typer.main.get_command(app)
     try:
-        result = command.main(args=args, prog_name="acmecerts", standalone_mode=False)
+        path, _ = find_config_path(args)
+        default_map: dict[str, Any] | None = None
+        if path is not None:
+            default_map = config_default_map(command, load_config(path), path)
+    except InvalidInput as exc:
+        return Report(json_mode=json_mode).error(EXIT_INPUT, str(exc))
+    try:
+        result = command.main(
+            args=args, prog_name="acmecerts", standalone_mode=False, default_map=default_map
+        )
     except (KeyboardInterrupt, typer.Abort):
-        return _Report(json_mode="--json" in args).error(EXIT_INTERRUPTED, "interrupted")
+        return Report(json_mode=json_mode).error(EXIT_INTERRUPTED, "interrupted")
     except Exception as exc:
         usage = _usage_error(exc)
         if usage is None:
             raise
         code, message = usage
         # Usage errors in one line, like every other input error.
-        return _Report(json_mode="--json" in args).error(code, message)
+        return Report(json_mode=json_mode).error(code, message)
     return result if isinstance(result, int) else EXIT_OK

@@ -1,46 +1,78 @@
-"""The CLI's state directory: one account per CA, and the certificate files it writes.
+"""The CLI's state directory: a :class:`~acmecerts.storage.FileStorage` shared with the library.
 
-Layout (``$ACMECERTS_STATE_DIR``, else ``$XDG_DATA_HOME/acmecerts``, else
-``~/.local/share/acmecerts``)::
+The state directory (``--state-dir``, ``$ACMECERTS_STATE_DIR``, else
+``$XDG_DATA_HOME/acmecerts``, else ``~/.local/share/acmecerts``) is the root of a
+``FileStorage`` laid out by :class:`~acmecerts.storage.KeyLayout`, so a program using
+``CertificateManager(client, storage=FileStorage(state_dir), ...)`` sees exactly what the
+CLI issued, and the other way round::
 
-    <state>/
-        accounts/<host>_<port>_<path>/      one directory per CA directory URL (0700)
-            account.key                     the account's private key, PEM (0600)
-            account.json                    {"directory": URL, "url": account URL}
-        certificates/<first name>/          default --out: cert.pem, chain.pem,
-                                            fullchain.pem, privkey.pem (0600)
+    <state>/<ca>/ledger.json                                rate-limit ledger (per CA)
+    <state>/<ca>/accounts/default/key.pem                   account key
+    <state>/<ca>/accounts/default/account.json              account URL, key thumbprint
+    <state>/<ca>/accounts/default/certificates/<cert>/      cert.pem, privkey.pem, meta.json
+    <state>/<ca>/accounts/default/attempts/<cert>.json      deferral / last failure
+    <state>/<ca>/accounts/default/orders/<cert>.json        order in flight (resumed)
+    <state>/<ca>/accounts/default/cli/<cert>.json           the CLI's own record: export
+                                                            directory, key type, profile,
+                                                            preferred chain, revoked serial
+    <state>/<ca>/accounts/default/key-rollover.pem          only during `account rollover`
+    <state>/<ca>/accounts/default/deactivated/<when>.pem    keys of deactivated accounts
+    <state>/certificates/<first name>/                      default --out: plain PEM files
 
-Every write is atomic: a temporary file in the same directory (created with its final
-mode, so a key is never readable by others, not even for an instant), ``fsync``,
-``os.replace`` (or ``os.link`` where an existing file must win), then ``fsync`` of the
-directory. Stored files that cannot be used raise :class:`~acmecerts.errors.StorageError`
-naming the file, and are never overwritten.
+Files in the store carry FileStorage's integrity header (they are acmecerts' state, not
+files for a web server); ``--out`` receives plain ``cert.pem``, ``chain.pem``,
+``fullchain.pem`` and ``privkey.pem`` (0600) for servers.
+
+The first cut of the CLI kept ``<state>/accounts/<host>_<port>_<path>/account.key`` and
+``account.json``; such an account is imported into the store the first time it is needed
+(the old files are left where they are, and never written again).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as _dt
 import json
 import os
 import re
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from acmecerts.errors import InvalidInput, StorageError
-from acmecerts.protocol.keys import AccountKey
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from acmecerts.errors import AcmeCertsError, InvalidInput, StorageError
+from acmecerts.protocol.certificate import (
+    CertificateChain,
+    CertificateInfo,
+    certificate_info,
+    parse_pem_chain,
+)
+from acmecerts.protocol.keys import AccountKey, KeyType, load_private_key
+from acmecerts.ratelimit import RateLimitLedger, RateLimitModel
+from acmecerts.retry import AttemptState
+from acmecerts.storage import (
+    FileStorage,
+    KeyLayout,
+    VersionConflict,
+    load_account_url,
+    load_or_create_account_key,
+    save_account_url,
+)
+from acmecerts.storage.keys import certificate_slug
 
 if TYPE_CHECKING:
     from acmecerts._issued import IssuedCertificate
 
 __all__ = [
     "CERTIFICATE_FILES",
-    "StateDir",
-    "StoredAccount",
-    "atomic_write",
+    "CertificateRecord",
+    "State",
+    "StoredCertificate",
+    "certificate_name",
     "default_state_dir",
     "directory_slug",
     "ensure_private_dir",
@@ -51,6 +83,7 @@ _DIR_MODE = 0o700
 _KEY_MODE = 0o600
 _PUBLIC_MODE = 0o644
 _UNSAFE = re.compile(r"[^A-Za-z0-9.-]")
+_RECORD_FORMAT = 1
 
 #: The files ``--out`` receives, in the order they are put in place: the key first,
 #: so a server reloading on a new ``cert.pem`` finds the matching key already there.
@@ -72,14 +105,17 @@ def default_state_dir(environ: Mapping[str, str] | None = None) -> Path:
     return Path.home() / ".local" / "share" / "acmecerts"
 
 
-def directory_slug(directory_url: str) -> str:
-    """A file name for a CA directory URL: ``host[_port]_path_segments``.
+def certificate_name(first_identifier: str) -> str:
+    """The certificate name for a certificate whose first identifier is this one.
 
-    ``https://acme-v02.api.letsencrypt.org/directory`` gives
-    ``acme-v02.api.letsencrypt.org_directory``; ``https://127.0.0.1:14000/dir`` gives
-    ``127.0.0.1_14000_dir``. Characters other than letters, digits, ``.`` and ``-`` become
-    ``-``. Distinct URLs that map to one slug are told apart by ``account.json``.
+    The store's certificate names allow ``[a-z0-9._-*]``; an IPv6 address's ``:`` is
+    spelled ``_`` (``2001:db8::1`` is stored as ``2001_db8__1``).
     """
+    return first_identifier.lower().replace(":", "_")
+
+
+def directory_slug(directory_url: str) -> str:
+    """The first cut's directory name for a CA: ``host[_port]_path_segments``."""
     try:
         parts = urlsplit(directory_url)
         port = parts.port
@@ -94,6 +130,9 @@ def directory_slug(directory_url: str) -> str:
     if parts.query:
         pieces.append(parts.query)
     return "_".join(_UNSAFE.sub("-", piece) for piece in pieces)
+
+
+# -- plain files for servers (--out) ----------------------------------------------------------
 
 
 def ensure_private_dir(path: Path) -> None:
@@ -150,31 +189,6 @@ def _stage(path: Path, data: bytes, mode: int) -> Path:
     return temp
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int, overwrite: bool = True) -> bool:
-    """Write ``data`` to ``path`` atomically with ``mode``; return whether it was written.
-
-    With ``overwrite=False`` an existing ``path`` is kept (and ``False`` returned), so two
-    processes creating the same file agree on one winner.
-    """
-    try:
-        temp = _stage(path, data, mode)
-        try:
-            if overwrite:
-                os.replace(temp, path)
-            else:
-                try:
-                    os.link(temp, path)
-                except FileExistsError:
-                    return False
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-        _fsync_dir(path.parent)
-    except OSError as exc:
-        raise StorageError(f"cannot write {path}: {exc.strerror or exc}", path=str(path)) from exc
-    return True
-
-
 def write_certificate_files(out: Path, issued: IssuedCertificate) -> dict[str, Path]:
     """Write ``cert.pem``, ``chain.pem``, ``fullchain.pem`` and ``privkey.pem`` (0600) to ``out``.
 
@@ -208,106 +222,323 @@ def write_certificate_files(out: Path, issued: IssuedCertificate) -> dict[str, P
     return files
 
 
+# -- what the store holds ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True, repr=False)
+class StoredCertificate:
+    """A certificate the manager stored (``meta.json`` present: completely saved)."""
+
+    name: str
+    identifiers: tuple[str, ...]
+    chain: CertificateChain
+    info: CertificateInfo
+    key_type: KeyType | None
+
+    def __repr__(self) -> str:
+        return f"StoredCertificate({self.name!r}, serial={self.info.serial!r})"
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
-class StoredAccount:
-    """An account found in the state directory."""
+class CertificateRecord:
+    """What the CLI remembers about a certificate besides what the manager stores."""
 
-    key: AccountKey
-    #: The account URL at the CA; ``None`` when ``account.json`` is missing.
-    url: str | None
+    name: str
+    #: The identifiers asked for (saved before the first order: a certificate that was
+    #: deferred or failed is still known, and ``renew`` issues it).
+    identifiers: tuple[str, ...] = ()
+    #: Where the plain PEM files are written (``--out``).
+    out: str | None = None
+    key_type: str | None = None
+    profile: str | None = None
+    preferred_chain: str | None = None
+    #: The serial of a stored certificate that was revoked (renewed at the next run).
+    revoked_serial: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        document = dataclasses.asdict(self)
+        document["identifiers"] = list(self.identifiers)
+        return {"format": _RECORD_FORMAT, **document}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], where: str) -> CertificateRecord:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in fields}
+        identifiers = values.pop("identifiers", [])
+        if (
+            not isinstance(values.get("name"), str)
+            or not all(v is None or isinstance(v, str) for v in values.values())
+            or not isinstance(identifiers, list)
+            or not all(isinstance(i, str) for i in identifiers)
+        ):
+            raise StorageError(f"{where} is not a valid CLI record; fix or remove it", path=where)
+        return cls(identifiers=tuple(identifiers), **values)
 
 
-class StateDir:
-    """The state directory (see the module docstring for the layout)."""
+def _key_type_of(pem: bytes) -> KeyType | None:
+    try:
+        key = load_private_key(pem)
+    except InvalidInput:
+        return None
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        return KeyType.EC384 if key.curve.name == "secp384r1" else KeyType.EC256
+    if isinstance(key, rsa.RSAPrivateKey):
+        return KeyType.parse(f"rsa{key.key_size}") if key.key_size in (2048, 3072, 4096) else None
+    return None
 
-    def __init__(self, root: Path) -> None:
-        self.root = root.expanduser()
 
-    def account_dir(self, directory_url: str) -> Path:
-        """``<state>/accounts/<slug>``: where the account for ``directory_url`` lives."""
-        return self.root / "accounts" / directory_slug(directory_url)
+class State:
+    """The state directory for one CA (see the module docstring for the layout)."""
 
-    def account_key_path(self, directory_url: str) -> Path:
-        """The account key file for ``directory_url``."""
-        return self.account_dir(directory_url) / "account.key"
+    def __init__(self, root: Path, directory_url: str) -> None:
+        self.root = root.expanduser().absolute()
+        self.directory_url = directory_url
+        self.layout = KeyLayout(directory_url)
+        self.storage = FileStorage(self.root)
 
-    def account_json_path(self, directory_url: str) -> Path:
-        """The account metadata file for ``directory_url``."""
-        return self.account_dir(directory_url) / "account.json"
+    def path_for(self, key: str) -> str:
+        """The file that holds ``key``."""
+        return self.storage.path_for(key)
 
-    def default_out(self, first_name: str) -> Path:
-        """``<state>/certificates/<first-name>``."""
-        return self.root / "certificates" / _UNSAFE.sub("_", first_name.replace("*", "_"))
+    def default_out(self, name: str) -> Path:
+        """``<state>/certificates/<name>``: where the PEM files go without ``--out``."""
+        return self.root / "certificates" / _UNSAFE.sub("_", name.replace("*", "_"))
 
-    def load_account(self, directory_url: str) -> StoredAccount | None:
-        """The stored account for ``directory_url``, or ``None`` when there is no key yet.
+    async def aclose(self) -> None:
+        await self.storage.aclose()
 
-        Raises :class:`StorageError` naming the file when a stored file is unreadable or
-        corrupt (it is left as it is).
-        """
-        key_path = self.account_key_path(directory_url)
-        try:
-            pem = key_path.read_bytes()
-        except FileNotFoundError:
+    # -- the account --------------------------------------------------------------------
+
+    @property
+    def pending_key_name(self) -> str:
+        """The new key of an account rollover in progress."""
+        return f"{self.layout.account_prefix}key-rollover.pem"
+
+    async def _load_key(self, key: str) -> tuple[AccountKey, str] | None:
+        value = await self.storage.load(key)
+        if value is None:
             return None
+        try:
+            return AccountKey.from_pem(value.data), value.version
+        except InvalidInput as exc:
+            path = self.path_for(key)
+            raise StorageError(
+                f"corrupt account key {path} ({exc}); restore it from a backup, or move it "
+                "away to start a new account",
+                path=path,
+            ) from exc
+
+    async def load_account_key(self) -> AccountKey | None:
+        """The stored account key (imported from the first cut's layout if only that has one)."""
+        loaded = await self.load_account_key_version()
+        return None if loaded is None else loaded[0]
+
+    async def load_account_key_version(self) -> tuple[AccountKey, str] | None:
+        """The stored account key and its store version."""
+        loaded = await self._load_key(self.layout.account_key())
+        if loaded is None and await self._import_legacy():
+            loaded = await self._load_key(self.layout.account_key())
+        return loaded
+
+    async def load_pending_key(self) -> AccountKey | None:
+        """The new key of an interrupted rollover, if there is one."""
+        loaded = await self._load_key(self.pending_key_name)
+        return None if loaded is None else loaded[0]
+
+    async def create_account_key(self, key_type: KeyType = KeyType.EC256) -> AccountKey:
+        """Load the account key, creating (and storing) it when there is none."""
+        key = await self.load_account_key()
+        if key is not None:
+            return key
+        return await load_or_create_account_key(self.storage, self.layout, key_type=key_type)
+
+    async def load_account_url(self, key: AccountKey) -> str | None:
+        """The account URL stored for ``key`` (``None``: unknown, or stored for another key)."""
+        try:
+            return await load_account_url(self.storage, self.layout, account_key=key)
+        except StorageError as exc:
+            path = self.path_for(self.layout.account_meta())
+            raise StorageError(f"{exc} ({path})", path=path) from exc
+
+    async def save_account_url(self, url: str, key: AccountKey) -> None:
+        """Record the account URL so the next run skips the ``newAccount`` round-trip."""
+        await save_account_url(self.storage, self.layout, url, account_key=key)
+
+    # -- the first cut's layout ---------------------------------------------------------
+
+    def legacy_account_dir(self) -> Path | None:
+        """``<state>/accounts/<slug>`` of the first cut, if this CA's account is there."""
+        try:
+            directory = self.root / "accounts" / directory_slug(self.directory_url)
+        except InvalidInput:
+            return None
+        return directory if (directory / "account.key").is_file() else None
+
+    async def _import_legacy(self) -> bool:
+        directory = self.legacy_account_dir()
+        if directory is None:
+            return False
+        key_path = directory / "account.key"
+        try:
+            key = AccountKey.from_pem(key_path.read_bytes())
         except OSError as exc:
             raise StorageError(
                 f"cannot read account key {key_path}: {exc.strerror or exc}", path=str(key_path)
             ) from exc
-        try:
-            key = AccountKey.from_pem(pem)
         except InvalidInput as exc:
             raise StorageError(
                 f"corrupt account key {key_path} ({exc}); restore it, or move it away to "
                 "start a new account",
                 path=str(key_path),
             ) from exc
-        return StoredAccount(key=key, url=self._load_account_url(directory_url))
-
-    def _load_account_url(self, directory_url: str) -> str | None:
-        json_path = self.account_json_path(directory_url)
+        url: str | None = None
+        json_path = directory / "account.json"
+        with contextlib.suppress(OSError, ValueError):
+            document = json.loads(json_path.read_text(encoding="utf-8"))
+            if (
+                isinstance(document, dict)
+                and document.get("directory") == self.directory_url
+                and isinstance(document.get("url"), str)
+                and document["url"].startswith("https://")
+            ):
+                url = document["url"]
         try:
-            text = json_path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            return None
-        except (OSError, UnicodeError) as exc:
-            raise StorageError(f"cannot read {json_path}: {exc}", path=str(json_path)) from exc
-
-        def corrupt(reason: str) -> StorageError:
-            return StorageError(
-                f"corrupt account file {json_path} ({reason}); fix or remove it",
-                path=str(json_path),
+            await self.storage.store(
+                self.layout.account_key(), key.to_pem(), secret=True, expect_version=None
             )
+        except VersionConflict:
+            return True  # another process imported it (or created a key) first
+        if url is not None:
+            await self.save_account_url(url, key)
+        return True
 
+    # -- certificates -------------------------------------------------------------------
+
+    async def list_certificates(self) -> list[StoredCertificate]:
+        """Every completely stored certificate of the account, by name."""
+        prefix = self.layout.certificates_prefix()
+        found: list[StoredCertificate] = []
+        for key in await self.storage.list(prefix):
+            if not key.endswith("/meta.json"):
+                continue
+            meta = await self._load_json(key)
+            if meta is None:
+                continue
+            name = meta.get("name")
+            if not isinstance(name, str):
+                raise StorageError(f"{self.path_for(key)} has no certificate name", path=key)
+            stored = await self.load_certificate(name)
+            if stored is not None:
+                found.append(stored)
+        return sorted(found, key=lambda c: c.name)
+
+    async def load_certificate(self, name: str) -> StoredCertificate | None:
+        """The stored certificate ``name``; ``None`` if none was completely saved."""
+        keys = self.layout.certificate(name)
+        meta = await self._load_json(keys.meta)
+        if meta is None:
+            return None
+        cert = await self.storage.load(keys.cert)
+        privkey = await self.storage.load(keys.privkey)
+        if cert is None or privkey is None:
+            return None
         try:
-            document = json.loads(text)
+            chain = parse_pem_chain(cert.data)
+        except AcmeCertsError as exc:
+            path = self.path_for(keys.cert)
+            raise StorageError(f"{path} is not a certificate chain: {exc}", path=path) from exc
+        identifiers = meta.get("identifiers")
+        if not isinstance(identifiers, list) or not all(isinstance(i, str) for i in identifiers):
+            path = self.path_for(keys.meta)
+            raise StorageError(f"{path} has no identifiers", path=path)
+        return StoredCertificate(
+            name=str(meta.get("name", name)),
+            identifiers=tuple(identifiers),
+            chain=chain,
+            info=certificate_info(chain.leaf),
+            key_type=_key_type_of(privkey.data),
+        )
+
+    async def _load_json(self, key: str) -> dict[str, Any] | None:
+        value = await self.storage.load(key)
+        if value is None:
+            return None
+        try:
+            document = json.loads(value.data)
         except ValueError as exc:
-            raise corrupt(f"not JSON: {exc}") from exc
+            path = self.path_for(key)
+            raise StorageError(f"{path} is not valid JSON: {exc}", path=path) from exc
         if not isinstance(document, dict):
-            raise corrupt("not a JSON object")
-        url = document.get("url")
-        if not isinstance(url, str) or not url.startswith("https://"):
-            raise corrupt('"url" is not an https:// URL')
-        stored_directory = document.get("directory")
-        if stored_directory != directory_url:
-            raise corrupt(f'"directory" is {stored_directory!r}, expected {directory_url!r}')
-        return url
+            path = self.path_for(key)
+            raise StorageError(f"{path} is not a JSON object", path=path)
+        return document
 
-    def create_account_key(self, directory_url: str, key: AccountKey) -> AccountKey:
-        """Store a new account key (0600); if another process stored one first, return that."""
-        key_path = self.account_key_path(directory_url)
-        ensure_private_dir(key_path.parent)
-        if atomic_write(key_path, key.to_pem(), mode=_KEY_MODE, overwrite=False):
-            return key
-        stored = self.load_account(directory_url)
-        if stored is None:  # created and removed again meanwhile: nothing sensible to do
-            raise StorageError(f"{key_path} changed while being created", path=str(key_path))
-        return stored.key
+    def record_key(self, name: str) -> str:
+        """The storage key of the CLI's record of certificate ``name``."""
+        return f"{self.layout.account_prefix}cli/{certificate_slug(name)}.json"
 
-    def save_account_url(self, directory_url: str, account_url: str) -> None:
-        """Record the account URL so the next run skips the ``newAccount`` round-trip."""
-        json_path = self.account_json_path(directory_url)
-        ensure_private_dir(json_path.parent)
-        document = {"directory": directory_url, "url": account_url}
-        data = (json.dumps(document, indent=2) + "\n").encode("utf-8")
-        atomic_write(json_path, data, mode=_KEY_MODE)
+    async def load_record(self, name: str) -> CertificateRecord | None:
+        key = self.record_key(name)
+        document = await self._load_json(key)
+        return None if document is None else CertificateRecord.from_json(document, key)
+
+    async def list_records(self) -> list[CertificateRecord]:
+        """Every certificate the CLI was asked for (issued or not)."""
+        prefix = f"{self.layout.account_prefix}cli/"
+        records = []
+        for key in await self.storage.list(prefix):
+            document = await self._load_json(key)
+            if document is not None:
+                records.append(CertificateRecord.from_json(document, self.path_for(key)))
+        return sorted(records, key=lambda r: r.name)
+
+    async def known_certificates(
+        self,
+    ) -> list[tuple[str, StoredCertificate | None, CertificateRecord | None]]:
+        """Every certificate stored or asked for: ``(name, stored, record)`` by name.
+
+        A record without a stored certificate was asked for and not issued (yet).
+        """
+        stored = {c.name: c for c in await self.list_certificates()}
+        records = {r.name: r for r in await self.list_records() if r.identifiers}
+        return [
+            (name, stored.get(name), records.get(name))
+            for name in sorted(stored.keys() | records.keys())
+        ]
+
+    async def save_record(self, record: CertificateRecord) -> None:
+        data = json.dumps(record.to_json(), indent=2, sort_keys=True).encode() + b"\n"
+        await self.storage.store(self.record_key(record.name), data)
+
+    async def attempt_state(self, name: str) -> AttemptState | None:
+        """The manager's attempt state for ``name`` (deferral, last failure), if any."""
+        key = self.layout.attempt_state(name)
+        document = await self._load_json(key)
+        if document is None:
+            return None
+        try:
+            return AttemptState.from_json(document)
+        except StorageError as exc:
+            path = self.path_for(key)
+            raise StorageError(f"{path}: {exc}", path=path) from exc
+
+    # -- rate limits --------------------------------------------------------------------
+
+    def ledger(self, model: RateLimitModel) -> RateLimitLedger:
+        """The CA's rate-limit ledger, kept in the store (shared by every run)."""
+        return RateLimitLedger(model, storage=self.storage, key=self.layout.ledger())
+
+    # -- account deactivation -------------------------------------------------------------
+
+    async def archive_account(self, key: AccountKey, version: str) -> str:
+        """Move the account key aside after deactivation; return where it went.
+
+        The next run creates a new account. The key is kept (never lose a key): a
+        deactivated account cannot be used again, but the key may matter for records.
+        """
+        stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dt%H%M%S%fz")
+        archived = f"{self.layout.account_prefix}deactivated/{stamp}.pem"
+        await self.storage.store(archived, key.to_pem(), secret=True, expect_version=None)
+        await self.storage.delete(self.layout.account_meta())
+        await self.storage.delete(self.layout.account_key(), expect_version=version)
+        return archived

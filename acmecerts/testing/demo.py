@@ -17,7 +17,6 @@ Exit status 0 when every check passed, 1 otherwise.
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import shlex
 import stat
 import subprocess
@@ -26,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import anyio
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
@@ -121,13 +121,17 @@ def _verify(out: Path, root_pem: str) -> str:
     return format(leaf.serial_number, "x")
 
 
-def _account_url(state: Path) -> str:
-    accounts = sorted((state / "accounts").glob("*/account.json"))
-    if len(accounts) != 1:
-        raise DemoFailed(f"expected one stored account, found {len(accounts)}")
-    url = json.loads(accounts[0].read_text(encoding="utf-8"))["url"]
-    if not isinstance(url, str):
-        raise DemoFailed(f"{accounts[0]} has no account URL")
+def _account_url(state: Path, directory_url: str) -> str:
+    """The account URL the CLI stored for ``directory_url`` (read through the library)."""
+    from acmecerts.storage import FileStorage, KeyLayout, load_account_url
+
+    async def read() -> str | None:
+        async with FileStorage(state) as storage:
+            return await load_account_url(storage, KeyLayout(directory_url))
+
+    url = anyio.run(read)
+    if url is None:
+        raise DemoFailed(f"no account URL stored in {state}")
     return url
 
 
@@ -160,15 +164,16 @@ def run_demo(workdir: Path) -> None:
         _say()
         _say(f"2. Check the files in {out}:")
         first_serial = _verify(out, pebble.root_pem())
-        first_account = _account_url(state)
+        first_account = _account_url(state, pebble.directory_url)
         _say(f"  account       {first_account}")
 
         _say()
-        _say("3. Run it again: the stored account is reused.")
+        _say("3. Run it again with --force: the stored account is reused, a new certificate")
+        _say("   is issued (without --force the stored, still valid one is kept).")
         accounts_before = pebble.requests_seen().count(_NEW_ACCOUNT)
-        _run_cli(args)
+        _run_cli([*args[:1], "--force", *args[1:]])
         second_serial = _verify(out, pebble.root_pem())
-        second_account = _account_url(state)
+        second_account = _account_url(state, pebble.directory_url)
         new_accounts = pebble.requests_seen().count(_NEW_ACCOUNT) - accounts_before
         if second_account != first_account or new_accounts:
             raise DemoFailed(

@@ -1,0 +1,174 @@
+"""``acmecerts account show|create|rollover|deactivate``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import anyio
+from rich.text import Text
+
+from acmecerts.client import AcmeClient
+from acmecerts.errors import AcmeCertsError, AcmeProblem, InvalidInput
+from acmecerts.protocol.keys import AccountKey, KeyType
+from acmecerts.protocol.resources import Account
+
+from ._common import (
+    EXIT_OK,
+    AccountArgs,
+    CaPlan,
+    CommonArgs,
+    Report,
+    configure_logging,
+    guarded,
+    open_client,
+    plan_ca,
+)
+from ._state import State
+
+__all__ = ["run_account"]
+
+
+def _account_json(account: Account, key: AccountKey, state: State) -> dict[str, Any]:
+    return {
+        "url": account.url,
+        "account_status": account.status,
+        "contact": list(account.contact),
+        "orders": account.orders,
+        "thumbprint": key.thumbprint,
+        "algorithm": key.algorithm.name,
+        "key": state.path_for(state.layout.account_key()),
+    }
+
+
+def run_account(
+    action: str,
+    *,
+    common: CommonArgs,
+    account: AccountArgs | None = None,
+    key_type: str = "ec256",
+    confirmed: bool = False,
+) -> int:
+    """Run ``acmecerts account ACTION``; return the exit code."""
+    report = Report(json_mode=common.json)
+    configure_logging(common.verbose, report.err)
+
+    def work() -> int:
+        kind = KeyType.parse(key_type)
+        ca = plan_ca(common, account)
+        state = ca.state
+        if action == "deactivate" and not confirmed:
+            if not (sys.stdin.isatty() and report.out.is_terminal) or report.json_mode:
+                raise InvalidInput("deactivating an account cannot be undone: confirm with --yes")
+            answer = input(f"Deactivate the account for {ca.directory} for good? [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                raise InvalidInput("not confirmed; nothing was changed")
+
+        async def main() -> tuple[str, dict[str, Any]]:
+            if action == "create":
+                had_key = await state.load_account_key() is not None
+                async with open_client(ca, create=True, key_type=kind) as client:
+                    known = client.account_url is not None
+                    found = await client.register()
+                    if ca.contact and set(found.contact) != set(ca.contact):
+                        found = await client.update_contact(ca.contact)
+                    verb = "exists" if (had_key and known) else "registered"
+                    return verb, _account_json(found, client.account_key, state)
+            async with open_client(ca, create=False) as client:
+                if action == "show":
+                    found = await (
+                        client.account() if client.account_url else client.find_account()
+                    )
+                    return "show", _account_json(found, client.account_key, state)
+                if action == "rollover":
+                    old = client.account_key.thumbprint
+                    document = await _rollover(ca, client, kind)
+                    document["previous_thumbprint"] = old
+                    return "rolled over", document
+                assert action == "deactivate"
+                return "deactivated", await _deactivate(ca, client)
+
+        verb, document = anyio.run(main)
+        if report.json_mode:
+            report.json({"status": verb.replace(" ", "-"), **document})
+            return EXIT_OK
+        titles = {
+            "show": "Account",
+            "registered": "Account registered",
+            "exists": "Account exists",
+            "rolled over": "Account key rolled over",
+            "deactivated": "Account deactivated",
+        }
+        title = Text(f"{titles[verb]} at {ca.directory}", style="bold green")
+        rows = [
+            ("url", document["url"]),
+            ("status", document["account_status"]),
+            ("contact", ", ".join(document["contact"]) or "-"),
+            ("key", f"{document['algorithm']} {document['thumbprint']}"),
+        ]
+        if "archived_key" in document:
+            rows.append(("old key", document["archived_key"]))
+        else:
+            rows.append(("stored in", document["key"]))
+        report.rows(title, rows)
+        return EXIT_OK
+
+    return guarded(report, work)
+
+
+async def _rollover(ca: CaPlan, client: AcmeClient, kind: KeyType) -> dict[str, Any]:
+    """Store the new key, switch at the CA, then replace the stored account key.
+
+    At every instant one stored key is the account's: before the CA switches, the old
+    ``key.pem``; after, the new key in ``key-rollover.pem`` (until it replaces
+    ``key.pem``). A run interrupted in between is finished by :func:`_recover_rollover`.
+    """
+    state = ca.state
+    async with state.storage.lock(state.layout.account_lock(), lease=60.0, timeout=120.0):
+        loaded = await state.load_account_key_version()
+        if loaded is None:
+            raise InvalidInput(f"no account key in {state.root}")
+        old, version = loaded
+        if old != client.account_key:  # rolled over by another process meanwhile
+            client.account_key = old
+            client.account_url = await state.load_account_url(old)
+        if client.account_url is None:
+            client.account_url = (await client.find_account()).url
+        new = await anyio.to_thread.run_sync(AccountKey.generate, kind)
+        pending_path = state.path_for(state.pending_key_name)
+        await state.storage.store(
+            state.pending_key_name, new.to_pem(), secret=True, expect_version=None
+        )
+        try:
+            await client.change_key(new)
+        except AcmeCertsError as exc:
+            if isinstance(exc, AcmeProblem) or not exc.reached_ca:
+                await state.storage.delete(state.pending_key_name)  # the old key still holds
+                raise
+            raise AcmeCertsError(
+                f"the key change may or may not have happened ({exc}); the new key is kept in "
+                f"{pending_path}; any acmecerts command finishes or undoes the rollover"
+            ) from exc
+        await state.storage.store(
+            state.layout.account_key(), new.to_pem(), secret=True, expect_version=version
+        )
+        await state.save_account_url(client.account_url, new)
+        await state.storage.delete(state.pending_key_name)
+        found = await client.account()
+    return _account_json(found, new, state)
+
+
+async def _deactivate(ca: CaPlan, client: AcmeClient) -> dict[str, Any]:
+    state = ca.state
+    async with state.storage.lock(state.layout.account_lock(), lease=60.0, timeout=120.0):
+        loaded = await state.load_account_key_version()
+        if loaded is None:
+            raise InvalidInput(f"no account key in {state.root}")
+        key, version = loaded
+        if client.account_url is None:
+            client.account_url = (await client.find_account()).url
+        found = await client.deactivate_account()
+        archived = await state.archive_account(key, version)
+    document = _account_json(found, key, state)
+    document["archived_key"] = state.path_for(archived)
+    return document

@@ -1,0 +1,483 @@
+"""Issuing and renewing through :class:`~acmecerts.manager.CertificateManager`.
+
+Every certificate is a :class:`Job`. All jobs run in parallel through one manager
+(``--concurrency`` attempts at once) that keeps certificates, attempt state and orders
+in flight in the state directory. Each job:
+
+1. asks the manager for its certificate (``issue_many``): a stored certificate that is
+   current is returned as it is (unless ``--force``), otherwise one is ordered;
+2. when the answer is "not before T" (the CA's ``rateLimited``/``Retry-After``, or the
+   rate-limit ledger's next slot), waits for T if the job's waiting so far plus the wait
+   stays within ``--max-wait``, showing a countdown, and asks again; otherwise the job
+   ends *deferred* (the manager stored T in the attempt state: the next run sees it);
+3. writes the plain PEM files to its export directory and updates the CLI's record.
+
+Progress is published on a :class:`Board` (one :class:`Row` per certificate), driven by
+the manager's events and by the client's steps (:class:`TrackingClient`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import enum
+import logging
+import math
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+
+from acmecerts._issued import IssuedCertificate
+from acmecerts.client import AcmeClient
+from acmecerts.errors import (
+    AccountDoesNotExist,
+    AcmeCertsError,
+    AcmeProblem,
+    ErrorKind,
+    IssuanceError,
+    RateLimitDeferred,
+)
+from acmecerts.manager import (
+    CancelledResult,
+    CertificateDeferred,
+    CertificateEvent,
+    CertificateManager,
+    CertificateObtained,
+    CertificateObtaining,
+    CertificateRateLimited,
+    CertificateSpec,
+    DeferredResult,
+    FailedResult,
+    IssuedResult,
+    IssueResult,
+)
+from acmecerts.protocol.identifiers import Identifier
+from acmecerts.protocol.resources import Authorization, Challenge, Order
+from acmecerts.retry import AttemptSchedule
+from acmecerts.solvers import Solver
+
+from ._state import CertificateRecord, State, write_certificate_files
+
+__all__ = [
+    "CLI_SCHEDULE",
+    "Board",
+    "Job",
+    "Outcome",
+    "Row",
+    "Stage",
+    "TrackingClient",
+    "execute",
+    "problem_of",
+    "wanted_record",
+]
+
+log = logging.getLogger("acmecerts.cli")
+
+#: A person runs the CLI and reads the result: a failed attempt is not spaced out by the
+#: library's schedule (1 min, 10 min, ...); a second run tries again at once. The CA's
+#: ``Retry-After`` and the ledger's next slot still win (the schedule keeps them).
+CLI_SCHEDULE = AttemptSchedule.from_delays([0.0], jitter=0.0)
+#: Sleep this much past the instant the CA or the ledger named, so "not before" holds.
+_MARGIN = 0.05
+
+
+class Stage(enum.StrEnum):
+    """Where one certificate stands."""
+
+    QUEUED = "queued"
+    WAITING = "waiting"
+    ORDERING = "ordering"
+    VALIDATING = "validating"
+    FINALIZING = "finalizing"
+    DONE = "done"
+    CURRENT = "current"
+    FAILED = "failed"
+    DEFERRED = "deferred"
+    CANCELLED = "cancelled"
+
+    @property
+    def final(self) -> bool:
+        return self in _FINAL
+
+
+_FINAL = frozenset({Stage.DONE, Stage.CURRENT, Stage.FAILED, Stage.DEFERRED, Stage.CANCELLED})
+
+
+@dataclasses.dataclass
+class Row:
+    """One certificate's line of progress."""
+
+    name: str
+    names: tuple[str, ...]
+    stage: Stage = Stage.QUEUED
+    #: Free text shown after the stage (an error, "renewal", the reason for a wait).
+    detail: str = ""
+    #: The instant a wait or deferral lasts until.
+    until: _dt.datetime | None = None
+    renewal: bool = False
+    changed_at: float = dataclasses.field(default_factory=time.monotonic)
+
+
+class Board:
+    """The progress of every certificate; ``on_change`` is called for each change."""
+
+    def __init__(
+        self,
+        certificates: Iterable[tuple[str, Sequence[str]]],
+        on_change: Callable[[Row], None] | None = None,
+    ) -> None:
+        self.rows: dict[str, Row] = {name: Row(name, tuple(names)) for name, names in certificates}
+        self.on_change = on_change
+        #: Names a certificate was newly obtained for (vs. found current in the store).
+        self.obtained: set[str] = set()
+        #: The kind of the last "wait" event per name ("ledger" or "ca").
+        self.wait_kind: dict[str, str] = {}
+
+    def set(
+        self,
+        name: str,
+        stage: Stage,
+        *,
+        detail: str = "",
+        until: _dt.datetime | None = None,
+    ) -> None:
+        row = self.rows.get(name)
+        if row is None or (row.stage.final and not stage.final):
+            return
+        if (row.stage, row.detail, row.until) == (stage, detail, until):
+            return
+        row.stage, row.detail, row.until = stage, detail, until
+        row.changed_at = time.monotonic()
+        if self.on_change is not None:
+            self.on_change(row)
+
+    def reopen(self, name: str) -> None:
+        """Let a finished row move again (a job retried after re-registering)."""
+        row = self.rows.get(name)
+        if row is not None:
+            row.stage = Stage.QUEUED
+
+    def on_event(self, event: CertificateEvent) -> None:
+        """The manager's event subscriber."""
+        if isinstance(event, CertificateObtaining):
+            row = self.rows.get(event.name)
+            if row is not None:
+                row.renewal = event.renewal
+            self.set(event.name, Stage.ORDERING, detail="renewal" if event.renewal else "")
+        elif isinstance(event, CertificateObtained):
+            self.obtained.add(event.name)
+        elif isinstance(event, CertificateRateLimited):
+            self.wait_kind[event.name] = "ca"
+        elif isinstance(event, CertificateDeferred):
+            self.wait_kind[event.name] = "ledger"
+
+
+class TrackingClient(AcmeClient):
+    """An :class:`AcmeClient` that reports the steps of each order on a :class:`Board`.
+
+    Orders are told apart by their identifier set (the manager runs one flight per set);
+    authorizations and challenges by the URLs the orders name.
+    """
+
+    board: Board | None = None
+    _names: dict[frozenset[str], str]
+    _by_url: dict[str, str]
+
+    def track(self, board: Board, certificates: Iterable[tuple[str, Iterable[str]]]) -> None:
+        self.board = board
+        self._names = {frozenset(ids): name for name, ids in certificates}
+        self._by_url = {}
+
+    def _note(self, order: Order) -> str | None:
+        if self.board is None:
+            return None
+        name = self._names.get(frozenset(i.value for i in order.identifiers))
+        if name is not None:
+            self._by_url[order.url] = name
+            for url in order.authorizations:
+                self._by_url[url] = name
+        return name
+
+    async def new_order(
+        self,
+        identifiers: Iterable[Identifier | str],
+        *,
+        profile: str | None = None,
+        replaces: str | None = None,
+        renewal_of: Sequence[Identifier | str] | None = None,
+    ) -> Order:
+        order = await super().new_order(
+            identifiers, profile=profile, replaces=replaces, renewal_of=renewal_of
+        )
+        self._note(order)
+        return order
+
+    async def get_order(self, url: str) -> Order:
+        order = await super().get_order(url)
+        self._note(order)
+        return order
+
+    async def get_authorization(self, url: str) -> Authorization:
+        authz = await super().get_authorization(url)
+        if self.board is not None and url in self._by_url:
+            for challenge in authz.challenges:
+                self._by_url[challenge.url] = self._by_url[url]
+        return authz
+
+    async def answer_challenge(self, challenge: Challenge) -> Challenge:
+        if self.board is not None and challenge.url in self._by_url:
+            self.board.set(self._by_url[challenge.url], Stage.VALIDATING)
+        return await super().answer_challenge(challenge)
+
+    async def finalize(self, order: Order, csr_der: bytes) -> Order:
+        name = self._note(order)
+        if self.board is not None and name is not None:
+            self.board.set(name, Stage.FINALIZING)
+        return await super().finalize(order, csr_der)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Job:
+    """One certificate to obtain."""
+
+    spec: CertificateSpec
+    #: Where the plain PEM files go.
+    out: Path
+    force: bool = False
+    record: CertificateRecord | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclasses.dataclass
+class Outcome:
+    """How one job ended."""
+
+    job: Job
+    #: ``issued``, ``renewed``, ``current``, ``failed``, ``deferred`` or ``cancelled``.
+    status: str
+    certificate: IssuedCertificate | None = None
+    files: dict[str, Path] | None = None
+    until: _dt.datetime | None = None
+    reason: str = ""
+    error: AcmeCertsError | None = None
+    renewal_at: _dt.datetime | None = None
+
+
+def problem_of(exc: BaseException | None) -> AcmeProblem | None:
+    """The CA's problem document behind ``exc``, if any."""
+    if isinstance(exc, AcmeProblem):
+        return exc
+    if isinstance(exc, IssuanceError):
+        return exc.problem
+    return None
+
+
+def _wait_until(result: IssueResult) -> _dt.datetime | None:
+    """The instant to try again at, when the CA or the ledger named one."""
+    if isinstance(result, DeferredResult):
+        return result.until
+    if (
+        isinstance(result, FailedResult)
+        and result.next_attempt_at is not None
+        and result.error.kind in (ErrorKind.RATE_LIMITED, ErrorKind.SERVER_BUSY)
+        and result.error.retry_after is not None
+    ):
+        return result.next_attempt_at
+    return None
+
+
+def _describe_wait(board: Board, name: str, result: IssueResult) -> str:
+    kind = board.wait_kind.get(name)
+    if isinstance(result, FailedResult):
+        if isinstance(result.error, RateLimitDeferred):
+            kind = "ledger"
+        elif result.error.kind is ErrorKind.SERVER_BUSY:
+            return "the CA is busy"
+    if kind == "ledger":
+        return "waiting for budget"
+    if kind == "ca":
+        return "rate limited by the CA"
+    return "waiting"
+
+
+def wanted_record(job: Job) -> CertificateRecord:
+    """The CLI's record for ``job``: what was asked for, and where the files go."""
+    record = job.record or CertificateRecord(name=job.name)
+    return dataclasses.replace(
+        record,
+        identifiers=tuple(i.value for i in job.spec.identifiers),
+        out=str(job.out),
+        key_type=job.spec.key_type.value,
+        profile=job.spec.profile,
+        preferred_chain=job.spec.preferred_chain,
+    )
+
+
+async def _export(state: State, job: Job, certificate: IssuedCertificate) -> dict[str, Path]:
+    files = await anyio.to_thread.run_sync(write_certificate_files, job.out, certificate)
+    record = wanted_record(job)
+    if record.revoked_serial is not None and record.revoked_serial != certificate.serial:
+        record = dataclasses.replace(record, revoked_serial=None)
+    if record != job.record:
+        await state.save_record(record)
+    return files
+
+
+async def _deferred_reason(state: State, name: str, fallback: str) -> str:
+    """Why a stored deferral holds (the attempt state's last error beats "backoff")."""
+    try:
+        attempt = await state.attempt_state(name)
+    except AcmeCertsError:
+        attempt = None
+    if attempt is not None and attempt.last_error:
+        # "RateLimited: rateLimited: detail" -> "rateLimited: detail"
+        return re.sub(r"^[A-Z]\w*: ", "", attempt.last_error)
+    return fallback
+
+
+async def execute(
+    *,
+    state: State,
+    client: AcmeClient,
+    solvers: Sequence[Solver],
+    jobs: Sequence[Job],
+    board: Board,
+    concurrency: int,
+    max_wait: float,
+) -> list[Outcome]:
+    """Run every job in parallel; one :class:`Outcome` per job, in order."""
+    manager = CertificateManager(
+        client,
+        solvers=solvers,
+        storage=state.storage,
+        layout=state.layout,
+        concurrency=concurrency,
+        schedule=CLI_SCHEDULE,
+    )
+    manager.subscribe(board.on_event)
+    # Remember every certificate before ordering it: one that ends deferred or failed is
+    # known to `status` and issued by the next `renew`.
+    for job in jobs:
+        record = wanted_record(job)
+        if record != job.record:
+            await state.save_record(record)
+    outcomes: list[Outcome | None] = [None] * len(jobs)
+
+    async def run(index: int, job: Job) -> None:
+        outcomes[index] = await _run_job(manager, state, job, board, max_wait)
+
+    async with anyio.create_task_group() as tg:
+        for index, job in enumerate(jobs):
+            tg.start_soon(run, index, job)
+    done = [o for o in outcomes if o is not None]
+
+    # A stored account URL the CA no longer knows (a test CA restarted, the account was
+    # removed): register the key again, once, and retry those certificates.
+    stale = [i for i, o in enumerate(done) if isinstance(o.error, AccountDoesNotExist)]
+    if stale and client.account_url is not None:
+        log.warning("account %s no longer exists at the CA; registering again", client.account_url)
+        client.account_url = None
+        await client.register()
+        assert client.account_url is not None
+        await state.save_account_url(client.account_url, client.account_key)
+        async with anyio.create_task_group() as tg:
+            for index in stale:
+                board.reopen(jobs[index].name)
+                tg.start_soon(run, index, jobs[index])
+        done = [o for o in outcomes if o is not None]
+    return done
+
+
+async def _run_job(
+    manager: CertificateManager, state: State, job: Job, board: Board, max_wait: float
+) -> Outcome:
+    name = job.name
+    waited = 0.0
+    while True:
+        board.set(name, Stage.QUEUED)
+        (result,) = await manager.issue_many([job.spec], force=job.force)
+        until = _wait_until(result)
+        if until is not None:
+            delay = max(0.0, (until - _dt.datetime.now(_dt.UTC)).total_seconds()) + _MARGIN
+            if waited + delay <= max_wait + _MARGIN:
+                board.set(
+                    name, Stage.WAITING, detail=_describe_wait(board, name, result), until=until
+                )
+                await anyio.sleep(delay)
+                waited += delay
+                continue
+        return await _finish(manager, state, job, board, result)
+
+
+async def _finish(
+    manager: CertificateManager, state: State, job: Job, board: Board, result: IssueResult
+) -> Outcome:
+    name = job.name
+    renewal_at = manager.renewal_at(name)
+    if isinstance(result, IssuedResult):
+        certificate = result.certificate
+        new = name in board.obtained
+        status = ("renewed" if result.renewed else "issued") if new else "current"
+        outcome = Outcome(job, status, certificate=certificate, renewal_at=renewal_at)
+        try:
+            outcome.files = await _export(state, job, certificate)
+        except AcmeCertsError as exc:
+            outcome.status = "failed"
+            outcome.error = exc
+            outcome.reason = (
+                f"the certificate was issued and stored but could not be exported: {exc}"
+            )
+            board.set(name, Stage.FAILED, detail=outcome.reason)
+            return outcome
+        if new:
+            board.set(name, Stage.DONE, detail=_expiry(certificate))
+        else:
+            due = f"renewal at {_short(renewal_at)}" if renewal_at is not None else ""
+            board.set(name, Stage.CURRENT, detail=due)
+        return outcome
+    if isinstance(result, DeferredResult):
+        reason = result.reason
+        if reason == "backoff after a failure":
+            reason = await _deferred_reason(state, name, reason)
+        board.set(name, Stage.DEFERRED, detail=reason, until=result.until)
+        return Outcome(job, "deferred", until=result.until, reason=reason)
+    if isinstance(result, FailedResult):
+        error = result.error
+        if isinstance(error, RateLimitDeferred) and error.retry_after is not None:
+            board.set(name, Stage.DEFERRED, detail=str(error), until=error.retry_after)
+            return Outcome(job, "deferred", until=error.retry_after, reason=str(error), error=error)
+        until = _wait_until(result)
+        board.set(name, Stage.FAILED, detail=str(error), until=until)
+        return Outcome(job, "failed", error=error, reason=str(error), until=until)
+    assert isinstance(result, CancelledResult)
+    board.set(name, Stage.CANCELLED, detail=result.reason)
+    return Outcome(job, "cancelled", reason=result.reason)
+
+
+def _short(instant: _dt.datetime) -> str:
+    return f"{instant:%Y-%m-%d %H:%M} UTC"
+
+
+def _expiry(certificate: IssuedCertificate) -> str:
+    return f"expires {_short(certificate.not_after)}, serial {certificate.serial}"
+
+
+def remaining(until: _dt.datetime | None) -> str:
+    """``"1m 05s"``: the time left until ``until`` (a countdown)."""
+    if until is None:
+        return ""
+    seconds = max(0, math.ceil((until - _dt.datetime.now(_dt.UTC)).total_seconds()))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m {secs:02d}s"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"

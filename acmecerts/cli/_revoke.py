@@ -1,0 +1,122 @@
+"""``acmecerts revoke PATH|NAME``: by the account key, or by the certificate's own key."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import anyio
+from rich.text import Text
+
+from acmecerts.client import AcmeClient, RevocationReason
+from acmecerts.errors import AcmeCertsError, InvalidInput
+from acmecerts.protocol.certificate import CertificateChain, certificate_info, parse_pem_chain
+from acmecerts.protocol.keys import PrivateKey, load_private_key
+
+from ._common import EXIT_OK, CommonArgs, Report, configure_logging, guarded, open_client, plan_ca
+from ._state import CertificateRecord, State, certificate_name
+
+__all__ = ["run_revoke"]
+
+
+def _reason(value: str) -> tuple[str, int]:
+    for name, code in RevocationReason.ALL.items():
+        if value.strip().lower() in (name.lower(), str(code)):
+            return name, code
+    choices = ", ".join(RevocationReason.ALL)
+    raise InvalidInput(f"--reason {value!r}: choose one of {choices}")
+
+
+def _read_pem_file(target: Path) -> tuple[Path, bytes]:
+    path = target / "cert.pem" if target.is_dir() else target
+    try:
+        return path, path.read_bytes()
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def run_revoke(target: str, *, reason: str, cert_key: Path | None, common: CommonArgs) -> int:
+    """Run ``acmecerts revoke``; return the exit code."""
+    report = Report(json_mode=common.json)
+    configure_logging(common.verbose, report.err)
+
+    def work() -> int:
+        reason_name, reason_code = _reason(reason)
+        ca = plan_ca(common)
+        state = ca.state
+        certificate_key: PrivateKey | None = None
+        if cert_key is not None:
+            try:
+                certificate_key = load_private_key(cert_key.expanduser().read_bytes())
+            except OSError as exc:
+                raise InvalidInput(
+                    f"cannot read --cert-key {cert_key}: {exc.strerror or exc}"
+                ) from exc
+            except InvalidInput as exc:
+                raise InvalidInput(f"--cert-key {cert_key}: {exc}") from None
+        candidate = Path(target).expanduser()
+        given: CertificateChain | None = None
+        source = target
+        if candidate.exists():
+            path, pem = _read_pem_file(candidate)
+            source = str(path)
+            try:
+                given = parse_pem_chain(pem)
+            except AcmeCertsError:
+                raise InvalidInput(f"{path} holds no PEM certificate") from None
+
+        async def main() -> dict[str, Any]:
+            chain = given
+            if chain is None:
+                stored = await state.load_certificate(certificate_name(target))
+                if stored is None:
+                    raise InvalidInput(
+                        f"{target!r} is neither a file nor a certificate in {state.root} for "
+                        f"{ca.directory} (see `acmecerts status`)"
+                    )
+                chain = stored.chain
+            info = certificate_info(chain.leaf)
+            if certificate_key is not None:
+                async with AcmeClient(
+                    ca.directory, ca_bundle=ca.ca_bundle, attempt_timeout=ca.timeout
+                ) as client:
+                    await client.revoke(
+                        chain.pem, reason=reason_code, certificate_key=certificate_key
+                    )
+            else:
+                async with open_client(ca, create=False) as client:
+                    await client.revoke(chain.pem, reason=reason_code)
+            marked = await _mark_revoked(state, info.serial)
+            return {
+                "status": "revoked",
+                "serial": info.serial,
+                "names": list(info.names),
+                "reason": reason_name,
+                "source": source,
+                "stored_name": marked,
+            }
+
+        result = anyio.run(main)
+        if report.json_mode:
+            report.json(result)
+        else:
+            title = Text("Certificate revoked: ", style="bold green")
+            title.append(", ".join(result["names"]), style="bold")
+            rows = [("serial", result["serial"]), ("reason", reason_name)]
+            if result["stored_name"]:
+                rows.append(("renewal", "at the next `acmecerts renew` (stored certificate)"))
+            report.rows(title, rows)
+        return EXIT_OK
+
+    return guarded(report, work)
+
+
+async def _mark_revoked(state: State, serial: str) -> str | None:
+    """Mark the stored certificate with this serial as revoked; return its name."""
+    for stored in await state.list_certificates():
+        if stored.info.serial == serial:
+            record = await state.load_record(stored.name) or CertificateRecord(name=stored.name)
+            await state.save_record(dataclasses.replace(record, revoked_serial=serial))
+            return stored.name
+    return None

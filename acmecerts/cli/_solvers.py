@@ -1,0 +1,216 @@
+"""Challenge options: validated up front, then turned into the library's solvers.
+
+* ``--challenge http-01`` (default): :class:`~acmecerts.Http01Server` on
+  ``--http-01-listen`` (default ``0.0.0.0:80``).
+* ``--challenge tls-alpn-01``: :class:`~acmecerts.TlsAlpn01Server` on
+  ``--tls-alpn-01-listen`` (default ``0.0.0.0:443``).
+* ``--challenge dns-01``: :class:`~acmecerts.Rfc2136Solver` (``--dns-rfc2136-server``,
+  ``--dns-tsig-key``, ``--dns-tsig-secret``, ``--dns-tsig-algorithm``) or
+  :meth:`DnsHookSolver.from_command <acmecerts.DnsHookSolver.from_command>` (``--dns-hook``,
+  run as ``COMMAND present|cleanup NAME VALUE``), each followed by a propagation check
+  (``--dns-propagation-nameserver``, ``--dns-propagation-timeout``; 0 skips it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import ipaddress
+import math
+import os
+import re
+import shlex
+import shutil
+from collections.abc import AsyncIterator, Sequence
+from typing import Final
+
+from acmecerts.errors import InvalidInput
+from acmecerts.protocol.identifiers import Identifier
+from acmecerts.solvers import (
+    DnsHookSolver,
+    Http01Server,
+    PropagationCheck,
+    Rfc2136Solver,
+    Solver,
+    TlsAlpn01Server,
+)
+
+__all__ = [
+    "CHALLENGES",
+    "ChallengeOptions",
+    "ChallengePlan",
+    "parse_hostport",
+    "parse_listen",
+    "plan_challenge",
+    "running_solvers",
+]
+
+CHALLENGES: Final = ("http-01", "dns-01", "tls-alpn-01")
+_HOST = re.compile(r"[A-Za-z0-9.-]+")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChallengeOptions:
+    """The challenge options as typed."""
+
+    challenge: str = "http-01"
+    http_01_listen: str = "0.0.0.0:80"
+    tls_alpn_01_listen: str = "0.0.0.0:443"
+    dns_rfc2136_server: str | None = None
+    dns_tsig_key: str | None = None
+    dns_tsig_secret: str | None = dataclasses.field(default=None, repr=False)
+    dns_tsig_algorithm: str = "hmac-sha256"
+    dns_hook: str | None = None
+    dns_propagation_nameservers: tuple[str, ...] = ()
+    dns_propagation_timeout: float = 120.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChallengePlan:
+    """A validated challenge configuration: the solver, and whether it listens."""
+
+    challenge: str
+    solver: Solver
+    #: ``"HOST:PORT"`` the solver listens on (``None`` for dns-01).
+    listen: str | None
+
+
+def parse_hostport(value: str, *, option: str, default_port: int | None = None) -> tuple[str, int]:
+    """Parse ``HOST:PORT`` (``[IPv6]:PORT``); without ``default_port`` the port is required."""
+    text = value.strip()
+
+    def bad(reason: str) -> InvalidInput:
+        return InvalidInput(f"{option} {value!r}: {reason}")
+
+    port_text: str | None
+    if text.startswith("["):
+        inner, closed, rest = text[1:].partition("]")
+        if not closed or (rest and not rest.startswith(":")) or (not rest and default_port is None):
+            raise bad("expected [IPv6]:PORT")
+        try:
+            host = ipaddress.IPv6Address(inner).compressed
+        except ValueError:
+            raise bad(f"{inner!r} is not an IPv6 address") from None
+        port_text = rest[1:] if rest else None
+    else:
+        host, colon, port_text = text.rpartition(":")
+        if not colon:
+            if default_port is None:
+                raise bad("expected HOST:PORT, e.g. 0.0.0.0:80")
+            host, port_text = text, None
+        elif ":" in host:
+            raise bad("write an IPv6 address in brackets, e.g. [::]:80")
+        if not host and default_port is not None:
+            raise bad("expected HOST[:PORT]")
+        host = host or "0.0.0.0"
+        if not _HOST.fullmatch(host):
+            raise bad(f"{host!r} is not a host name or IP address")
+    if port_text is None:
+        assert default_port is not None
+        return host, default_port
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise bad(f"the port must be a number from 1 to 65535, not {port_text!r}")
+    return host, int(port_text)
+
+
+def parse_listen(value: str, option: str = "--http-01-listen") -> tuple[str, int]:
+    """Parse a listen address ``HOST:PORT`` (an empty host means every IPv4 interface)."""
+    return parse_hostport(value, option=option)
+
+
+def _hook_argv(command: str) -> list[str]:
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise InvalidInput(f"--dns-hook {command!r}: {exc}") from None
+    if not argv:
+        raise InvalidInput("--dns-hook needs a command")
+    program = argv[0]
+    if os.sep in program:
+        if not (os.path.isfile(program) and os.access(program, os.X_OK)):
+            raise InvalidInput(f"--dns-hook: {program} is not an executable file")
+    elif shutil.which(program) is None:
+        raise InvalidInput(f"--dns-hook: {program!r} is not found on PATH")
+    return argv
+
+
+def _propagation(options: ChallengeOptions, default_port: int) -> PropagationCheck | None:
+    timeout = options.dns_propagation_timeout
+    if not (math.isfinite(timeout) and timeout >= 0):
+        raise InvalidInput(f"--dns-propagation-timeout must be 0 or more seconds, not {timeout}")
+    if timeout == 0:
+        return None
+    servers = list(options.dns_propagation_nameservers)
+    for server in servers:
+        parse_hostport(server, option="--dns-propagation-nameserver", default_port=53)
+    return PropagationCheck(servers or None, port=default_port, timeout=timeout)
+
+
+def _dns_solver(options: ChallengeOptions) -> Solver:
+    rfc2136 = options.dns_rfc2136_server
+    if (rfc2136 is None) == (options.dns_hook is None):
+        raise InvalidInput(
+            "--challenge dns-01 needs either --dns-rfc2136-server (with --dns-tsig-key and "
+            "--dns-tsig-secret) or --dns-hook COMMAND"
+        )
+    if options.dns_hook is not None:
+        return DnsHookSolver.from_command(
+            _hook_argv(options.dns_hook), propagation=_propagation(options, 53)
+        )
+    assert rfc2136 is not None
+    host, port = parse_hostport(rfc2136, option="--dns-rfc2136-server", default_port=53)
+    if not options.dns_tsig_key or not options.dns_tsig_secret:
+        raise InvalidInput("--dns-rfc2136-server needs --dns-tsig-key and --dns-tsig-secret")
+    try:
+        return Rfc2136Solver(
+            host,
+            port=port,
+            tsig_key_name=options.dns_tsig_key,
+            tsig_secret=options.dns_tsig_secret,
+            tsig_algorithm=options.dns_tsig_algorithm,
+            propagation=_propagation(options, port),
+        )
+    except InvalidInput as exc:
+        raise InvalidInput(f"dns-01: {exc}") from None
+
+
+def plan_challenge(options: ChallengeOptions, identifiers: Sequence[Identifier]) -> ChallengePlan:
+    """Validate the challenge options for ``identifiers`` and build the solver (not started)."""
+    challenge = options.challenge.lower()
+    if challenge not in CHALLENGES:
+        raise InvalidInput(
+            f"--challenge {options.challenge!r}: choose one of {', '.join(CHALLENGES)}"
+        )
+    for ident in identifiers:
+        if ident.is_wildcard and challenge != "dns-01":
+            raise InvalidInput(
+                f"{ident.value}: {challenge} cannot validate a wildcard name (wildcards need "
+                "dns-01)"
+            )
+        if ident.type == "ip" and challenge == "dns-01":
+            raise InvalidInput(f"{ident.value}: dns-01 cannot validate an IP address")
+    if challenge == "http-01":
+        host, port = parse_listen(options.http_01_listen, "--http-01-listen")
+        return ChallengePlan(challenge, Http01Server(host=host, port=port), f"{host}:{port}")
+    if challenge == "tls-alpn-01":
+        host, port = parse_listen(options.tls_alpn_01_listen, "--tls-alpn-01-listen")
+        return ChallengePlan(challenge, TlsAlpn01Server(host=host, port=port), f"{host}:{port}")
+    return ChallengePlan(challenge, _dns_solver(options), None)
+
+
+@contextlib.asynccontextmanager
+async def running_solvers(plan: ChallengePlan, *, eager: bool) -> AsyncIterator[list[Solver]]:
+    """The solvers, started now (``eager``: a busy port is bad input before anything is
+    sent) or on first use; stopped when the block ends, also on Ctrl-C."""
+    solver = plan.solver
+    if isinstance(solver, Http01Server | TlsAlpn01Server):
+        if eager:
+            async with solver:
+                yield [solver]
+            return
+        try:
+            yield [solver]
+        finally:
+            await solver.aclose()
+        return
+    yield [solver]

@@ -1,0 +1,254 @@
+"""``acmecerts status``: the certificates in the state directory and the rate-limit budget."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+from typing import Any
+
+import anyio
+from rich.table import Table
+from rich.text import Text
+
+from acmecerts.client import AcmeClient
+from acmecerts.errors import AcmeCertsError
+from acmecerts.protocol.ari import decide_renewal
+
+from ._common import (
+    EXIT_OK,
+    CommonArgs,
+    Report,
+    configure_logging,
+    guarded,
+    iso,
+    log,
+    plan_ca,
+    when,
+)
+from ._state import CertificateRecord, State, StoredCertificate
+
+__all__ = ["run_status"]
+
+
+def run_status(*, ari: bool, common: CommonArgs) -> int:
+    """Run ``acmecerts status``; return the exit code."""
+    report = Report(json_mode=common.json)
+    configure_logging(common.verbose, report.err)
+
+    def work() -> int:
+        ca = plan_ca(common)
+        state = ca.state
+
+        async def main() -> dict[str, Any]:
+            now = _dt.datetime.now(_dt.UTC)
+            key = await state.load_account_key()
+            account = None
+            if key is not None:
+                account = {
+                    "url": await state.load_account_url(key),
+                    "thumbprint": key.thumbprint,
+                    "key": state.path_for(state.layout.account_key()),
+                }
+            certificates = []
+            client: AcmeClient | None = None
+            async with contextlib.AsyncExitStack() as stack:
+                if ari:
+                    client = await stack.enter_async_context(
+                        AcmeClient(ca.directory, ca_bundle=ca.ca_bundle)
+                    )
+                    if (await client.directory()).renewal_info is None:
+                        log.warning(
+                            "the CA has no renewalInfo (ARI): renewal when a third of the "
+                            "lifetime is left"
+                        )
+                        client = None
+                for _name, stored, record in await state.known_certificates():
+                    if stored is None:
+                        assert record is not None
+                        certificates.append(await _pending_status(state, record, now))
+                    else:
+                        certificates.append(await _certificate_status(state, stored, now, client))
+            budget = await state.ledger(ca.model).budget()
+            return {
+                "directory": ca.directory,
+                "state_dir": str(state.root),
+                "account": account,
+                "certificates": certificates,
+                "rate_limits": {
+                    "model": ca.model.name,
+                    "budget": [
+                        {
+                            "limit": line.limit,
+                            "scope": line.scope_key,
+                            "capacity": line.capacity,
+                            "remaining": line.remaining,
+                            "next_slot": iso(line.next_slot),
+                            "full_at": iso(line.full_at),
+                            "paused": line.paused,
+                        }
+                        for line in budget
+                    ],
+                },
+            }
+
+        document = anyio.run(main)
+        if report.json_mode:
+            report.json(document)
+        else:
+            _print_status(report, document)
+        return EXIT_OK
+
+    return guarded(report, work)
+
+
+async def _certificate_status(
+    state: State, stored: StoredCertificate, now: _dt.datetime, client: AcmeClient | None
+) -> dict[str, Any]:
+    info = stored.info
+    record = await state.load_record(stored.name)
+    attempt = await state.attempt_state(stored.name)
+    window = None
+    renewal_info = None
+    if client is not None:
+        try:
+            renewal_info = await client.renewal_info(stored.chain.leaf)
+            window = [renewal_info.window_start.isoformat(), renewal_info.window_end.isoformat()]
+        except AcmeCertsError as exc:
+            log.warning("%s: no renewal window from the CA (%s)", stored.name, exc)
+    decision = decide_renewal(
+        not_before=info.not_before, not_after=info.not_after, now=now, renewal_info=renewal_info
+    )
+    revoked = record is not None and record.revoked_serial == info.serial
+    deferred = (
+        attempt.next_attempt_at
+        if attempt is not None
+        and attempt.next_attempt_at is not None
+        and attempt.next_attempt_at > now
+        else None
+    )
+    if revoked:
+        state_text = "revoked"
+    elif info.not_after <= now:
+        state_text = "expired"
+    elif decision.due(now):
+        state_text = "due"
+    else:
+        state_text = "valid"
+    return {
+        "name": stored.name,
+        "names": list(info.names),
+        "status": state_text,
+        "serial": info.serial,
+        "not_before": info.not_before.isoformat(),
+        "not_after": info.not_after.isoformat(),
+        "next_renewal": decision.renew_at.isoformat(),
+        "renewal_source": decision.source,
+        "renewal_window": window,
+        "deferred_until": iso(deferred),
+        "last_error": attempt.last_error if attempt is not None else None,
+        "key_type": stored.key_type.value if stored.key_type is not None else None,
+        "files": record.out if record is not None else None,
+    }
+
+
+async def _pending_status(
+    state: State, record: CertificateRecord, now: _dt.datetime
+) -> dict[str, Any]:
+    """A certificate that was asked for and not issued (deferred, failed, interrupted)."""
+    attempt = await state.attempt_state(record.name)
+    deferred = (
+        attempt.next_attempt_at
+        if attempt is not None
+        and attempt.next_attempt_at is not None
+        and attempt.next_attempt_at > now
+        else None
+    )
+    return {
+        "name": record.name,
+        "names": list(record.identifiers),
+        "status": "deferred" if deferred is not None else "pending",
+        "serial": None,
+        "not_before": None,
+        "not_after": None,
+        "next_renewal": None,
+        "renewal_source": None,
+        "renewal_window": None,
+        "deferred_until": iso(deferred),
+        "last_error": attempt.last_error if attempt is not None else None,
+        "key_type": record.key_type,
+        "files": record.out,
+    }
+
+
+def _print_status(report: Report, document: dict[str, Any]) -> None:
+    out = report.out
+    out.print(Text(f"State directory {document['state_dir']}", style="bold"))
+    out.print(Text(f"CA              {document['directory']}"))
+    account = document["account"]
+    if account is None:
+        out.print(Text("Account         none yet (created by the first issue)", style="dim"))
+    else:
+        out.print(Text(f"Account         {account['url'] or 'not registered yet'}"))
+    certificates = document["certificates"]
+    out.print()
+    if not certificates:
+        out.print(Text("No certificates.", style="dim"))
+    else:
+        table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+        for column in ("name", "status", "expires", "renewal", "notes"):
+            table.add_column(column, no_wrap=column != "notes")
+        for cert in certificates:
+            notes = []
+            if len(cert["names"]) > 1:
+                notes.append(f"+{len(cert['names']) - 1} names")
+            if cert["deferred_until"]:
+                until = _dt.datetime.fromisoformat(cert["deferred_until"])
+                notes.append(f"deferred until {when(until)}")
+            if cert["last_error"]:
+                notes.append(f"last error: {cert['last_error']}")
+            style = {"valid": "green", "due": "yellow", "pending": "yellow"}.get(
+                cert["status"], "red"
+            )
+            expires = renewal = "-"
+            if cert["not_after"] is not None:
+                expires = f"{_dt.datetime.fromisoformat(cert['not_after']):%Y-%m-%d}"
+                renewal = f"{_dt.datetime.fromisoformat(cert['next_renewal']):%Y-%m-%d}"
+                renewal += " (ARI)" if cert["renewal_source"] == "ari" else ""
+            table.add_row(
+                cert["name"], Text(cert["status"], style=style), expires, renewal, "; ".join(notes)
+            )
+        out.print(table)
+    limits = document["rate_limits"]
+    out.print()
+    budget = limits["budget"]
+    if not budget:
+        out.print(
+            Text(
+                f"Rate limits ({limits['model']}): every budget is full; nothing is held back.",
+                style="dim",
+            )
+        )
+        return
+    table = Table(title=None, show_edge=False, pad_edge=False, box=None, header_style="bold")
+    for column in ("limit", "scope", "remaining", "next slot", "full at"):
+        table.add_column(column)
+    for line in budget:
+        capacity = line["capacity"]
+        remaining = (
+            "paused"
+            if line["paused"]
+            else (
+                f"{line['remaining']}/{capacity}"
+                if capacity is not None
+                else str(line["remaining"])
+            )
+        )
+        table.add_row(
+            line["limit"],
+            line["scope"],
+            remaining,
+            when(_dt.datetime.fromisoformat(line["next_slot"])) if line["next_slot"] else "-",
+            when(_dt.datetime.fromisoformat(line["full_at"])) if line["full_at"] else "-",
+        )
+    out.print(Text(f"Rate limits ({limits['model']}):", style="bold"))
+    out.print(table)

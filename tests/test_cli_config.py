@@ -1,0 +1,118 @@
+"""Configuration precedence: command-line flag > ``ACMECERTS_*`` variable > TOML file > default.
+
+``acmecerts status --json`` shows the directory and state directory it uses, without
+contacting the CA, so the precedence can be watched directly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from test_cli_support import cli_env, one_json, run_many
+
+from acmecerts.cli import main
+
+pytestmark = pytest.mark.timeout(60)
+
+FILE_CA = "https://file.example.test/dir"
+ENV_CA = "https://env.example.test/dir"
+FLAG_CA = "https://flag.example.test/dir"
+
+
+def test_flag_beats_environment_beats_file_beats_default(tmp_path: Path) -> None:
+    # The default file: $XDG_CONFIG_HOME/acmecerts/config.toml, found without --config.
+    config = tmp_path / "xdg-config" / "acmecerts" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(
+        f'directory = "{FILE_CA}"\n'
+        f'state-dir = "{tmp_path / "file-state"}"\n'
+        'rate-limits = "none"\n'
+        "\n"
+        "[status]  # only for `acmecerts status`\n"
+        'rate_limits = "letsencrypt"\n'
+        "\n"
+        "[issue]\n"
+        "concurrency = 3\n"
+    )
+    file_only = cli_env(tmp_path)
+    with_env = cli_env(tmp_path, ACMECERTS_DIRECTORY=ENV_CA)
+
+    from_file, from_env, from_flag = run_many(
+        [["status", "--json"], ["status", "--json"], ["status", "--json", "--directory", FLAG_CA]],
+        envs=[file_only, with_env, with_env],
+    )
+
+    for result in (from_file, from_env, from_flag):
+        assert result.returncode == 0, result.stderr
+    assert one_json(from_file)["directory"] == FILE_CA
+    assert one_json(from_file)["state_dir"] == str(tmp_path / "file-state")
+    assert one_json(from_file)["rate_limits"]["model"] == "lets-encrypt"  # the [status] table
+    assert one_json(from_env)["directory"] == ENV_CA
+    assert one_json(from_env)["state_dir"] == str(tmp_path / "file-state")
+    assert one_json(from_flag)["directory"] == FLAG_CA
+    # status reads, it never creates the state directory
+    assert not (tmp_path / "file-state").exists()
+
+
+def test_defaults_apply_to_what_nothing_sets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for variable in [v for v in os.environ if v.startswith("ACMECERTS_")]:
+        monkeypatch.delenv(variable)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("XDG_DATA_HOME", raising=False)
+    (tmp_path / "empty.toml").write_text("# nothing set here\n")
+
+    # in-process; --config names a file that sets nothing (the XDG default is not read)
+    assert main(["status", "--json", "--config", str(tmp_path / "empty.toml")]) == 0
+
+    document = json.loads(capsys.readouterr().out)
+    assert document["directory"] == "https://acme-v02.api.letsencrypt.org/directory"
+    assert document["state_dir"] == str(tmp_path / "home/.local/share/acmecerts")
+    assert document["rate_limits"]["model"] == "lets-encrypt"  # auto: Let's Encrypt's
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('directry = "https://x.example/dir"\n', "unknown setting 'directry'"),
+        ('[issue]\nforce = "yes"\nnot-an-option = 1\n', "unknown setting 'issue.not-an-option'"),
+        ("[sign]\nforce = true\n", "unknown command table [sign]"),
+        ("directory = \n", "not valid TOML"),
+        ('[issue]\nconcurrency = "many"\n', "issue.concurrency must be an integer, not 'many'"),
+        ("email = 3\n", ": email must be a string or a list of strings"),
+        ('json = "yes"\n', "json must be true or false"),
+    ],
+)
+def test_a_bad_config_file_is_one_line_and_exit_2(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    content: str,
+    message: str,
+) -> None:
+    for variable in [v for v in os.environ if v.startswith("ACMECERTS_")]:
+        monkeypatch.delenv(variable)
+    config = tmp_path / "config.toml"
+    config.write_text(content)
+
+    code = main(["--config", str(config), "issue", "--state-dir", str(tmp_path / "s"), "x.test"])
+
+    captured = capsys.readouterr()
+    assert code == 2
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    assert message in lines[0]
+    assert str(config) in lines[0]
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_missing_config_file_named_explicitly_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["status", "--config", str(tmp_path / "nope.toml")])
+    assert code == 2
+    assert f"cannot read config file {tmp_path / 'nope.toml'}" in capsys.readouterr().err

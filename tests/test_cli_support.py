@@ -1,0 +1,200 @@
+"""Helpers shared by the CLI tests (``tests/test_cli*.py``); no tests of its own.
+
+The CLI runs as a real subprocess (``python -m acmecerts.cli``) against the session
+Pebble, with a clean environment: no ``ACMECERTS_*`` variables and an empty
+``XDG_CONFIG_HOME``, so nothing from the machine leaks in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from acmecerts.cli import main
+from acmecerts.protocol.keys import AccountKey
+from acmecerts.storage import FileStorage, KeyLayout, load_account_url
+
+if TYPE_CHECKING:
+    from acmecerts.testing import PebbleServer
+
+REPO = Path(__file__).resolve().parents[1]
+CLI = (sys.executable, "-m", "acmecerts.cli")
+NEW_ACCOUNT = ("POST", "/sign-me-up")
+NEW_ORDER = ("POST", "/order-plz")
+
+
+def cli_env(tmp_path: Path | None = None, **extra: str) -> dict[str, str]:
+    """The test's environment without ACMECERTS_* settings, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACMECERTS_")}
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "xdg-config") if tmp_path else "/nonexistent"
+    env.update(extra)
+    return env
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args],
+        cwd=REPO,
+        env=env if env is not None else cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the CLI in this process (the same ``main()`` the console script calls).
+
+    Faster than a subprocess (no interpreter start, no imports); used for the variations
+    of a scenario whose first run is a real process. The caller cleans the environment
+    (see :func:`clean_environment`).
+    """
+    capsys.readouterr()
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return subprocess.CompletedProcess(["acmecerts", *args], code, captured.out, captured.err)
+
+
+def clean_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """For in-process runs: no ACMECERTS_* settings and no config file from the machine."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-config"))
+    for variable in [v for v in os.environ if v.startswith("ACMECERTS_")]:
+        monkeypatch.delenv(variable)
+
+
+def run_many(
+    commands: Sequence[Sequence[str]], *, envs: Sequence[dict[str, str]] | None = None
+) -> list[subprocess.CompletedProcess[str]]:
+    """Run several CLI commands at once (they must not bind the same port)."""
+    procs = [
+        subprocess.Popen(
+            [*CLI, *args],
+            cwd=REPO,
+            env=envs[i] if envs is not None else cli_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i, args in enumerate(commands)
+    ]
+    results = []
+    for proc, args in zip(procs, commands, strict=True):
+        out, err = proc.communicate(timeout=60)
+        results.append(subprocess.CompletedProcess([*CLI, *args], proc.returncode, out, err))
+    return results
+
+
+def free_port(*, not_: int | None = None) -> int:
+    """A free loopback port, other than ``not_``."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port: int = sock.getsockname()[1]
+        if port != not_:
+            return port
+
+
+def ca_args(pebble: PebbleServer, state: Path, *, directory: str | None = None) -> list[str]:
+    """``--directory``, ``--ca-bundle`` and ``--state-dir`` for the session Pebble."""
+    return [
+        "--directory",
+        directory or pebble.directory_url,
+        "--ca-bundle",
+        str(pebble.ca_bundle),
+        "--state-dir",
+        str(state),
+    ]
+
+
+def http01_args(pebble: PebbleServer, port: int | None = None) -> list[str]:
+    return ["--http-01-listen", f"127.0.0.1:{pebble.http_port if port is None else port}"]
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], code: int) -> str:
+    assert result.returncode == code, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("acmecerts: error: ")
+    return lines[0]
+
+
+def one_json(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The one JSON object a ``--json`` run printed."""
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1, result.stdout
+    document: dict[str, Any] = json.loads(lines[0])
+    return document
+
+
+def check_certificate(out: Path, names: set[str], root_pem: str) -> x509.Certificate:
+    """The files in ``out`` make a valid chain to Pebble's root for ``names``."""
+    (leaf,) = x509.load_pem_x509_certificates((out / "cert.pem").read_bytes())
+    intermediates = x509.load_pem_x509_certificates((out / "chain.pem").read_bytes())
+    fullchain = x509.load_pem_x509_certificates((out / "fullchain.pem").read_bytes())
+    assert fullchain == [leaf, *intermediates]
+    san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert set(san.get_values_for_type(x509.DNSName)) == names
+    key = serialization.load_pem_private_key((out / "privkey.pem").read_bytes(), password=None)
+    spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    assert key.public_key().public_bytes(*spki) == leaf.public_key().public_bytes(*spki)
+    root = x509.load_pem_x509_certificate(root_pem.encode())
+    for child, parent in zip([leaf, *intermediates], [*intermediates, root], strict=True):
+        child.verify_directly_issued_by(parent)
+    return leaf
+
+
+def serial_of(out: Path) -> str:
+    (leaf,) = x509.load_pem_x509_certificates((out / "cert.pem").read_bytes())
+    return format(leaf.serial_number, "x")
+
+
+# -- reading the state directory with the library ---------------------------------------------
+
+
+def stored_account(state: Path, directory_url: str) -> tuple[AccountKey | None, str | None]:
+    """The account key and URL the state directory holds (read with the library)."""
+
+    async def read() -> tuple[AccountKey | None, str | None]:
+        storage = FileStorage(state)
+        layout = KeyLayout(directory_url)
+        value = await storage.load(layout.account_key())
+        key = AccountKey.from_pem(value.data) if value is not None else None
+        url = await load_account_url(storage, layout)
+        return key, url
+
+    return anyio.run(read)
+
+
+def stored_serial(state: Path, directory_url: str, name: str) -> str | None:
+    """The serial of the certificate ``name`` the manager stored, if any."""
+
+    async def read() -> str | None:
+        storage = FileStorage(state)
+        value = await storage.load(KeyLayout(directory_url).certificate(name).meta)
+        if value is None:
+            return None
+        serial = json.loads(value.data)["serial"]
+        assert isinstance(serial, str)
+        return serial
+
+    return anyio.run(read)
