@@ -19,8 +19,11 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def soak(session: nox.Session) -> None:
-    """The fault soak through the fault proxy: ``ACMECERTS_SOAK_SECONDS`` (default 60),
-    ``ACMECERTS_SOAK_FAULT_RATE``, ``ACMECERTS_SOAK_CONCURRENCY``, ``ACMECERTS_SOAK_SEED``."""
+    """Fault soak through the fault proxy (default 60 s; not part of ``tests``).
+
+    Knobs: ``ACMECERTS_SOAK_SECONDS``, ``ACMECERTS_SOAK_FAULT_RATE``,
+    ``ACMECERTS_SOAK_CONCURRENCY``, ``ACMECERTS_SOAK_SEED`` (see tests/soak/test_soak.py).
+    """
     session.install("-e", ".[test]")
     session.run("pytest", "tests/soak", "-m", "soak", "-s", *session.posargs)
 

@@ -24,6 +24,7 @@ from acmecerts._issued import IssuedCertificate
 from acmecerts._time import Clock, SystemClock, as_seconds
 from acmecerts.errors import (
     AcmeCertsError,
+    AcmeProblem,
     AttemptTimeout,
     AuthorizationFailed,
     BadServerResponse,
@@ -31,6 +32,7 @@ from acmecerts.errors import (
     ExternalAccountRequired,
     InvalidInput,
     OrderFailed,
+    OrderNotReady,
     ProblemType,
     UnsupportedChallenge,
 )
@@ -72,7 +74,7 @@ from acmecerts.protocol.resources import (
 )
 from acmecerts.retry import RequestRetry
 from acmecerts.solvers._base import ChallengeTask, Solver
-from acmecerts.transport import AcmeResponse, AcmeTransport, RequestHook
+from acmecerts.transport import AcmeResponse, AcmeTransport, RequestHook, UrlPolicy
 
 if TYPE_CHECKING:
     from acmecerts.ratelimit import Decision, RateLimitLedger
@@ -86,6 +88,9 @@ log = logging.getLogger("acmecerts.client")
 
 _PEM_CHAIN = "application/pem-certificate-chain"
 _CLEANUP_SECONDS = 15.0
+#: Bounds of the search for an unrecorded order in the account's orders list.
+_MAX_ORDER_PAGES = 5
+_MAX_ORDERS_LOOKED_AT = 20
 
 
 @dataclasses.dataclass(frozen=True, slots=True, repr=False)
@@ -168,6 +173,10 @@ class AcmeClient:
             an order that would exceed one is not sent (:class:`RateLimitDeferred`), and
             orders, certificates, failed authorizations and ``rateLimited`` answers are
             recorded in it.
+        url_policy: Which URLs the CA may send the client to (:class:`UrlPolicy`; ignored
+            with ``transport``, which has its own). The default allows the directory URL's
+            origin only; a CA that names another host gets :class:`UnsafeUrl` and nothing
+            is sent there.
     """
 
     def __init__(
@@ -188,6 +197,7 @@ class AcmeClient:
         transport: AcmeTransport | None = None,
         on_request: RequestHook | None = None,
         ledger: RateLimitLedger | None = None,
+        url_policy: UrlPolicy | None = None,
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.ledger = ledger
@@ -199,6 +209,7 @@ class AcmeClient:
             clock=self.clock,
             http2=http2,
             on_request=on_request,
+            url_policy=url_policy,
         )
         self.account_key = account_key or AccountKey.generate()
         self.account_url = account_url
@@ -468,6 +479,45 @@ class AcmeClient:
             error=error,
         )
 
+    async def find_unfinished_order(self, identifiers: Iterable[Identifier | str]) -> Order | None:
+        """An order of this account for exactly ``identifiers`` that is pending or ready.
+
+        For a process that died between sending ``newOrder`` and recording the answer: the
+        CA may hold an order nobody knows the URL of. RFC 8555 §7.1.2.1: the account's
+        ``orders`` URL lists its orders (pending ones at least), paginated with ``Link:
+        rel="next"``. Best effort and bounded (a few pages, at most 20 orders looked at,
+        the last listed first): ``None`` when the CA keeps no such list (Let's Encrypt
+        does not), nothing matches, or the list cannot be read. Only ``pending`` and
+        ``ready`` orders qualify: their CSR, and so the certificate key, is not chosen yet.
+        """
+        wanted = set(_as_identifiers(identifiers))
+        looked_at = 0
+        try:
+            account_url = await self._kid()
+            response = await self._post(account_url, None)
+            page = parse_account(response.json(), url=account_url).orders
+            for _ in range(_MAX_ORDER_PAGES):
+                if page is None:
+                    break
+                response = await self._post(page, None)
+                for url in reversed(_order_urls(response.json(), url=page)):
+                    if looked_at >= _MAX_ORDERS_LOOKED_AT:
+                        return None
+                    looked_at += 1
+                    order = await self.get_order(url)
+                    if (
+                        order.status in ("pending", "ready")
+                        and set(order.identifiers) == wanted
+                        and (order.expires is None or order.expires > self.clock.now())
+                    ):
+                        log.info("found unrecorded order %s (%s)", url, order.status)
+                        return order
+                following = response.links("next")
+                page = following[0] if following else None
+        except AcmeCertsError as exc:
+            log.info("could not look for an unrecorded order: %s", exc)
+        return None
+
     async def get_order(self, url: str) -> Order:
         """Fetch an order (POST-as-GET)."""
         response = await self._post(url, None)
@@ -632,6 +682,8 @@ class AcmeClient:
         renewal_of: Sequence[Identifier | str] | None = None,
         resume_order_url: str | None = None,
         on_order: OrderHook | None = None,
+        before_order: Callable[[PrivateKey], Awaitable[None]] | None = None,
+        recover_order: bool = False,
     ) -> IssuedCertificate:
         """Issue one certificate for ``names``: order, validate, finalize, download.
 
@@ -655,8 +707,14 @@ class AcmeClient:
                 processing or valid) instead of sending a new ``newOrder``; if the CA no
                 longer has it usable, a new order is created.
             on_order: Awaited with the order and the certificate key right after a new
-                order is created, before anything else is sent: persist them here so
-                that a restarted process can resume the order.
+                order is created (or an unrecorded one found), before anything else is
+                sent: persist them here so that a restarted process can resume the order.
+            before_order: Awaited with the certificate key right before ``newOrder`` is
+                sent: persist an intent here, so that a process that dies before
+                ``on_order`` knows to pass ``recover_order`` when it restarts.
+            recover_order: A previous attempt may have created an order it never
+                recorded (it died between ``newOrder`` and ``on_order``): before
+                ordering, look for it with :meth:`find_unfinished_order`.
             preferred_chain: The common name of the root (or else of an intermediate)
                 the chain should lead to; among the chains the CA offers (``Link:
                 rel="alternate"``) the one whose root issuer has this name wins, then one
@@ -694,6 +752,8 @@ class AcmeClient:
                 renewal_of=renewal_of,
                 resume_order_url=resume_order_url,
                 on_order=on_order,
+                before_order=before_order,
+                recover_order=recover_order,
             )
         # only the deadline's own cancel scope gets here (a solver's TimeoutError does not)
         raise AttemptTimeout(
@@ -715,11 +775,19 @@ class AcmeClient:
         renewal_of: Sequence[Identifier | str] | None = None,
         resume_order_url: str | None = None,
         on_order: OrderHook | None = None,
+        before_order: Callable[[PrivateKey], Awaitable[None]] | None = None,
+        recover_order: bool = False,
     ) -> IssuedCertificate:
         order = None
         if resume_order_url is not None:
             order = await self._resumable_order(resume_order_url, identifiers)
+        if order is None and recover_order:
+            order = await self.find_unfinished_order(identifiers)
+            if order is not None and on_order is not None:
+                await on_order(order, key)
         if order is None:
+            if before_order is not None:
+                await before_order(key)
             order = await self.new_order(
                 identifiers, profile=profile, replaces=replaces, renewal_of=renewal_of
             )
@@ -743,7 +811,7 @@ class AcmeClient:
                     raise await self._explain_invalid_order(order)
                 pending_authz.clear()
             if order.status == "ready":
-                order = await self.finalize(order, csr_der)
+                order = await self._finalize_once(order, csr_der)
             order = await self.wait_order(order, until=frozenset({"valid"}), deadline=deadline)
             if order.status != "valid" or order.certificate is None:
                 problem = order.error
@@ -825,7 +893,7 @@ class AcmeClient:
             presented.append((candidate, task))
             await candidate.present(task)
             if challenge.status == "pending":
-                answered = await self.answer_challenge(challenge)
+                answered = await self._answer_challenge_once(challenge, url)
                 if answered.status == "invalid":
                     # A CA that validates inside the challenge POST (acme2certifier) may
                     # answer "invalid" and leave the order "pending" for good: decide from
@@ -845,6 +913,48 @@ class AcmeClient:
         except BaseExceptionGroup as group:
             # one authorization's failure cancels the others; report the root cause
             raise _first_error(group) from None
+
+    async def _finalize_once(self, order: Order, csr_der: bytes) -> Order:
+        """Finalize ``order``; a refusal because it is already finalized is no failure.
+
+        The transport replays a finalize whose answer was lost; the first copy may have
+        got through, and the CA then refuses the replay (``orderNotReady``: the order is
+        ``processing`` or ``valid`` already). The order's state decides.
+        """
+        try:
+            return await self.finalize(order, csr_der)
+        except OrderNotReady as exc:
+            try:
+                current = await self.get_order(order.url)
+            except AcmeCertsError:
+                raise exc from None
+            if current.status not in ("processing", "valid"):
+                raise
+            log.info("order %s was finalized already (%s)", order.url, current.status)
+            return current
+
+    async def _answer_challenge_once(self, challenge: Challenge, authz_url: str) -> Challenge:
+        """Answer ``challenge``; a refusal because it was answered already is no failure.
+
+        The transport replays an answer whose response was lost; if the first copy got
+        through, the CA refuses the replay (the challenge is no longer ``pending``). The
+        challenge's state decides: ``processing``/``valid`` (or ``invalid``, reported by
+        the caller) is returned, a challenge still ``pending`` re-raises the refusal.
+        """
+        try:
+            return await self.answer_challenge(challenge)
+        except AcmeProblem as exc:
+            if exc.kind is not ErrorKind.PERMANENT:
+                raise
+            try:
+                authz = await self.get_authorization(authz_url)
+            except AcmeCertsError:
+                raise exc from None
+            current = authz.challenge(challenge.type) or challenge
+            if authz.status != "valid" and current.status == "pending":
+                raise
+            log.info("challenge %s was answered already (%s)", challenge.url, current.status)
+            return current
 
     async def _explain_invalid_order(self, order: Order) -> AcmeCertsError:
         for url in order.authorizations:
@@ -954,6 +1064,14 @@ def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
             if isinstance(leaf, wanted):
                 return leaf
     return leaves[0] if leaves else group
+
+
+def _order_urls(data: object, *, url: str) -> list[str]:
+    """The order URLs of an orders list object (RFC 8555 §7.1.2.1)."""
+    orders = data.get("orders") if isinstance(data, dict) else None
+    if not isinstance(orders, list) or not all(isinstance(u, str) for u in orders):
+        raise BadServerResponse("an orders list without an array of URLs", url=url)
+    return list(orders)
 
 
 def _as_identifiers(values: Iterable[Identifier | str]) -> tuple[Identifier, ...]:

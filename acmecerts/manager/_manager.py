@@ -346,6 +346,7 @@ class CertificateManager:
             if self._flights_by_ids.get(ids) is flight:
                 del self._flights_by_ids[ids]
             flight.done.set()
+            self._wake.set()  # the scheduler plans what comes next (renewal, retry)
         return result
 
     async def _owner_present(self, spec: CertificateSpec) -> bool | None:
@@ -396,6 +397,7 @@ class CertificateManager:
         if self._store is not None:
             # under the store's lock: another process may have issued it meanwhile
             await self._load(entry, again=True)
+            await self._forget_finished_order(entry)
             if not force and self._current(entry):
                 assert entry.certificate is not None
                 return IssuedResult(name, entry.certificate)
@@ -441,39 +443,61 @@ class CertificateManager:
         spec = entry.spec
         store = self._store
         resume_url: str | None = None
+        recover = False
         private_key: PrivateKey | None = None
         on_order: OrderHook | None = None
+        before_order: Callable[[PrivateKey], Awaitable[None]] | None = None
         if store is not None:
             record = await store.load_order(spec.name)
             if record is not None and set(record.identifiers) == spec.identifier_set:
                 resume_url = record.order_url
+                # no URL: the last process died after sending newOrder, before recording
+                # the answer; the CA may hold that order
+                recover = record.order_url is None
                 private_key = load_private_key(record.private_key_pem)
 
-            async def save_order(order: Order, key: PrivateKey) -> None:
+            async def save_order(order: Order | None, key: PrivateKey) -> None:
                 await store.save_order(
                     spec.name,
                     OrderRecord(
-                        order_url=order.url,
+                        order_url=order.url if order is not None else None,
                         identifiers=spec.identifiers,
                         private_key_pem=private_key_pem(key).decode("ascii"),
                         created_at=self.clock.now(),
                     ),
                 )
 
-            on_order = save_order
+            async def save_intent(key: PrivateKey) -> None:
+                await save_order(None, key)
 
-        return await self.client.issue(
-            [i.value for i in spec.identifiers],
-            solvers=self.solvers,
-            key_type=spec.key_type,
-            private_key=private_key,
-            profile=spec.profile,
-            replaces=replaces,
-            preferred_chain=spec.preferred_chain,
-            resume_order_url=resume_url,
-            on_order=on_order,
-            renewal_of=renewal_of,
-        )
+            on_order = save_order
+            before_order = save_intent
+
+        try:
+            return await self.client.issue(
+                [i.value for i in spec.identifiers],
+                solvers=self.solvers,
+                key_type=spec.key_type,
+                private_key=private_key,
+                profile=spec.profile,
+                replaces=replaces,
+                preferred_chain=spec.preferred_chain,
+                resume_order_url=resume_url,
+                on_order=on_order,
+                before_order=before_order,
+                recover_order=recover,
+                renewal_of=renewal_of,
+            )
+        except AcmeCertsError as exc:
+            if store is not None and not exc.reached_ca and not recover:
+                # nothing reached the CA: an intent this attempt left names no order
+                try:
+                    record = await store.load_order(spec.name)
+                    if record is not None and record.order_url is None:
+                        await store.delete_order(spec.name)
+                except AcmeCertsError as cleanup_error:
+                    log.warning("%s: cannot drop the order intent: %s", spec.name, cleanup_error)
+            raise
 
     async def _load(self, entry: _Entry, *, again: bool = False) -> None:
         """Read the stored certificate and attempt state of ``entry`` (once, or ``again``)."""
@@ -497,6 +521,21 @@ class CertificateManager:
             if state is not None:
                 entry.state = state
         entry.loaded = True
+
+    async def _forget_finished_order(self, entry: _Entry) -> None:
+        """Delete the order record of a certificate that is already saved.
+
+        A process that died after saving the certificate but before deleting the record
+        leaves it behind; resumed by the next renewal, that order (``valid``) would hand
+        back the saved certificate instead of a new one.
+        """
+        store = self._store
+        if store is None or entry.certificate is None:
+            return
+        record = await store.load_order(entry.spec.name)
+        if record is not None and record.order_url == entry.certificate.order_url:
+            log.info("%s: forgetting the finished order %s", entry.spec.name, record.order_url)
+            await store.delete_order(entry.spec.name)
 
     async def _save_state(self, entry: _Entry) -> None:
         if self._store is not None:

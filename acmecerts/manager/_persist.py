@@ -5,7 +5,9 @@ Layout (names from :class:`~acmecerts.storage.KeyLayout`): per certificate name,
 URLs, written last: a certificate without its ``meta.json`` was not completely saved and
 is ignored); ``attempts/<name>.json`` (the attempt schedule's state); and
 ``orders/<name>.json`` (secret: the order URL and the key its CSR uses, written right
-after ``newOrder`` so a restarted process resumes the order instead of ordering again).
+after ``newOrder`` so a restarted process resumes the order instead of ordering again;
+written first right *before* ``newOrder`` without a URL, so a process that died in
+between knows to look for the order the CA may have created).
 """
 
 from __future__ import annotations
@@ -35,9 +37,13 @@ _FORMAT = 1
 
 @dataclasses.dataclass(frozen=True, slots=True, repr=False)
 class OrderRecord:
-    """An order in flight: enough to resume it after a restart."""
+    """An order in flight: enough to resume it after a restart.
 
-    order_url: str
+    ``order_url`` is ``None`` while ``newOrder`` is under way: the CA may have created
+    an order whose URL was never recorded.
+    """
+
+    order_url: str | None
     identifiers: tuple[Identifier, ...]
     private_key_pem: str
     created_at: _dt.datetime
@@ -152,8 +158,11 @@ class CertificateStore:
             return None
         data = _decode(value.data, key)
         try:
+            order_url = data["order_url"]
+            if order_url is not None and not isinstance(order_url, str):
+                raise TypeError(f"order_url must be a string or null, got {order_url!r}")
             return OrderRecord(
-                order_url=str(data["order_url"]),
+                order_url=order_url,
                 identifiers=parse_identifiers(data["identifiers"]),
                 private_key_pem=str(data["private_key_pem"]),
                 created_at=_dt.datetime.fromisoformat(str(data["created_at"])),

@@ -1,21 +1,31 @@
 """A manager process for the multi-process tests (run as a script, not collected).
 
     python tests/integration/manager_child.py --directory URL --ca-bundle PEM \
-        --state DIR --challtestsrv URL [--block] NAME...
+        --state DIR --challtestsrv URL [--block] [--force] NAME...
 
 Loads (or creates, under the store's lock) the one account key of the store, then asks a
 ``CertificateManager`` sharing ``--state`` to issue a certificate per NAME with dns-01
 through pebble-challtestsrv, and prints one JSON line per result. ``--block`` makes the
 solver hang after the order was created (so the parent can kill -9 the process
-mid-order).
+mid-order). ``--force`` issues even when a current certificate is stored (a renewal).
+
+Crash points (tests/crash/): with ``ACMECERTS_TEST_CRASH_AT=<step>`` in the environment
+the process kills itself with SIGKILL at that step of the issuance. Only this driver
+reads the variable (the library knows nothing of it); it wraps the transport (request
+and response hooks), the solver and the store. The steps, in the order an issuance
+passes them, are in :data:`CRASH_POINTS`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import signal
 import sys
+import urllib.parse
 import urllib.request
+from typing import Any
 
 import anyio
 
@@ -29,6 +39,105 @@ from acmecerts.storage import (
     save_account_url,
 )
 
+CRASH_ENV = "ACMECERTS_TEST_CRASH_AT"
+
+#: Where the process can be told to die, in issuance order (Pebble's resource paths).
+CRASH_POINTS = {
+    # account creation
+    "account-key-write": "the account key's temp file is written, not yet renamed",
+    "account-url-write": "the account is registered, its URL not yet stored",
+    # the order
+    "neworder-sent": "newOrder is about to be sent",
+    "neworder-answered": "the CA answered newOrder (201), the order is not yet recorded",
+    "order-saved": "the order record (orders/<name>.json) was just written",
+    # validation
+    "presenting": "the solver is asked to present the challenge response",
+    "challenge-answered": "the CA accepted the challenge answer and validates",
+    # finalization
+    "finalize-sent": "the order is ready, finalize is about to be sent",
+    "finalize-answered": "the CA answered finalize (the order is processing or valid)",
+    # download and save
+    "download-answered": "the certificate was downloaded, nothing of it saved",
+    "cert-half-written": "half of cert.pem's temp file is written",
+    "cert-tmp-written": "cert.pem's temp file is complete and fsynced, not yet renamed",
+    "meta-write": "privkey.pem and cert.pem are saved, meta.json (the commit) is not",
+    "order-delete": "the certificate is saved, the order record is not yet deleted",
+}
+
+
+def crash(step: str) -> None:
+    """Die at once, as a power cut or the OOM killer would: no cleanup, no flush."""
+    print(json.dumps({"crashing": step}), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _path(url: str) -> str:
+    return urllib.parse.urlsplit(url).path
+
+
+def _install_os_crashes(step: str) -> None:
+    """Crash inside FileStorage's atomic write (os.write / os.replace), by file name."""
+    if step == "account-key-write":
+        real_replace = os.replace
+
+        def replace(src: Any, dst: Any, **kwargs: Any) -> None:
+            if os.fspath(dst).endswith("/key.pem"):
+                crash(step)
+            real_replace(src, dst, **kwargs)
+
+        os.replace = replace  # type: ignore[assignment]
+    elif step == "cert-tmp-written":
+        real_replace = os.replace
+
+        def replace(src: Any, dst: Any, **kwargs: Any) -> None:
+            if os.fspath(dst).endswith("/cert.pem"):
+                crash(step)
+            real_replace(src, dst, **kwargs)
+
+        os.replace = replace  # type: ignore[assignment]
+    elif step == "cert-half-written":
+        real_write = os.write
+
+        def write(fd: int, data: Any) -> int:
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                target = ""
+            if target.endswith("/.cert.pem.tmp") and len(data) > 1:
+                real_write(fd, bytes(data[: len(data) // 2]))
+                crash(step)
+            return real_write(fd, data)
+
+        os.write = write
+
+
+class CrashingStorage(FileStorage):
+    """A FileStorage that dies before or after chosen writes (only in this driver)."""
+
+    def __init__(self, root: str, *, step: str | None, layout: KeyLayout, names: list[str]):
+        super().__init__(root)
+        self._step = step
+        self._orders = {layout.order(n) for n in names}
+        self._metas = {layout.certificate(n).meta for n in names}
+        self._account_meta = layout.account_meta()
+
+    async def store(self, key: str, data: bytes, **kwargs: Any) -> str:
+        if self._step == "meta-write" and key in self._metas:
+            crash(self._step)
+        if self._step == "account-url-write" and key == self._account_meta:
+            crash(self._step)
+        version = await super().store(key, data, **kwargs)
+        # the record with the order's URL, not the intent written before newOrder
+        recorded = key in self._orders and json.loads(data)["order_url"] is not None
+        if self._step == "order-saved" and recorded:
+            crash(self._step)
+        return version
+
+    async def delete(self, key: str, **kwargs: Any) -> bool:
+        if self._step == "order-delete" and key in self._orders:
+            crash(self._step)
+        return await super().delete(key, **kwargs)
+
 
 def _post(url: str, payload: dict[str, str]) -> None:
     request = urllib.request.Request(
@@ -38,6 +147,88 @@ def _post(url: str, payload: dict[str, str]) -> None:
         answer.read()
 
 
+async def issue(
+    *,
+    directory: str,
+    ca_bundle: str,
+    state: str,
+    challtestsrv: str,
+    names: list[str],
+    block: bool = False,
+    force: bool = False,
+    step: str | None = None,
+) -> list[dict[str, Any]]:
+    """Issue ``names`` with a manager on the store at ``state``; one summary per name.
+
+    Also usable in-process (the crash tests restart here, without a crash point).
+    """
+
+    async def set_record(name: str, value: str) -> None:
+        if step == "presenting":
+            crash(step)
+        if block:
+            print(json.dumps({"presenting": name}), flush=True)
+            await anyio.sleep_forever()
+        await anyio.to_thread.run_sync(
+            _post, f"{challtestsrv}/set-txt", {"host": name + ".", "value": value}
+        )
+
+    async def clear_record(name: str, value: str) -> None:
+        await anyio.to_thread.run_sync(_post, f"{challtestsrv}/clear-txt", {"host": name + "."})
+
+    # Pebble's routes (see PebbleServer.requests_seen): a request about to be sent ...
+    before_request = {"neworder-sent": "/order-plz", "finalize-sent": "/finalize-order/"}
+    # ... and a 2xx answer received, before the client looks at it
+    after_response = {
+        "neworder-answered": "/order-plz",
+        "challenge-answered": "/chalZ/",
+        "finalize-answered": "/finalize-order/",
+        "download-answered": "/certZ/",
+    }
+
+    def on_request(method: str, url: str) -> None:
+        route = before_request.get(step or "")
+        if route is not None and method == "POST" and _path(url).startswith(route):
+            crash(step or "")
+
+    def on_response(method: str, url: str, status: int) -> None:
+        route = after_response.get(step or "")
+        posted = route is not None and method == "POST" and _path(url).startswith(route)
+        if posted and 200 <= status < 300:
+            crash(step or "")
+
+    solver = DnsHookSolver(set_record, clear_record, propagation=None)
+    layout = KeyLayout(directory)
+    async with CrashingStorage(state, step=step, layout=layout, names=names) as storage:
+        key = await load_or_create_account_key(storage, layout)
+        url = await load_account_url(storage, layout, account_key=key)
+        async with AcmeClient(
+            directory,
+            ca_bundle=ca_bundle,
+            account_key=key,
+            account_url=url,
+            on_request=on_request if step else None,
+        ) as client:
+            if step:
+                client.transport.add_response_hook(on_response)
+            if url is None:
+                await client.register()
+                assert client.account_url is not None
+                await save_account_url(storage, layout, client.account_url, account_key=key)
+            manager = CertificateManager(client, solvers=[solver], storage=storage, concurrency=8)
+            results = await manager.issue_many(names, force=force)
+    lines: list[dict[str, Any]] = []
+    for result in results:
+        line: dict[str, Any] = {"name": result.name, "kind": type(result).__name__}
+        if isinstance(result, IssuedResult):
+            line["serial"] = result.certificate.serial
+            line["order_url"] = result.certificate.order_url
+        else:
+            line["detail"] = repr(result)
+        lines.append(line)
+    return lines
+
+
 async def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--directory", required=True)
@@ -45,40 +236,25 @@ async def main() -> int:
     parser.add_argument("--state", required=True)
     parser.add_argument("--challtestsrv", required=True)
     parser.add_argument("--block", action="store_true")
+    parser.add_argument("--force", action="store_true")
     parser.add_argument("names", nargs="+")
     args = parser.parse_args()
-
-    async def set_record(name: str, value: str) -> None:
-        if args.block:
-            print(json.dumps({"presenting": name}), flush=True)
-            await anyio.sleep_forever()
-        await anyio.to_thread.run_sync(
-            _post, f"{args.challtestsrv}/set-txt", {"host": name + ".", "value": value}
-        )
-
-    async def clear_record(name: str, value: str) -> None:
-        await anyio.to_thread.run_sync(
-            _post, f"{args.challtestsrv}/clear-txt", {"host": name + "."}
-        )
-
-    solver = DnsHookSolver(set_record, clear_record, propagation=None)
-    async with FileStorage(args.state) as storage:
-        layout = KeyLayout(args.directory)
-        key = await load_or_create_account_key(storage, layout)
-        url = await load_account_url(storage, layout, account_key=key)
-        async with AcmeClient(
-            args.directory, ca_bundle=args.ca_bundle, account_key=key, account_url=url
-        ) as client:
-            if url is None:
-                await client.register()
-                assert client.account_url is not None
-                await save_account_url(storage, layout, client.account_url, account_key=key)
-            manager = CertificateManager(client, solvers=[solver], storage=storage, concurrency=8)
-            results = await manager.issue_many(args.names)
-    for result in results:
-        line = {"name": result.name, "kind": type(result).__name__}
-        if isinstance(result, IssuedResult):
-            line["serial"] = result.certificate.serial
+    step = os.environ.get(CRASH_ENV) or None
+    if step is not None and step not in CRASH_POINTS:
+        parser.error(f"unknown {CRASH_ENV}={step!r}; known: {', '.join(CRASH_POINTS)}")
+    if step is not None:
+        _install_os_crashes(step)
+    lines = await issue(
+        directory=args.directory,
+        ca_bundle=args.ca_bundle,
+        state=args.state,
+        challtestsrv=args.challtestsrv,
+        names=args.names,
+        block=args.block,
+        force=args.force,
+        step=step,
+    )
+    for line in lines:
         print(json.dumps(line), flush=True)
     return 0
 
