@@ -115,7 +115,9 @@ def test_eab_binding_is_hmac_over_account_jwk() -> None:
 
 def test_key_change_inner_is_signed_by_new_key() -> None:
     old, new = AccountKey.generate(), AccountKey.generate()
-    inner = key_change_inner(old_key=old, new_key=new, account_url="https://ca/a/1", url="https://ca/kc")
+    inner = key_change_inner(
+        old_key=old, new_key=new, account_url="https://ca/a/1", url="https://ca/kc"
+    )
     protected = json.loads(_b64d(inner["protected"]))
     assert protected["jwk"] == new.public_jwk_json
     assert "nonce" not in protected
@@ -133,9 +135,12 @@ def test_key_authorization_and_dns_value() -> None:
     # RFC 8555 §8.4 example digest shape: 43 base64url characters
     value = dns01_txt_value(f"{token}.{thumb}")
     assert len(value) == 43
-    assert value == base64.urlsafe_b64encode(
-        hashlib.sha256(f"{token}.{thumb}".encode()).digest()
-    ).rstrip(b"=").decode()
+    assert (
+        value
+        == base64.urlsafe_b64encode(hashlib.sha256(f"{token}.{thumb}".encode()).digest())
+        .rstrip(b"=")
+        .decode()
+    )
 
 
 @pytest.mark.parametrize("token", ["../../etc/passwd", "short", "a/b" * 10, "", "x" * 300, None, 7])

@@ -39,7 +39,8 @@ def test_every_problem_type_is_an_acme_urn() -> None:
     ],
 )
 def test_classification(ptype: str, status: int, cls: type[AcmeProblem], kind: ErrorKind) -> None:
-    problem = problem_from_document({"type": ERROR_PREFIX + ptype, "detail": "d"}, status_code=status)
+    document = {"type": ERROR_PREFIX + ptype, "detail": "d"}
+    problem = problem_from_document(document, status_code=status)
     assert isinstance(problem, cls)
     assert problem.kind is kind
 
