@@ -1,5 +1,8 @@
 """Benchmark: issue N single-name certificates concurrently against a local Pebble.
 
+For the side-by-side comparison with peers (certbot acme, aioacme, lego), use
+``bench/run.py``; this one runs acmecerts in-process, for quick iterations.
+
 Prints, per N: wall seconds, certificates per second, client CPU (total and per
 certificate), peak RSS of this process, and ACME requests per certificate (counted with
 the client's ``on_request`` hook; the account registration and directory fetch of the

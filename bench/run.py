@@ -1,0 +1,680 @@
+"""Side-by-side issuance benchmark: acmecerts against its peers on one local Pebble.
+
+    python bench/run.py                 # N = 1, 10, 50, 200 and one 10-name order
+    python bench/run.py --quick         # N = 1, 10 and the 10-name order (< 3 minutes)
+    python bench/run.py --sizes 200 --clients acmecerts,raw --repeat 3
+    nox -s bench -- --quick
+
+Every client runs in its own process (peers in their own venvs, installed by
+``bench/setup_peers.sh``, which this script calls when one is missing) against a freshly
+started Pebble (``PEBBLE_VA_NOSLEEP=1``, no authorization reuse, no nonce rejection) and issues
+N single-name P-256 certificates concurrently; each reports the wall time and its own CPU time
+of that phase only (after its warm-up: directory, account). The driver counts the ACME requests
+Pebble handled during the phase from Pebble's log (or through ``bench/counting_proxy.py`` with
+``--count proxy``), reads Pebble's CPU from ``/proc``, and the CPU the rest of the machine spent
+meanwhile (other people's jobs on a shared machine). Every run has a timeout; a run that times
+out or loses certificates (Pebble 2.4 deadlocks now and then under heavy concurrency: POSTs stop
+being answered) is retried once on a fresh Pebble, and the failed attempt is kept in the JSON.
+``--quick`` leaves out lego's 10-name order (lego solves authorizations one after the other with
+a 5 s poll: about 50 s); ``--py-spy DIR`` / ``--profile-dir DIR`` profile the acmecerts runs
+(``bench/profile_report.py`` summarises them).
+
+Columns: wall s, certs/s, client CPU ms/cert, peak RSS MiB (and its growth over the RSS at
+ready), ACME requests/cert, Pebble CPU ms/cert, the rest of the machine's CPU (% of all cores),
+and for acmecerts rows the ratios against the best peer (highest certs/s; lowest CPU/cert) and
+the raw client of the same N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import dataclasses
+import http.client
+import json
+import os
+import platform
+import shutil
+import signal
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+from acmecerts.testing import PebbleServer  # noqa: E402
+
+CLIENTS_DIR = HERE / "clients"
+PEERS_DIR = Path(os.environ.get("ACMECERTS_CACHE", Path.home() / ".cache" / "acmecerts")) / (
+    "bench-peers"
+)
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclasses.dataclass(frozen=True)
+class Client:
+    name: str
+    script: str
+    venv: str | None = None  # None: this interpreter (acmecerts, raw, the lego wrapper)
+    args: tuple[str, ...] = ()
+    peer: bool = False
+
+    @property
+    def python(self) -> str:
+        return str(PEERS_DIR / self.venv / "bin" / "python") if self.venv else sys.executable
+
+    def available(self) -> bool:
+        if self.name == "lego" and shutil.which("lego") is None:
+            return False
+        return Path(self.python).exists()
+
+
+CLIENTS = {
+    c.name: c
+    for c in (
+        Client("acmecerts", "acmecerts_client.py"),
+        Client("acmecerts-h1", "acmecerts_client.py", args=("--http1",)),
+        Client("raw", "raw_client.py"),
+        Client("certbot-acme", "certbot_acme_client.py", venv="certbot-acme", peer=True),
+        Client("aioacme", "aioacme_client.py", venv="aioacme", peer=True),
+        Client("lego", "lego_client.py", peer=True),
+    )
+}
+OURS = ("acmecerts", "acmecerts-h1")
+
+
+# -- measuring helpers --------------------------------------------------------------------
+
+
+def proc_cpu_s(pid: int) -> float:
+    """utime + stime of a live process from /proc/<pid>/stat (0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICK
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def system_busy_s() -> float:
+    """CPU seconds all cores spent not idle since boot (/proc/stat)."""
+    with open("/proc/stat", encoding="ascii") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    steal = values[7] if len(values) > 7 else 0
+    return (sum(values[:8]) - idle - steal) / TICK
+
+
+class ProxyProcess:
+    """bench/counting_proxy.py in a subprocess in front of one Pebble."""
+
+    def __init__(self, pebble: PebbleServer) -> None:
+        self.pebble = pebble
+        upstream = pebble.directory_url.split("/")[2]
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(HERE / "counting_proxy.py"),
+                "--upstream",
+                upstream,
+                "--cert",
+                str(pebble.tls_cert_path),
+                "--key",
+                str(pebble.tls_key_path),
+                "--ca",
+                str(pebble.ca_bundle),
+            ],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        self.port = json.loads(self.proc.stdout.readline())["port"]
+        self._ctx = ssl.create_default_context(cafile=str(pebble.ca_bundle))
+
+    @property
+    def directory_url(self) -> str:
+        return f"https://127.0.0.1:{self.port}/dir"
+
+    def counts(self) -> collections.Counter[str]:
+        conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=self._ctx, timeout=10)
+        try:
+            conn.request("GET", "/__bench/counts")
+            return collections.Counter(json.loads(conn.getresponse().read()))
+        finally:
+            conn.close()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def pebble_counts(pebble: PebbleServer) -> collections.Counter[str]:
+    return collections.Counter(f"{m} {p}" for m, p in pebble.requests_seen())
+
+
+# -- one measurement ----------------------------------------------------------------------
+
+
+class RunFailed(Exception):
+    pass
+
+
+def _read_event(proc: subprocess.Popen[str], deadline: float) -> dict[str, Any]:
+    """The next JSON event line of a client, or RunFailed at the deadline / on exit."""
+    import selectors
+
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RunFailed("timeout")
+            if not sel.select(timeout=min(left, 1.0)):
+                continue
+            line = proc.stdout.readline()
+            if not line:
+                raise RunFailed(f"client exited with status {proc.wait()}")
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if isinstance(event, dict) and "event" in event:
+                    return event
+
+
+def _start_py_spy(
+    pid: int, client: Client, label: str, args: argparse.Namespace
+) -> subprocess.Popen[bytes] | None:
+    """Sample an acmecerts client with py-spy (collapsed stacks) during its measured phase."""
+    if not args.py_spy or client.name not in OURS:
+        return None
+    py_spy = shutil.which("py-spy") or str(PEERS_DIR.parent / "bench-tools" / "bin" / "py-spy")
+    out = Path(args.py_spy) / f"{client.name}-{label}.txt"
+    spy = subprocess.Popen(
+        [
+            *(py_spy, "record", "--pid", str(pid), "--rate", "250", "--nonblocking"),
+            *("--format", "raw", "--output", str(out)),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(0.5)  # let it attach
+    return spy
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    """Stop a client and whatever it started (it leads its own process group)."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def measure(
+    client: Client,
+    n: int,
+    names: int,
+    label: str,
+    args: argparse.Namespace,
+    workdir: Path,
+) -> dict[str, Any]:
+    """Fresh Pebble (and proxy), one client run, everything measured."""
+    pebble_dir = workdir / f"pebble-{label}"
+    with PebbleServer(
+        pebble_dir, va_nosleep=True, authz_reuse_percent=0, nonce_reject_percent=0
+    ) as pebble:
+        proxy = ProxyProcess(pebble) if args.count == "proxy" else None
+        try:
+            return _measure_on(client, n, names, label, args, workdir, pebble, proxy)
+        finally:
+            if proxy is not None:
+                proxy.stop()
+
+
+def _measure_on(
+    client: Client,
+    n: int,
+    names: int,
+    label: str,
+    args: argparse.Namespace,
+    workdir: Path,
+    pebble: PebbleServer,
+    proxy: ProxyProcess | None,
+) -> dict[str, Any]:
+    directory = proxy.directory_url if proxy else pebble.directory_url
+    argv = [
+        client.python,
+        str(CLIENTS_DIR / client.script),
+        "--directory",
+        directory,
+        "--ca",
+        str(pebble.ca_bundle),
+        "--http-port",
+        str(pebble.http_port),
+        "--count",
+        str(n),
+        "--names",
+        str(names),
+        "--label",
+        label,
+        "--workdir",
+        str(workdir / f"client-{label}"),
+        *client.args,
+    ]
+    if client.name in OURS and args.profile_dir:
+        argv += ["--profile", str(Path(args.profile_dir) / f"{client.name}-{label}.prof")]
+    timeout = args.timeout or max(90.0, 30.0 + 0.6 * n * max(1, names // 2))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(ROOT) if client.venv is None else ""
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE if args.quiet_clients else None,
+        text=True,
+        env=env,
+        start_new_session=True,  # its own process group: lego children die with it
+    )
+    assert proc.stdin is not None
+    try:
+        deadline = time.monotonic() + 120  # imports, account registration, lego warm-up
+        ready = _read_event(proc, deadline)
+        counts0 = proxy.counts() if proxy else pebble_counts(pebble)
+        log0 = pebble_counts(pebble) if proxy else counts0
+        pids = pebble.pids
+        server0 = sum(proc_cpu_s(p) for p in pids)
+        proxy0 = proc_cpu_s(proxy.proc.pid) if proxy else 0.0
+        busy0 = system_busy_s()
+        load = os.getloadavg()[0]
+        spy = _start_py_spy(proc.pid, client, label, args)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        done = _read_event(proc, time.monotonic() + timeout)
+        busy = system_busy_s() - busy0
+        server_cpu = sum(proc_cpu_s(p) for p in pids) - server0
+        proxy_cpu = (proc_cpu_s(proxy.proc.pid) - proxy0) if proxy else 0.0
+        counts = (proxy.counts() if proxy else pebble_counts(pebble)) - counts0
+        log_counts = (pebble_counts(pebble) - log0) if proxy else counts
+        proc.stdin.close()
+        _, status, rusage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if spy is not None:
+            spy.wait(30)
+    except BaseException:
+        _kill_group(proc)
+        raise
+    if done.get("event") != "done":
+        raise RunFailed(f"unexpected event {done}")
+    wall, cpu = done["wall_s"], done["cpu_s"]
+    requests = sum(counts.values())
+    others = max(0.0, busy - cpu - server_cpu - proxy_cpu)
+    peak_kib = done.get("peak_rss_kib") or rusage.ru_maxrss
+    return {
+        "client": client.name,
+        "n": n,
+        "names": names,
+        "label": label,
+        "wall_s": wall,
+        "certs_per_s": n / wall,
+        "cpu_ms_per_cert": 1000 * cpu / n,
+        "user_ms_per_cert": 1000 * done.get("user_s", cpu) / n,
+        "sys_ms_per_cert": 1000 * done.get("sys_s", 0.0) / n,
+        "peak_rss_mib": peak_kib / 1024,
+        "rss_growth_mib": max(0, peak_kib - ready.get("rss_kib", 0)) / 1024,
+        "requests": requests,
+        "requests_per_cert": requests / n,
+        "requests_by_route": dict(sorted(counts.items())),
+        "pebble_log_requests": sum(log_counts.values()),
+        "server_cpu_ms_per_cert": 1000 * server_cpu / n,
+        "proxy_cpu_ms_per_cert": 1000 * proxy_cpu / n,
+        "others_cpu_pct": 100 * others / (wall * (os.cpu_count() or 1)),
+        "load1_at_start": load,
+        "issued": done["issued"],
+        "failed": done["failed"],
+        "errors": done.get("errors", []),
+        "client_extra": {
+            k: v
+            for k, v in done.items()
+            if k not in {"event", "wall_s", "cpu_s", "issued", "failed", "errors", "peak_rss_kib"}
+        },
+    }
+
+
+# -- the table ----------------------------------------------------------------------------
+
+
+def _median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    if len(rows) == 1:
+        return rows[0]
+    merged = dict(rows[0])
+    for key, value in rows[0].items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "n":
+            merged[key] = statistics.median(r[key] for r in rows)
+    merged["repeats"] = len(rows)
+    return merged
+
+
+def _size_key(row: dict[str, Any]) -> str:
+    return f"{row['n']}" if row["names"] == 1 else f"{row['n']}x{row['names']}"
+
+
+def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Median over repeats per (client, size), then ratios for acmecerts rows."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = collections.defaultdict(list)
+    for row in rows:
+        groups[(row["client"], _size_key(row))].append(row)
+    table = [_median_row(g) for g in groups.values()]
+    by_size: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    for row in table:
+        by_size[_size_key(row)].append(row)
+    for size_rows in by_size.values():
+        peers = [r for r in size_rows if CLIENTS[r["client"]].peer and not r["failed"]]
+        raw = next((r for r in size_rows if r["client"] == "raw" and not r["failed"]), None)
+        best_rate = max(peers, key=lambda r: r["certs_per_s"], default=None)
+        best_cpu = min(peers, key=lambda r: r["cpu_ms_per_cert"], default=None)
+        for row in size_rows:
+            if best_rate:
+                row["vs_best_peer_rate"] = row["certs_per_s"] / best_rate["certs_per_s"]
+                row["best_peer_rate"] = best_rate["client"]
+            if best_cpu:
+                row["vs_best_peer_cpu"] = row["cpu_ms_per_cert"] / best_cpu["cpu_ms_per_cert"]
+                row["best_peer_cpu"] = best_cpu["client"]
+            if raw:
+                row["vs_raw_rate"] = row["certs_per_s"] / raw["certs_per_s"]
+                row["vs_raw_cpu"] = row["cpu_ms_per_cert"] / raw["cpu_ms_per_cert"]
+    order = list(CLIENTS)
+    table.sort(key=lambda r: (r["names"], r["n"], order.index(r["client"])))
+    return table
+
+
+def _fmt(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def format_table(table: list[dict[str, Any]]) -> str:
+    header = (
+        "| client | N | wall s | certs/s | CPU ms/cert | peak RSS MiB (growth) | req/cert "
+        "| Pebble CPU ms/cert | others' CPU % | rate xbest peer | CPU xbest peer "
+        "| rate xraw | CPU xraw | failed |"
+    )
+    lines = [header, header_rule(header)]
+    for r in table:
+        lines.append(
+            f"| {r['client']} | {_size_key(r)} | {r['wall_s']:.2f} | {r['certs_per_s']:.1f} "
+            f"| {r['cpu_ms_per_cert']:.1f} | {r['peak_rss_mib']:.0f} ({r['rss_growth_mib']:.1f}) "
+            f"| {r['requests_per_cert']:.2f} | {r['server_cpu_ms_per_cert']:.1f} "
+            f"| {r['others_cpu_pct']:.0f} "
+            f"| {_fmt(r.get('vs_best_peer_rate'), '.2f')} "
+            f"| {_fmt(r.get('vs_best_peer_cpu'), '.2f')} "
+            f"| {_fmt(r.get('vs_raw_rate'), '.2f')} | {_fmt(r.get('vs_raw_cpu'), '.2f')} "
+            f"| {r['failed'] or ''} |"
+        )
+    return "\n".join(lines)
+
+
+def header_rule(header: str) -> str:
+    cells = header.count("|") - 1
+    return "|" + "---|" * cells
+
+
+def targets(table: list[dict[str, Any]], client: str) -> list[tuple[str, str, bool | None]]:
+    """The issue's targets for one of our clients: (target, measured, met)."""
+    rows = {_size_key(r): r for r in table if r["client"] == client}
+    out: list[tuple[str, str, bool | None]] = []
+    singles = [r for r in rows.values() if r["names"] == 1]
+    if not singles:
+        return out
+    big = max(singles, key=lambda r: r["n"])  # N=200 in a full run
+    size = _size_key(big)
+    if "vs_best_peer_rate" in big:
+        v = big["vs_best_peer_rate"]
+        out.append(
+            (f"N={size}: ≥ 2x best peer's certs/s", f"{v:.2f}x ({big['best_peer_rate']})", v >= 2)
+        )
+    if "vs_raw_rate" in big:
+        v = big["vs_raw_rate"]
+        out.append((f"N={size}: ≥ 0.9x raw client's certs/s", f"{v:.2f}x", v >= 0.9))
+    if "vs_best_peer_cpu" in big:
+        v = big["vs_best_peer_cpu"]
+        out.append(
+            (
+                f"N={size}: CPU/cert ≤ ⅓ best peer's",
+                f"{v:.2f}x ({big['best_peer_cpu']})",
+                v <= 1 / 3,
+            )
+        )
+    v = big["requests_per_cert"]
+    out.append((f"N={size}: ACME requests/cert ≤ 7.2", f"{v:.2f}", v <= 7.2))
+    multi = next((r for k, r in rows.items() if r["names"] > 1), None)
+    if multi is not None:
+        per_name = multi["requests_per_cert"] / multi["names"]
+        out.append(
+            (f"{multi['names']}-name order: ≤ 3 requests/name", f"{per_name:.2f}", per_name <= 3)
+        )
+        single = rows.get("1")
+        if single is not None:
+            v = multi["wall_s"] / single["wall_s"]
+            out.append(
+                (
+                    f"{multi['names']}-name order ≤ 1.5x a single-name order's time",
+                    f"{v:.2f}x ({multi['wall_s']:.2f} s vs {single['wall_s']:.2f} s)",
+                    v <= 1.5,
+                )
+            )
+    growth_kib = 1024 * big["rss_growth_mib"] / big["n"]
+    base = big["peak_rss_mib"] - big["rss_growth_mib"]
+    projected = base + 1000 * growth_kib / 1024
+    out.append(
+        (
+            "1,000 concurrent orders fit in 200 MiB",
+            f"{growth_kib:.0f} KiB/order in flight → ~{projected:.0f} MiB (base {base:.0f} MiB)",
+            projected <= 200,
+        )
+    )
+    return out
+
+
+def format_targets(table: list[dict[str, Any]]) -> str:
+    lines = []
+    for client in OURS:
+        found = targets(table, client)
+        if not found:
+            continue
+        lines.append(f"\nTargets for {client}:")
+        for name, measured, met in found:
+            mark = "met" if met else ("NOT met" if met is not None else "?")
+            lines.append(f"  {mark:8} {name}: {measured}")
+    return "\n".join(lines)
+
+
+# -- main ---------------------------------------------------------------------------------
+
+
+def _progress(row: dict[str, Any], args: argparse.Namespace) -> str:
+    line = (
+        f"# {row['client']:13} N={_size_key(row):6} {row['wall_s']:7.2f} s "
+        f"{row['certs_per_s']:6.1f}/s {row['cpu_ms_per_cert']:6.1f} ms/cert "
+        f"(usr {row['user_ms_per_cert']:.1f} sys {row['sys_ms_per_cert']:.1f}) "
+        f"{row['requests_per_cert']:5.2f} req/cert rss {row['peak_rss_mib']:.0f} MiB "
+        f"others {row['others_cpu_pct']:.0f}% load {row['load1_at_start']:.1f}"
+    )
+    if args.count == "proxy":
+        line += (
+            f" proxy {row['proxy_cpu_ms_per_cert']:.1f} ms/cert (Pebble log:"
+            f" {row['pebble_log_requests']} requests, proxy: {row['requests']})"
+        )
+    if "loop_lag_max_ms" in row["client_extra"]:
+        line += f" lag {row['client_extra']['loop_lag_max_ms']:.0f} ms"
+    if row["failed"]:
+        line += f" FAILED {row['failed']}: {row['errors'][:1]}"
+    return line
+
+
+def machine() -> dict[str, Any]:
+    model = "?"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem = "?"
+    with contextlib.suppress(OSError), open("/proc/meminfo", encoding="ascii") as f:
+        mem = f"{int(f.readline().split()[1]) / 1024 / 1024:.1f} GiB"
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "memory": mem,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+    }
+
+
+def ensure_peers(names: list[str], no_setup: bool) -> list[str]:
+    missing = [n for n in names if not CLIENTS[n].available()]
+    if missing and not no_setup:
+        print(f"# installing peers ({', '.join(missing)}): bash bench/setup_peers.sh", flush=True)
+        subprocess.run(["bash", str(HERE / "setup_peers.sh")], check=False)
+    usable = [n for n in names if CLIENTS[n].available()]
+    for n in sorted(set(names) - set(usable)):
+        print(f"# skipping {n}: not installed (bash bench/setup_peers.sh)", flush=True)
+    return usable
+
+
+def wait_for_load(max_load: float, wait_s: float) -> float:
+    deadline = time.monotonic() + wait_s
+    load = os.getloadavg()[0]
+    while load > max_load and time.monotonic() < deadline:
+        print(f"# load average {load:.2f} > {max_load}: waiting", flush=True)
+        time.sleep(30)
+        load = os.getloadavg()[0]
+    return load
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="N = 1, 10 and the 10-name order")
+    parser.add_argument("--sizes", default=None, help="comma-separated N (default 1,10,50,200)")
+    parser.add_argument(
+        "--multi", type=int, default=10, help="names of the multi-name order (0: none)"
+    )
+    parser.add_argument("--clients", default=",".join(CLIENTS), help="comma-separated clients")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per cell (median reported)")
+    parser.add_argument(
+        "--count",
+        choices=("pebble", "proxy"),
+        default="pebble",
+        help="count requests from Pebble's log or through counting_proxy.py",
+    )
+    parser.add_argument("--timeout", type=float, default=0, help="per run (default from N)")
+    parser.add_argument(
+        "--max-load",
+        type=float,
+        default=0,
+        help="wait (up to --load-wait s) until the 1-min load is below this",
+    )
+    parser.add_argument("--load-wait", type=float, default=1200)
+    parser.add_argument("--json", default=None, help="write every run and the table here")
+    parser.add_argument("--profile-dir", default=None, help="cProfile acmecerts runs into DIR")
+    parser.add_argument(
+        "--py-spy", default=None, help="sample acmecerts runs with py-spy into DIR (raw stacks)"
+    )
+    parser.add_argument("--no-setup", action="store_true", help="do not install missing peers")
+    parser.add_argument("--quiet-clients", action="store_true", help="hide clients' stderr")
+    args = parser.parse_args()
+
+    sizes = [1, 10] if args.quick else [1, 10, 50, 200]
+    if args.sizes:
+        sizes = [int(s) for s in args.sizes.split(",") if s]
+    cells = [(n, 1) for n in sizes] + ([(1, args.multi)] if args.multi > 1 else [])
+    names = [c.strip() for c in args.clients.split(",") if c.strip()]
+    unknown = set(names) - set(CLIENTS)
+    if unknown:
+        parser.error(f"unknown clients {sorted(unknown)}; choose from {list(CLIENTS)}")
+    names = ensure_peers(names, args.no_setup)
+    for out_dir in (args.profile_dir, args.py_spy):
+        if out_dir:
+            Path(out_dir).mkdir(parents=True, exist_ok=True)
+    if args.max_load:
+        wait_for_load(args.max_load, args.load_wait)
+
+    info = machine()
+    print(
+        f"# {info['cpus']} x {info['cpu_model']}, {info['memory']}, Python {info['python']}; "
+        f"load {os.getloadavg()[0]:.2f}; counting from {args.count}",
+        flush=True,
+    )
+    rows: list[dict[str, Any]] = []
+    discarded: list[dict[str, Any]] = []  # failed first attempts that were retried
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="acmecerts-bench-") as tmp:
+        workdir = Path(tmp)
+        run_no = 0
+        for rep in range(args.repeat):
+            for n, k in cells:
+                for name in names:
+                    if args.quick and name == "lego" and k > 1:
+                        # lego solves authorizations one after the other, polling every 5 s:
+                        # its 10-name order alone takes ~50 s (it is in the full run)
+                        continue
+                    run_no += 1
+                    label = f"r{run_no}"
+                    for attempt in (1, 2):
+                        try:
+                            row = measure(CLIENTS[name], n, k, label, args, workdir)
+                        except (RunFailed, RuntimeError) as exc:
+                            print(f"# {name} N={n}x{k}: {exc} (attempt {attempt})", flush=True)
+                            label += "b"
+                            continue
+                        row["repeat"] = rep
+                        row["attempt"] = attempt
+                        print(_progress(row, args), flush=True)
+                        if row["failed"] and attempt == 1:
+                            # e.g. Pebble 2.4's deadlock under load: once more, fresh Pebble
+                            discarded.append(row)
+                            label += "b"
+                            continue
+                        rows.append(row)
+                        break
+    table = summarise(rows)
+    print()
+    print(format_table(table))
+    print(format_targets(table))
+    print(
+        f"\n# {time.monotonic() - started:.0f} s; load average now "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "machine": info,
+                    "argv": sys.argv,
+                    "runs": rows,
+                    "discarded": discarded,
+                    "table": table,
+                },
+                indent=1,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
+    return 0 if all(not r["failed"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
