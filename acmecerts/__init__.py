@@ -33,6 +33,7 @@ from acmecerts.errors import (
     ServerBusy,
     StorageError,
     TransportError,
+    UnsafeUrl,
     UnsupportedChallenge,
 )
 from acmecerts.protocol.ari import RenewalDecision, RenewalInfoResult
@@ -51,6 +52,7 @@ from acmecerts.solvers import (
     Solver,
     TlsAlpn01Server,
 )
+from acmecerts.transport import UrlPolicy
 
 __all__ = [
     "AccountDoesNotExist",
@@ -105,7 +107,9 @@ __all__ = [
     "SystemClock",
     "TlsAlpn01Server",
     "TransportError",
+    "UnsafeUrl",
     "UnsupportedChallenge",
+    "UrlPolicy",
     "__version__",
     "parse_identifier",
     "parse_retry_after",

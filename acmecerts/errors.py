@@ -14,6 +14,7 @@ with ``raise Ours(...) from exc``.
     │   ├── ConnectError
     │   └── RequestTimeout
     ├── BadServerResponse                the CA answered something that is not valid ACME
+    │   └── UnsafeUrl                    the CA named a URL the UrlPolicy forbids (nothing sent)
     ├── AcmeProblem                      the CA answered with application/problem+json
     │   ├── BadNonce                     (transient: replayed with a fresh nonce)
     │   ├── RateLimited                  carries ``retry_after``
@@ -77,6 +78,7 @@ __all__ = [
     "StorageError",
     "TransportError",
     "Unauthorized",
+    "UnsafeUrl",
     "UnsupportedChallenge",
     "problem_class",
 ]
@@ -206,6 +208,25 @@ class BadServerResponse(AcmeCertsError):
         self.url = url
         self.status_code = status_code
         self.kind = kind
+
+
+class UnsafeUrl(BadServerResponse):
+    """The CA named a URL that the client's :class:`~acmecerts.transport.UrlPolicy` forbids.
+
+    Another host than the directory's (and the allowed origins), plain ``http``, or
+    credentials in the URL: a malicious or broken CA, or a tampered answer. The check
+    runs before a request is sent, so nothing reached that URL (``reached_ca`` is false).
+    ``url`` is the refused URL, ``allowed_origins`` what the policy allows.
+    """
+
+    reached_ca = False
+
+    def __init__(
+        self, message: str, *, url: str | None = None, allowed_origins: Sequence[str] = ()
+    ) -> None:
+        super().__init__(message, url=url)
+        #: The origins the policy allows (``https://host[:port]``).
+        self.allowed_origins = tuple(allowed_origins)
 
 
 class AcmeProblem(AcmeCertsError):

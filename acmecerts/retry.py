@@ -342,7 +342,9 @@ class AttemptState:
             )
         if self.last_error is not None and not isinstance(self.last_error, str):
             raise InvalidInput(f"last_error must be a str, got {self.last_error!r}")
-        if self.last_error_kind is not None and self.last_error_kind not in _KINDS:
+        if self.last_error_kind is not None and (
+            not isinstance(self.last_error_kind, str) or self.last_error_kind not in _KINDS
+        ):
             raise InvalidInput(
                 f"last_error_kind must be an ErrorKind value: {self.last_error_kind!r}"
             )

@@ -18,6 +18,7 @@ def test_all_is_sorted_and_complete() -> None:
         "client",
         "errors",
         "manager",
+        "metrics",
         "protocol",
         "ratelimit",
         "retry",

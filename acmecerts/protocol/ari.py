@@ -25,6 +25,7 @@ import random
 from typing import Literal
 
 from cryptography import x509
+from cryptography.utils import CryptographyDeprecationWarning
 
 from acmecerts.errors import InvalidInput
 from acmecerts.protocol.resources import RenewalInfo
@@ -88,6 +89,9 @@ def cert_id(certificate: x509.Certificate) -> str:
             "the certificate has no Authority Key Identifier extension, so it has no ARI "
             "certID (RFC 9773 §4.1)"
         ) from exc
+    except (ValueError, x509.DuplicateExtension, CryptographyDeprecationWarning) as exc:
+        # cryptography parses extensions lazily: a malformed or repeated one surfaces here.
+        raise InvalidInput(f"the certificate's extensions do not parse: {exc}") from exc
     key_id = aki.value.key_identifier
     if not key_id:
         raise InvalidInput(
@@ -112,7 +116,7 @@ def load_certificate(certificate: x509.Certificate | str | bytes) -> x509.Certif
         if b"-----BEGIN" in data:
             return x509.load_pem_x509_certificate(data)
         return x509.load_der_x509_certificate(data)
-    except ValueError as exc:
+    except (ValueError, x509.InvalidVersion, CryptographyDeprecationWarning) as exc:
         raise InvalidInput(f"not a PEM or DER certificate: {exc}") from exc
 
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import re
 from collections.abc import Sequence
 
 from cryptography import x509
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
+from cryptography.utils import CryptographyDeprecationWarning
 
 from acmecerts.errors import BadServerResponse, CertificateMismatch
 from acmecerts.protocol.identifiers import Identifier
@@ -22,10 +23,18 @@ __all__ = [
     "parse_pem_chain",
 ]
 
-_PEM_BLOCK = re.compile(
-    rb"-----BEGIN CERTIFICATE-----\r?\n.+?\r?\n-----END CERTIFICATE-----", re.DOTALL
-)
+_BEGIN = b"-----BEGIN CERTIFICATE-----"
+_END = b"-----END CERTIFICATE-----"
 _MAX_CHAIN = 10
+#: What cryptography raises for a certificate it cannot (fully) parse. Its deprecation
+#: warnings (e.g. a negative serial in the Authority Key Identifier) are errors under
+#: ``-W error`` and "will cause an exception in a future release".
+_UNPARSEABLE = (
+    ValueError,
+    x509.InvalidVersion,
+    x509.DuplicateExtension,
+    CryptographyDeprecationWarning,
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -91,20 +100,47 @@ def _common_name(name: x509.Name) -> str:
     return name.rfc4514_string()
 
 
+def _pem_blocks(raw: bytes) -> list[bytes]:
+    """The ``BEGIN``..``END CERTIFICATE`` blocks of ``raw``, at most one more than allowed.
+
+    A linear scan: a regular expression with a lazy ``.+?`` between the markers took
+    quadratic time on a body full of ``BEGIN`` lines without an ``END`` (minutes for the
+    1 MiB a hostile CA may send).
+    """
+    blocks: list[bytes] = []
+    pos = 0
+    while len(blocks) <= _MAX_CHAIN:
+        start = raw.find(_BEGIN, pos)
+        if start < 0:
+            break
+        end = raw.find(_END, start + len(_BEGIN))
+        if end < 0:
+            break
+        pos = end + len(_END)
+        blocks.append(raw[start:pos])
+    return blocks
+
+
 def parse_pem_chain(data: bytes | str, *, url: str | None = None) -> CertificateChain:
     """Parse ``application/pem-certificate-chain``; raise :class:`BadServerResponse`."""
     raw = data.encode("ascii", "replace") if isinstance(data, str) else data
-    blocks = _PEM_BLOCK.findall(raw)
+    blocks = _pem_blocks(raw)
     if not blocks:
         raise BadServerResponse("no PEM certificate in the answer", url=url)
     if len(blocks) > _MAX_CHAIN:
-        raise BadServerResponse(f"chain of {len(blocks)} certificates is too long", url=url)
+        raise BadServerResponse(
+            f"chain of more than {_MAX_CHAIN} certificates is too long", url=url
+        )
     certs: list[x509.Certificate] = []
     for block in blocks:
         try:
-            certs.append(x509.load_pem_x509_certificate(block))
-        except ValueError as exc:
+            cert = x509.load_pem_x509_certificate(block)
+            # cryptography parses names and extensions lazily: a malformed one must fail
+            # here, as a typed error, not later in whatever reads the chain.
+            cert.issuer, cert.subject, cert.extensions  # noqa: B018
+        except _UNPARSEABLE as exc:
             raise BadServerResponse(f"unparseable certificate in chain: {exc}", url=url) from exc
+        certs.append(cert)
     pem = "".join(_to_pem(c) for c in certs)
     return CertificateChain(pem=pem, certificates=tuple(certs))
 
@@ -114,6 +150,9 @@ def _san_names(cert: x509.Certificate) -> tuple[str, ...]:
         ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
     except x509.ExtensionNotFound:
         return ()
+    except _UNPARSEABLE as exc:
+        # cryptography parses extensions lazily: a malformed or repeated one surfaces here.
+        raise BadServerResponse(f"the certificate's extensions do not parse: {exc}") from exc
     names: list[str] = []
     for general in ext.value:
         if isinstance(general, x509.DNSName):
@@ -141,7 +180,13 @@ def check_certificate_matches(
     leaf = chain.leaf
     fmt = serialization.PublicFormat.SubjectPublicKeyInfo
     der = serialization.Encoding.DER
-    if leaf.public_key().public_bytes(der, fmt) != key.public_key().public_bytes(der, fmt):
+    try:
+        leaf_spki = leaf.public_key().public_bytes(der, fmt)
+    except (ValueError, UnsupportedAlgorithm) as exc:
+        raise CertificateMismatch(
+            f"the CA's certificate has an unusable public key: {exc}"
+        ) from exc
+    if leaf_spki != key.public_key().public_bytes(der, fmt):
         raise CertificateMismatch("the CA's certificate is not for the requested key")
     wanted = {i.value for i in identifiers}
     got = set(_san_names(leaf))

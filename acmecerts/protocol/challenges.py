@@ -11,7 +11,8 @@ from acmecerts.errors import BadServerResponse
 __all__ = ["dns01_txt_value", "key_authorization", "validate_token"]
 
 # RFC 8555 §8.3: the token is base64url without padding, at least 128 bits of entropy.
-_TOKEN = re.compile(r"^[A-Za-z0-9_-]{16,256}$")
+# fullmatch, not match with ^...$: "$" also matches before a trailing newline.
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{16,256}")
 
 
 def b64url(data: bytes) -> str:
@@ -25,7 +26,7 @@ def validate_token(token: object) -> str:
     Tokens become URL paths and file names, so anything but the base64url alphabet is
     refused (a hostile CA must not be able to make us write ``../`` anywhere).
     """
-    if not isinstance(token, str) or not _TOKEN.match(token):
+    if not isinstance(token, str) or not _TOKEN.fullmatch(token):
         raise BadServerResponse(f"challenge token {token!r} is not base64url")
     return token
 

@@ -16,7 +16,9 @@ from acmecerts.errors import InvalidIdentifier
 
 __all__ = ["Identifier", "parse_identifier", "parse_identifiers"]
 
-_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+# Used with fullmatch: "^...$" with match() let "abc\n" through ("$" matches before a
+# final newline), so "abc\n.example.com" was a valid identifier.
+_LABEL = re.compile(r"(?!-)[a-z0-9-]{1,63}(?<!-)")
 _MAX_NAME = 253
 
 
@@ -94,7 +96,7 @@ def parse_identifier(text: str) -> Identifier:
         if "*" in label:
             raise InvalidIdentifier(text, "'*' is only allowed as the whole leftmost label")
         ascii_label = _idna_encode(label, text)
-        if not _LABEL.match(ascii_label):
+        if not _LABEL.fullmatch(ascii_label):
             raise InvalidIdentifier(
                 text, f"label {label!r} must be 1-63 letters, digits or inner hyphens"
             )

@@ -85,7 +85,7 @@ def problem_from_response(
         return None
     try:
         document = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # nesting too deep: not a problem
         return None
     if not isinstance(document, Mapping):
         return None

@@ -153,12 +153,16 @@ def parse_account(data: object, *, url: str) -> Account:
     except _DECODE_ERRORS as exc:
         raise BadServerResponse(f"malformed account: {exc}", url=url) from exc
     status = obj.get("status", "valid")
+    contact = reg.contact or ()
+    if not isinstance(contact, list | tuple) or not all(isinstance(c, str) for c in contact):
+        raise BadServerResponse("account 'contact' is not a list of URIs", url=url)
+    agreed = reg.terms_of_service_agreed
     return Account(
         url=url,
         status=_status(status, "account", url),
-        contact=tuple(reg.contact or ()),
+        contact=tuple(contact),
         orders=obj.get("orders") if isinstance(obj.get("orders"), str) else None,
-        terms_of_service_agreed=reg.terms_of_service_agreed,
+        terms_of_service_agreed=agreed if isinstance(agreed, bool) else None,
     )
 
 

@@ -550,7 +550,7 @@ class LedgerState:
         """Parse :meth:`to_bytes` output; anything else raises :class:`StorageError`."""
         try:
             document = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise StorageError(
                 f"the rate-limit ledger {where} is not JSON: {exc}", path=where
             ) from exc

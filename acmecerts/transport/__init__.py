@@ -2,5 +2,6 @@
 
 from acmecerts.transport._http import USER_AGENT, AcmeResponse, AcmeTransport, RequestHook
 from acmecerts.transport._nonces import NoncePool
+from acmecerts.transport._policy import UrlPolicy
 
-__all__ = ["USER_AGENT", "AcmeResponse", "AcmeTransport", "NoncePool", "RequestHook"]
+__all__ = ["USER_AGENT", "AcmeResponse", "AcmeTransport", "NoncePool", "RequestHook", "UrlPolicy"]

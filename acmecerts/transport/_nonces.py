@@ -8,7 +8,7 @@ import re
 __all__ = ["NoncePool"]
 
 # §6.5.1: the value is base64url; anything else is ignored rather than sent back.
-_NONCE = re.compile(r"^[A-Za-z0-9_-]{8,512}$")
+_NONCE = re.compile(r"[A-Za-z0-9_-]{8,512}")  # fullmatch: "$" would allow a final "\n"
 
 
 class NoncePool:
@@ -25,7 +25,7 @@ class NoncePool:
         """Add a nonce from a ``Replay-Nonce`` header (malformed values are dropped)."""
         nonce = nonce.strip()
         # a base64url string of length 4k+1 cannot be decoded: the CA sent junk
-        if _NONCE.match(nonce) and len(nonce) % 4 != 1:
+        if _NONCE.fullmatch(nonce) and len(nonce) % 4 != 1:
             self._nonces.append(nonce)
 
     def take(self) -> str | None:
