@@ -157,6 +157,8 @@ async def issue(
     block: bool = False,
     force: bool = False,
     step: str | None = None,
+    kube_namespace: str | None = None,
+    kube_config: str | None = None,
 ) -> list[dict[str, Any]]:
     """Issue ``names`` with a manager on the store at ``state``; one summary per name.
 
@@ -199,7 +201,14 @@ async def issue(
 
     solver = DnsHookSolver(set_record, clear_record, propagation=None)
     layout = KeyLayout(directory)
-    async with CrashingStorage(state, step=step, layout=layout, names=names) as storage:
+    store: Any
+    if kube_namespace is not None:
+        from acmecerts.storage.kubernetes import KubernetesStorage
+
+        store = KubernetesStorage(kube_namespace, kubeconfig=kube_config)
+    else:
+        store = CrashingStorage(state, step=step, layout=layout, names=names)
+    async with store as storage:
         key = await load_or_create_account_key(storage, layout)
         url = await load_account_url(storage, layout, account_key=key)
         async with AcmeClient(
@@ -237,6 +246,8 @@ async def main() -> int:
     parser.add_argument("--challtestsrv", required=True)
     parser.add_argument("--block", action="store_true")
     parser.add_argument("--force", action="store_true")
+    parser.add_argument("--kube-namespace", help="use the Kubernetes store in this namespace")
+    parser.add_argument("--kube-config", help="kubeconfig for --kube-namespace")
     parser.add_argument("names", nargs="+")
     args = parser.parse_args()
     step = os.environ.get(CRASH_ENV) or None
@@ -253,6 +264,8 @@ async def main() -> int:
         block=args.block,
         force=args.force,
         step=step,
+        kube_namespace=args.kube_namespace,
+        kube_config=args.kube_config,
     )
     for line in lines:
         print(json.dumps(line), flush=True)
