@@ -12,6 +12,7 @@ call returns nothing more is sent for that certificate.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import logging
@@ -69,6 +70,7 @@ log = logging.getLogger("acmecerts.manager")
 #: Called with ``(name, reason)`` whenever work for a certificate is cancelled.
 CancellationHook = Callable[[str, str], Awaitable[None] | None]
 
+_NO_LIMIT = contextlib.nullcontext()
 #: The longest timed sleep of the scheduler (guards against wall-clock jumps).
 _MAX_SCHEDULER_SLEEP = 3600.0
 _OWNER_GONE = "owner gone"
@@ -118,6 +120,8 @@ class CertificateManager:
             them issued is used by the others; an order in flight when a process died is
             resumed instead of ordered again.
         layout: Key names in ``storage`` (default: per the client's directory URL).
+        limiter: A ``CapacityLimiter`` shared with other managers (one per CA): an attempt
+            needs a slot of both, so ``concurrency`` bounds each CA and ``limiter`` all.
 
     Use it as an async context manager; while inside, it issues and renews in the
     background. :meth:`issue_many` also works outside (no background work then).
@@ -135,6 +139,7 @@ class CertificateManager:
         rng: random.Random | None = None,
         storage: Storage | None = None,
         layout: KeyLayout | None = None,
+        limiter: anyio.CapacityLimiter | None = None,
     ) -> None:
         if not solvers:
             raise InvalidInput("the manager needs at least one solver")
@@ -148,7 +153,10 @@ class CertificateManager:
         self.renewal_fraction = renewal_fraction
         self.clock: Clock = clock or client.clock
         self._rng = rng or random.Random()
+        #: Bounds this manager's attempts (``concurrency``); pass ``limiter`` to share one
+        #: bound between the managers of several CAs (a global limit over per-CA ones).
         self._limiter = anyio.CapacityLimiter(concurrency)
+        self._global_limiter = limiter
         self._entries: dict[str, _Entry] = {}
         self._flights_by_ids: dict[frozenset[Identifier], _Flight] = {}
         self._events = EventBus()
@@ -372,7 +380,7 @@ class CertificateManager:
             flight.scope = scope
             if entry.cancelled is not None:
                 scope.cancel()
-            async with self._limiter:
+            async with self._limiter, self._global_limiter or _NO_LIMIT:
                 # the owner may have gone while this waited for a slot
                 owner = await self._owner_present(spec)
                 if owner is False:
