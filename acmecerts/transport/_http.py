@@ -61,6 +61,8 @@ RequestHook = Callable[[str, str], None]
 #: Called after every HTTP request: ``(method, url, status)``; status 0 when none came.
 ResponseHook = Callable[[str, str, int], None]
 _MAX_BODY = 1 << 20
+#: How many accepted URLs are remembered before the memo starts over.
+_MAX_CHECKED_URLS = 4096
 #: The longest a request waits for another request's Replay-Nonce before asking newNonce.
 _NONCE_WAIT = 2.0
 
@@ -242,6 +244,8 @@ class AcmeTransport:
         self.on_request = on_request
         #: Where requests may go (checked before every request; see :class:`UrlPolicy`).
         self.url_policy = url_policy if url_policy is not None else UrlPolicy()
+        self._checked_policy: UrlPolicy | None = None
+        self._checked_urls: set[str] = set()
         self._response_hooks: list[ResponseHook] = []
         #: Number of HTTP requests sent (every method, retries included).
         self.request_count = 0
@@ -390,8 +394,21 @@ class AcmeTransport:
         return result
 
     def check_url(self, url: str) -> str:
-        """Return ``url`` if :attr:`url_policy` lets requests go there, else raise UnsafeUrl."""
-        return self.url_policy.check(url, directory_url=self.directory_url)
+        """Return ``url`` if :attr:`url_policy` lets requests go there, else raise UnsafeUrl.
+
+        Accepted URLs are remembered (per policy object), so a URL polled many times is
+        parsed once.
+        """
+        if self._checked_policy is not self.url_policy:
+            self._checked_policy = self.url_policy
+            self._checked_urls.clear()
+        if url in self._checked_urls:
+            return url
+        self.url_policy.check(url, directory_url=self.directory_url)
+        if len(self._checked_urls) >= _MAX_CHECKED_URLS:
+            self._checked_urls.clear()
+        self._checked_urls.add(url)
+        return url
 
     async def get(self, url: str, *, accept: str | None = None) -> AcmeResponse:
         """Unauthenticated GET (directory, ``renewalInfo``), retried when safe."""
