@@ -20,17 +20,14 @@ Errors specific to this module::
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import functools
 import http
-import importlib
 import logging
 import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, ClassVar, Final
 
 import anyio
 import anyio.abc
@@ -39,13 +36,10 @@ import h11
 from acmecerts._time import as_seconds
 from acmecerts.errors import AcmeCertsError, InvalidInput, UnsupportedChallenge
 from acmecerts.protocol.challenges import validate_token
+from acmecerts.solvers._listener import ListenError, _ListeningServer
 
 if TYPE_CHECKING:
     import datetime as _dt
-    from types import TracebackType
-    from typing import Self
-
-    from anyio.streams.stapled import MultiListener
 
     from acmecerts.protocol.identifiers import Identifier
     from acmecerts.solvers._base import ChallengeTask
@@ -63,23 +57,7 @@ _PATH_PREFIX: Final = b"/.well-known/acme-challenge/"
 _LINGER_SECONDS: Final = 1.0
 #: Requests served on one kept-alive connection before the server closes it.
 _MAX_REQUESTS_PER_CONNECTION: Final = 100
-#: Pause before accepting again after ``accept()`` failed (e.g. out of file descriptors).
-_ACCEPT_BACKOFF_SECONDS: Final = 0.1
 _RECEIVE_SIZE: Final = 16384
-
-
-class ListenError(InvalidInput):
-    """:class:`Http01Server` could not listen on its address (in use, no permission...)."""
-
-    def __init__(self, host: str, port: int, reason: str, *, os_errno: int | None = None) -> None:
-        where = f"[{host}]" if ":" in host else host
-        super().__init__(f"cannot listen on {where}:{port}: {reason}")
-        #: The address that could not be bound.
-        self.host = host
-        #: The port that could not be bound.
-        self.port = port
-        #: The ``errno`` of the underlying :class:`OSError`, when there was one.
-        self.errno = os_errno
 
 
 class WebrootError(InvalidInput):
@@ -195,23 +173,7 @@ class _Conversation:
         await self.stream.send(b"".join(chunk for chunk in out if chunk))
 
 
-class _Running:
-    """One listening period of an :class:`Http01Server` (from start to close)."""
-
-    __slots__ = ("listener", "port", "scope", "stopped", "task")
-
-    def __init__(self, listener: MultiListener[anyio.abc.SocketStream], port: int) -> None:
-        self.listener = listener
-        self.port = port
-        #: Cancelled to stop serving; entered by the serving task.
-        self.scope = anyio.CancelScope()
-        #: Set once the serving task has closed the listener and every connection.
-        self.stopped = anyio.Event()
-        #: The asyncio task when the server runs detached (kept so it is not collected).
-        self.task: asyncio.Task[None] | None = None
-
-
-class Http01Server:
+class Http01Server(_ListeningServer):
     """A standalone http-01 solver: an in-process HTTP/1.1 server for challenge tokens.
 
     One server answers for any number of concurrent orders: :meth:`present` adds a token,
@@ -252,6 +214,8 @@ class Http01Server:
 
     #: The challenge type this solver answers.
     challenge_type: str = _CHALLENGE_TYPE
+    _protocol: ClassVar[str] = _CHALLENGE_TYPE
+    _logger: ClassVar[logging.Logger] = logger
 
     def __init__(
         self,
@@ -271,34 +235,12 @@ class Http01Server:
             raise InvalidInput(f"max_request_size must be at least 1024, not {max_request_size}")
         if max_connections < 1:
             raise InvalidInput(f"max_connections must be at least 1, not {max_connections}")
-        self._host = host
-        self._port = port
+        super().__init__(host=host, port=port, max_connections=max_connections)
         self._timeout = seconds
         self._max_request_size = max_request_size
-        self._max_connections = max_connections
         self._holders = _Holders()
-        self._lock = anyio.Lock()
-        self._running: _Running | None = None
-        self._task_group: anyio.abc.TaskGroup | None = None
-        self._connections = 0
 
     # -- introspection --------------------------------------------------------
-
-    @property
-    def host(self) -> str:
-        """The address the server listens (or will listen) on."""
-        return self._host
-
-    @property
-    def port(self) -> int:
-        """The port actually bound while serving (useful with ``port=0``), else the one asked."""
-        running = self._running
-        return running.port if running is not None else self._port
-
-    @property
-    def serving(self) -> bool:
-        """Whether the server is currently listening."""
-        return self._running is not None
 
     def __repr__(self) -> str:
         state = "serving" if self.serving else "stopped"
@@ -335,148 +277,11 @@ class Http01Server:
         if _is_valid_token(task.token):
             self._holders.discard(task)
 
-    # -- lifecycle ------------------------------------------------------------
-
-    async def start(self) -> None:
-        """Bind and start serving in the background (no-op when already serving).
-
-        Prefer ``async with``. Raises :class:`ListenError` when the address cannot be bound.
-        """
-        async with self._lock:
-            if self._running is not None:
-                return
-            running = await self._bind()
-            self._running = running
-            if self._task_group is not None:
-                self._task_group.start_soon(self._serve, running, name=repr(self))
-            else:
-                self._spawn_detached(running)
-
-    async def aclose(self) -> None:
-        """Stop listening, close every connection, and wait until that is done.
-
-        Idempotent. Presented tokens are kept (they are served again after a restart).
-        """
-        with anyio.CancelScope(shield=True):
-            async with self._lock:
-                running, self._running = self._running, None
-                if running is None:
-                    return
-                running.scope.cancel()
-                await running.stopped.wait()
-
-    async def __aenter__(self) -> Self:
-        if self._task_group is not None:
-            raise RuntimeError("this Http01Server is already in an `async with` block")
-        task_group = anyio.create_task_group()
-        await task_group.__aenter__()
-        self._task_group = task_group
-        try:
-            await self.start()
-        except BaseException:
-            self._task_group = None
-            # Nothing was spawned: leave the task group cleanly so the error is not
-            # wrapped in an ExceptionGroup.
-            await task_group.__aexit__(None, None, None)
-            raise
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
-        task_group, self._task_group = self._task_group, None
-        swallow: bool | None = None
-        try:
-            await self.aclose()
-        finally:
-            if task_group is not None:
-                if isinstance(exc, anyio.get_cancelled_exc_class()):
-                    # The group's own scope may have to absorb a cancellation.
-                    swallow = await task_group.__aexit__(exc_type, exc, tb)
-                else:
-                    # Every child has finished (aclose waited), so the group is left
-                    # cleanly: an error of the block propagates as it is, not inside an
-                    # ExceptionGroup.
-                    await task_group.__aexit__(None, None, None)
-        return swallow
-
     # -- serving --------------------------------------------------------------
 
-    async def _bind(self) -> _Running:
-        try:
-            listener = await anyio.create_tcp_listener(local_host=self._host, local_port=self._port)
-        except OSError as exc:
-            reason = exc.strerror or str(exc) or type(exc).__name__
-            raise ListenError(self._host, self._port, reason, os_errno=exc.errno) from exc
-        port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        logger.info("http-01 server listening on %s:%d", self._host, port)
-        return _Running(listener, port)
-
-    def _spawn_detached(self, running: _Running) -> None:
-        """Run the server in a task of its own, outside the caller's task tree."""
-        serve = functools.partial(self._serve_detached, running)
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is not None:
-            running.task = loop.create_task(serve(), name=repr(self))
-        else:  # trio: a system task lives until aclose() or the end of trio.run()
-            trio = importlib.import_module("trio")
-            trio.lowlevel.spawn_system_task(serve, name=repr(self))
-
-    async def _serve_detached(self, running: _Running) -> None:
-        try:
-            await self._serve(running)
-        except Exception:  # pragma: no cover - _serve does not raise
-            logger.exception("http-01 server on %s:%d failed", self._host, running.port)
-
-    async def _serve(self, running: _Running) -> None:
-        try:
-            with running.scope:
-                async with anyio.create_task_group() as tg:
-                    for listener in running.listener.listeners:
-                        if isinstance(listener, anyio.abc.SocketListener):
-                            tg.start_soon(self._accept_loop, listener, tg)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await running.listener.aclose()
-            running.stopped.set()
-            logger.info("http-01 server on %s:%d stopped", self._host, running.port)
-
-    async def _accept_loop(
-        self, listener: anyio.abc.SocketListener, tg: anyio.abc.TaskGroup
-    ) -> None:
-        while True:
-            try:
-                stream = await listener.accept()
-            except anyio.ClosedResourceError:
-                return
-            except (OSError, anyio.BrokenResourceError) as exc:
-                # EMFILE and friends: do not spin, do not die.
-                logger.warning("http-01 server: accept() failed: %s", exc)
-                await anyio.sleep(_ACCEPT_BACKOFF_SECONDS)
-                continue
-            if self._connections >= self._max_connections:
-                logger.warning("http-01 server: too many connections, closing a new one")
-                await stream.aclose()
-                continue
-            self._connections += 1
-            tg.start_soon(self._serve_connection, stream)
-
     async def _serve_connection(self, stream: anyio.abc.SocketStream) -> None:
-        try:
-            await self._converse(stream)
-        except Exception as exc:
-            # A reset, a broken pipe, a bug triggered by a hostile client: it ends this
-            # connection only.
-            logger.debug("http-01 connection ended: %r", exc)
-        finally:
-            self._connections -= 1
-            await stream.aclose()
+        """Answer the requests of one connection (closed by the caller afterwards)."""
+        await self._converse(stream)
 
     async def _converse(self, stream: anyio.abc.SocketStream) -> None:
         conn = _Conversation(

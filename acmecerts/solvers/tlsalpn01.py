@@ -28,20 +28,17 @@ Wildcard names cannot be validated this way (RFC 8737 §3): use dns-01.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import datetime as _dt
-import functools
 import hashlib
-import importlib
 import ipaddress
 import logging
 import os
 import ssl
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, ClassVar, Final
 
 import anyio
 import anyio.abc
@@ -52,12 +49,9 @@ from cryptography.x509.oid import NameOID
 
 from acmecerts._time import as_seconds
 from acmecerts.errors import InvalidInput, UnsupportedChallenge
-from acmecerts.solvers.http01 import ListenError, _Running
+from acmecerts.solvers._listener import _ListeningServer
 
 if TYPE_CHECKING:
-    from types import TracebackType
-    from typing import Self
-
     from acmecerts.protocol.identifiers import Identifier
     from acmecerts.solvers._base import ChallengeTask
 
@@ -89,7 +83,6 @@ _MAX_CLIENT_HELLO: Final = 64 * 1024
 _RECEIVE_SIZE: Final = 16384
 #: How long a finished connection waits for the client to hang up first.
 _LINGER_SECONDS: Final = 1.0
-_ACCEPT_BACKOFF_SECONDS: Final = 0.1
 #: Validity of the self-signed validation certificates (only the CA ever sees them).
 _CERT_BACKDATE: Final = _dt.timedelta(hours=1)
 _CERT_LIFETIME: Final = _dt.timedelta(days=7)
@@ -310,7 +303,7 @@ class _Presented:
         return len(self._by_name)
 
 
-class TlsAlpn01Server:
+class TlsAlpn01Server(_ListeningServer):
     """A tls-alpn-01 solver (RFC 8737): an in-process TLS listener for validation handshakes.
 
     One server answers for any number of concurrent orders: :meth:`present` makes a
@@ -339,6 +332,8 @@ class TlsAlpn01Server:
 
     #: The challenge type this solver answers.
     challenge_type: str = _CHALLENGE_TYPE
+    _protocol: ClassVar[str] = _CHALLENGE_TYPE
+    _logger: ClassVar[logging.Logger] = logger
 
     def __init__(
         self,
@@ -355,33 +350,11 @@ class TlsAlpn01Server:
             raise InvalidInput(f"timeout must be positive, not {timeout!r}")
         if max_connections < 1:
             raise InvalidInput(f"max_connections must be at least 1, not {max_connections}")
-        self._host = host
-        self._port = port
+        super().__init__(host=host, port=port, max_connections=max_connections)
         self._timeout = seconds
-        self._max_connections = max_connections
         self._presented = _Presented()
-        self._lock = anyio.Lock()
-        self._running: _Running | None = None
-        self._task_group: anyio.abc.TaskGroup | None = None
-        self._connections = 0
 
     # -- introspection --------------------------------------------------------
-
-    @property
-    def host(self) -> str:
-        """The address the server listens (or will listen) on."""
-        return self._host
-
-    @property
-    def port(self) -> int:
-        """The port actually bound while serving (useful with ``port=0``), else the one asked."""
-        running = self._running
-        return running.port if running is not None else self._port
-
-    @property
-    def serving(self) -> bool:
-        """Whether the server is currently listening."""
-        return self._running is not None
 
     def __repr__(self) -> str:
         state = "serving" if self.serving else "stopped"
@@ -425,144 +398,16 @@ class TlsAlpn01Server:
         if _supports(task.identifier):
             self._presented.discard(sni_name(task.identifier), task)
 
-    # -- lifecycle ------------------------------------------------------------
-
-    async def start(self) -> None:
-        """Bind and start serving in the background (no-op when already serving).
-
-        Prefer ``async with``. Raises :class:`~acmecerts.solvers.ListenError` when the
-        address cannot be bound.
-        """
-        async with self._lock:
-            if self._running is not None:
-                return
-            running = await self._bind()
-            self._running = running
-            if self._task_group is not None:
-                self._task_group.start_soon(self._serve, running, name=repr(self))
-            else:
-                self._spawn_detached(running)
-
-    async def aclose(self) -> None:
-        """Stop listening, close every connection, and wait until that is done.
-
-        Idempotent. Presented certificates are kept (served again after a restart).
-        """
-        with anyio.CancelScope(shield=True):
-            async with self._lock:
-                running, self._running = self._running, None
-                if running is None:
-                    return
-                running.scope.cancel()
-                await running.stopped.wait()
-
-    async def __aenter__(self) -> Self:
-        if self._task_group is not None:
-            raise RuntimeError("this TlsAlpn01Server is already in an `async with` block")
-        task_group = anyio.create_task_group()
-        await task_group.__aenter__()
-        self._task_group = task_group
-        try:
-            await self.start()
-        except BaseException:
-            self._task_group = None
-            await task_group.__aexit__(None, None, None)
-            raise
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> bool | None:
-        task_group, self._task_group = self._task_group, None
-        swallow: bool | None = None
-        try:
-            await self.aclose()
-        finally:
-            if task_group is not None:
-                if isinstance(exc, anyio.get_cancelled_exc_class()):
-                    swallow = await task_group.__aexit__(exc_type, exc, tb)
-                else:
-                    # Every child has finished (aclose waited): leave the group cleanly so
-                    # an error of the block propagates unwrapped.
-                    await task_group.__aexit__(None, None, None)
-        return swallow
-
     # -- serving --------------------------------------------------------------
 
-    async def _bind(self) -> _Running:
-        try:
-            listener = await anyio.create_tcp_listener(local_host=self._host, local_port=self._port)
-        except OSError as exc:
-            reason = exc.strerror or str(exc) or type(exc).__name__
-            raise ListenError(self._host, self._port, reason, os_errno=exc.errno) from exc
-        port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        logger.info("tls-alpn-01 server listening on %s:%d", self._host, port)
-        return _Running(listener, port)
-
-    def _spawn_detached(self, running: _Running) -> None:
-        """Run the server in a task of its own, outside the caller's task tree."""
-        serve = functools.partial(self._serve_detached, running)
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is not None:
-            running.task = loop.create_task(serve(), name=repr(self))
-        else:  # trio: a system task lives until aclose() or the end of trio.run()
-            trio = importlib.import_module("trio")
-            trio.lowlevel.spawn_system_task(serve, name=repr(self))
-
-    async def _serve_detached(self, running: _Running) -> None:
-        try:
-            await self._serve(running)
-        except Exception:  # pragma: no cover - _serve does not raise
-            logger.exception("tls-alpn-01 server on %s:%d failed", self._host, running.port)
-
-    async def _serve(self, running: _Running) -> None:
-        try:
-            with running.scope:
-                async with anyio.create_task_group() as tg:
-                    for listener in running.listener.listeners:
-                        if isinstance(listener, anyio.abc.SocketListener):
-                            tg.start_soon(self._accept_loop, listener, tg)
-        finally:
-            with anyio.CancelScope(shield=True):
-                await running.listener.aclose()
-            running.stopped.set()
-            logger.info("tls-alpn-01 server on %s:%d stopped", self._host, running.port)
-
-    async def _accept_loop(
-        self, listener: anyio.abc.SocketListener, tg: anyio.abc.TaskGroup
-    ) -> None:
-        while True:
-            try:
-                stream = await listener.accept()
-            except anyio.ClosedResourceError:
-                return
-            except (OSError, anyio.BrokenResourceError) as exc:
-                logger.warning("tls-alpn-01 server: accept() failed: %s", exc)
-                await anyio.sleep(_ACCEPT_BACKOFF_SECONDS)
-                continue
-            if self._connections >= self._max_connections:
-                logger.warning("tls-alpn-01 server: too many connections, closing a new one")
-                await anyio.aclose_forcefully(stream)
-                continue
-            self._connections += 1
-            tg.start_soon(self._serve_connection, stream)
-
     async def _serve_connection(self, stream: anyio.abc.SocketStream) -> None:
-        try:
-            with anyio.move_on_after(self._timeout):
-                await self._converse(stream)
-        except Exception as exc:
-            # A reset, a TLS error, a hostile client: it ends this connection only.
-            logger.debug("tls-alpn-01 connection ended: %r", exc)
-        finally:
-            self._connections -= 1
-            await anyio.aclose_forcefully(stream)
+        """Hold one validation handshake, within ``timeout`` (closed by the caller)."""
+        with anyio.move_on_after(self._timeout):
+            await self._converse(stream)
+
+    async def _close_connection(self, stream: anyio.abc.SocketStream) -> None:
+        """Close without a TLS goodbye: the handshake is the whole conversation."""
+        await anyio.aclose_forcefully(stream)
 
     async def _converse(self, stream: anyio.abc.SocketStream) -> None:
         buffer = b""
