@@ -186,7 +186,7 @@ def protocol_rows() -> list[tuple[str, float, float, int]]:
             3,
         ),
         (
-            "parse order (json + acme.messages)",
+            "parse order (json + checks)",
             cpu_us(lambda: parse_order(json.loads(order_text), url=URL)),
             cpu_us(lambda: json.loads(order_text)),
             3,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import binascii
 import dataclasses
 import datetime as _dt
 from collections.abc import Sequence
@@ -92,6 +93,32 @@ def _to_pem(cert: x509.Certificate) -> str:
     return cert.public_bytes(serialization.Encoding.PEM).decode("ascii")
 
 
+def _der_to_pem(der: bytes) -> str:
+    """The PEM text ``cryptography`` writes for ``der``: 64-character lines, LF endings."""
+    text = binascii.b2a_base64(der, newline=False).decode("ascii")
+    lines = "\n".join([text[i : i + 64] for i in range(0, len(text), 64)])
+    return f"-----BEGIN CERTIFICATE-----\n{lines}\n-----END CERTIFICATE-----\n"
+
+
+def _load_block(block: bytes) -> tuple[x509.Certificate, str]:
+    """The certificate of one PEM block, and its PEM text re-encoded from the DER.
+
+    The usual block (newlines right after ``BEGIN`` and before ``END``, strict base64
+    between) is decoded here and parsed as DER; anything else goes to ``cryptography``'s
+    PEM parser, which decides whether it is acceptable.
+    """
+    body = block[len(_BEGIN) : -len(_END)]
+    if body[:1] == b"\n" and body[-1:] == b"\n":
+        try:
+            der = binascii.a2b_base64(body.replace(b"\n", b""), strict_mode=True)
+        except binascii.Error:
+            pass
+        else:
+            return x509.load_der_x509_certificate(der), _der_to_pem(der)
+    cert = x509.load_pem_x509_certificate(block)
+    return cert, _to_pem(cert)
+
+
 def _common_name(name: x509.Name) -> str:
     attrs = name.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
     if attrs:
@@ -132,17 +159,18 @@ def parse_pem_chain(data: bytes | str, *, url: str | None = None) -> Certificate
             f"chain of more than {_MAX_CHAIN} certificates is too long", url=url
         )
     certs: list[x509.Certificate] = []
+    pems: list[str] = []
     for block in blocks:
         try:
-            cert = x509.load_pem_x509_certificate(block)
+            cert, pem = _load_block(block)
             # cryptography parses names and extensions lazily: a malformed one must fail
             # here, as a typed error, not later in whatever reads the chain.
             cert.issuer, cert.subject, cert.extensions  # noqa: B018
         except _UNPARSEABLE as exc:
             raise BadServerResponse(f"unparseable certificate in chain: {exc}", url=url) from exc
         certs.append(cert)
-    pem = "".join(_to_pem(c) for c in certs)
-    return CertificateChain(pem=pem, certificates=tuple(certs))
+        pems.append(pem)
+    return CertificateChain(pem="".join(pems), certificates=tuple(certs))
 
 
 def _san_names(cert: x509.Certificate) -> tuple[str, ...]:
@@ -178,15 +206,16 @@ def check_certificate_matches(
 ) -> None:
     """Raise :class:`CertificateMismatch` unless the leaf is for ``key`` and ``identifiers``."""
     leaf = chain.leaf
-    fmt = serialization.PublicFormat.SubjectPublicKeyInfo
-    der = serialization.Encoding.DER
     try:
-        leaf_spki = leaf.public_key().public_bytes(der, fmt)
+        leaf_key = leaf.public_key()
     except (ValueError, UnsupportedAlgorithm) as exc:
         raise CertificateMismatch(
             f"the CA's certificate has an unusable public key: {exc}"
         ) from exc
-    if leaf_spki != key.public_key().public_bytes(der, fmt):
+    # cryptography compares the key material (EVP_PKEY public_eq: curve and point, or
+    # modulus and exponent), what comparing the DER SubjectPublicKeyInfo did at 5x the cost;
+    # keys of different types are never equal.
+    if leaf_key != key.public_key():
         raise CertificateMismatch("the CA's certificate is not for the requested key")
     wanted = {i.value for i in identifiers}
     got = set(_san_names(leaf))

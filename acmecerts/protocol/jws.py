@@ -3,11 +3,17 @@
 A request is signed with the account URL as ``kid`` once the account exists, and with
 the public ``jwk`` for ``newAccount`` and certificate-key revocation (§6.2). A
 POST-as-GET (§6.3) has the empty string as payload.
+
+:func:`sign_request` runs for every request, so it builds the JWS itself with
+``cryptography`` and ``json`` (byte for byte what ``acme.jws`` produced); the rare
+external account binding and key-change bodies still go through ``acme.jws``.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +28,17 @@ from acmecerts.protocol.keys import AccountKey
 __all__ = ["eab_binding", "key_change_inner", "sign_request"]
 
 _HMAC_ALGORITHMS = {"HS256": HS256, "HS384": HS384, "HS512": HS512}
+
+# RFC 8555 §6.5.1: a nonce is base64url octets (no padding). fullmatch: "$" would allow a
+# final "\n". A length of 4k+1 cannot be the encoding of any octet string.
+_B64URL = re.compile(r"[A-Za-z0-9_-]+")
+# Escapes a string as a JSON string literal exactly as json.dumps does (ASCII-only).
+_json_str = json.encoder.encode_basestring_ascii
+_urlsafe_b64encode = base64.urlsafe_b64encode
+
+
+def _b64(data: bytes) -> str:
+    return _urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
 def _dumps(payload: Mapping[str, Any]) -> bytes:
@@ -41,14 +58,24 @@ def sign_request(
     ``payload=None`` makes a POST-as-GET (§6.3). ``kid=None`` embeds the public JWK
     (§6.2, for ``newAccount`` and revocation with the certificate key).
     """
-    body = b"" if payload is None else _dumps(payload)
-    try:
-        nonce_bytes = b64decode(nonce) if nonce is not None else None
-    except (ValueError, TypeError) as exc:
-        raise BadServerResponse(f"the CA's nonce {nonce!r} is not base64url") from exc
-    signed = acme_jws.JWS.sign(body, key.jwk, key.algorithm, nonce_bytes, url=url, kid=kid)
-    text: str = signed.json_dumps()
-    return text.encode("utf-8")
+    # The protected header is the JSON text acme.jws wrote: members in this order,
+    # json.dumps' default separators, non-ASCII escaped.
+    header = f'{{"alg": "{key.jws_alg}", '
+    if kid is None:
+        header += f'"jwk": {key.jwk_header_json}, '
+    else:
+        header += f'"kid": {_json_str(kid)}, '
+    if nonce is not None:
+        if not isinstance(nonce, str) or not _B64URL.fullmatch(nonce) or len(nonce) % 4 == 1:
+            raise BadServerResponse(f"the CA's nonce {nonce!r} is not base64url")
+        header += f'"nonce": "{nonce}", '
+    header += f'"url": {_json_str(url)}}}'
+    protected = _b64(header.encode("ascii"))
+    body = "" if payload is None else _b64(_dumps(payload))
+    signature = _b64(key.jws_sign(f"{protected}.{body}".encode("ascii")))
+    return (
+        f'{{"protected": "{protected}", "signature": "{signature}", "payload": "{body}"}}'
+    ).encode("ascii")
 
 
 def eab_binding(

@@ -7,10 +7,13 @@ keys are P-256 by default; P-384 and RSA 2048/3072/4096 on request.
 from __future__ import annotations
 
 import enum
+import json
+from collections.abc import Callable
 from typing import TypeAlias
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from josepy.b64 import b64encode
 from josepy.jwa import ES256, ES384, RS256, JWASignature
 from josepy.jwk import JWK, JWKEC, JWKRSA
@@ -87,13 +90,50 @@ def private_key_pem(key: PrivateKey) -> bytes:
     )
 
 
+def _ecdsa_signer(
+    key: ec.EllipticCurvePrivateKey, hash_algorithm: hashes.HashAlgorithm, size: int
+) -> Callable[[bytes], bytes]:
+    """RFC 7518 §3.4: the JWS signature is ``r || s``, each big-endian of ``size`` octets."""
+    scheme = ec.ECDSA(hash_algorithm)
+    sign = key.sign
+
+    def signer(data: bytes) -> bytes:
+        r, s = decode_dss_signature(sign(data, scheme))
+        return r.to_bytes(size, "big") + s.to_bytes(size, "big")
+
+    return signer
+
+
+def _rsa_signer(key: rsa.RSAPrivateKey) -> Callable[[bytes], bytes]:
+    """RFC 7518 §3.3: RS256 is RSASSA-PKCS1-v1_5 with SHA-256."""
+    pad = padding.PKCS1v15()
+    digest = hashes.SHA256()
+    sign = key.sign
+
+    def signer(data: bytes) -> bytes:
+        return sign(data, pad, digest)
+
+    return signer
+
+
 class AccountKey:
     """An ACME account key: the private key, its JWK, JWS algorithm and thumbprint.
 
+    What every signed request needs is computed once here: the JWS ``alg`` name, the
+    public JWK as JSON text, and a signing function giving the JWS signature octets.
     The repr never shows key material.
     """
 
-    __slots__ = ("_private_key", "algorithm", "jwk", "public_jwk_json", "thumbprint")
+    __slots__ = (
+        "_private_key",
+        "algorithm",
+        "jwk",
+        "jwk_header_json",
+        "jws_alg",
+        "jws_sign",
+        "public_jwk_json",
+        "thumbprint",
+    )
 
     def __init__(self, private_key: PrivateKey) -> None:
         self._private_key = private_key
@@ -102,13 +142,16 @@ class AccountKey:
             curve = private_key.curve.name
             if curve == "secp256r1":
                 self.algorithm: JWASignature = ES256
+                sign = _ecdsa_signer(private_key, hashes.SHA256(), 32)
             elif curve == "secp384r1":
                 self.algorithm = ES384
+                sign = _ecdsa_signer(private_key, hashes.SHA384(), 48)
             else:
                 raise InvalidInput(f"unsupported EC curve {curve} for an account key")
         elif isinstance(private_key, rsa.RSAPrivateKey):
             self.jwk = JWKRSA(key=private_key)
             self.algorithm = RS256
+            sign = _rsa_signer(private_key)
         else:  # pragma: no cover - guarded by the type
             raise InvalidInput(f"unsupported account key type {type(private_key).__name__}")
         public = self.jwk.public_key()
@@ -116,6 +159,12 @@ class AccountKey:
         self.public_jwk_json: dict[str, str] = dict(public.to_partial_json())
         #: base64url SHA-256 JWK thumbprint (RFC 7638), used in key authorizations.
         self.thumbprint: str = b64encode(public.thumbprint()).decode("ascii")
+        #: The JWS ``alg`` header value (RFC 7518 §3.1).
+        self.jws_alg: str = self.algorithm.name
+        #: The public JWK as JSON text, as it appears in a ``jwk`` protected header.
+        self.jwk_header_json: str = json.dumps(self.public_jwk_json)
+        #: Signs a JWS signing input, returning the signature octets (``r || s`` for EC).
+        self.jws_sign: Callable[[bytes], bytes] = sign
 
     @classmethod
     def generate(cls, key_type: KeyType | str = KeyType.EC256) -> AccountKey:

@@ -1,14 +1,22 @@
 """Typed ACME resources parsed from the CA's JSON (RFC 8555 §7.1).
 
-Answers are decoded with ``acme.messages`` (which validates field types) and turned into
-small frozen dataclasses that the rest of acmecerts uses. Anything missing or malformed
-raises :class:`~acmecerts.errors.BadServerResponse` naming the URL.
+Answers become small frozen dataclasses that the rest of acmecerts uses. Anything missing
+or malformed raises :class:`~acmecerts.errors.BadServerResponse` naming the URL.
+
+Orders, authorizations and challenges are parsed for every certificate, several times, so
+they are read straight from the JSON objects here, with every check ``acme.messages``
+made (field types, known statuses and identifier types, RFC 3339 timestamps, tokens of
+the challenge types it knows); the directory, accounts and renewal information still go
+through ``acme.messages``.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import datetime as _dt
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,8 +60,19 @@ _STATUSES = frozenset(
 )
 
 
+#: Identifier types (RFC 8555 §9.7.7: ``dns``; RFC 8738: ``ip``).
+_IDENTIFIER_TYPES = frozenset({"dns", "ip"})
+#: Challenge types whose ``token`` acme.messages decoded (and so required): base64url of
+#: at least 128 bits (RFC 8555 §8.3, §8.4).
+_TOKEN_CHALLENGES = frozenset({"http-01", "dns-01", "dns"})
+_TOKEN_MIN_OCTETS = 16
+#: base64url without padding of at least 16 octets, and not of a length 4k+1.
+_TOKEN_FAST = re.compile(r"[A-Za-z0-9_-]{22,}")
+_UTC = _dt.UTC
+
+
 def _require_mapping(data: object, what: str, url: str | None) -> Mapping[str, Any]:
-    if not isinstance(data, Mapping):
+    if type(data) is not dict and not isinstance(data, Mapping):
         raise BadServerResponse(f"{what} is not a JSON object", url=url)
     return data
 
@@ -72,12 +91,51 @@ def _aware(value: _dt.datetime | None) -> _dt.datetime | None:
     return value.astimezone(_dt.UTC)
 
 
+def _timestamp(value: object, what: str, url: str | None) -> _dt.datetime:
+    """An RFC 3339 timestamp as an aware UTC datetime (a naive one is taken as UTC).
+
+    ``datetime.fromisoformat`` takes ``Z`` and fractions of any length (truncated to
+    microseconds, so Go's nanoseconds parse); a lower-case ``z`` is mapped as before.
+    """
+    if isinstance(value, str):
+        text = value[:-1] + "+00:00" if value.endswith("z") else value
+        try:
+            parsed = _dt.datetime.fromisoformat(text)
+            if parsed.tzinfo is None:
+                return parsed.replace(tzinfo=_UTC)
+            return parsed.astimezone(_UTC)
+        except (ValueError, OverflowError):
+            pass
+    raise BadServerResponse(f"{what} is not an RFC 3339 timestamp: {value!r:.80}", url=url)
+
+
+def _problem(doc: object, what: str, url: str | None, problem_url: str | None) -> AcmeProblem:
+    if not isinstance(doc, Mapping):
+        raise BadServerResponse(f"{what} 'error' is not a problem document", url=url)
+    return problem_from_document(doc, url=problem_url)
+
+
+def _check_token(token: object, url: str | None) -> None:
+    """Refuse a token that is not base64url of at least 128 bits (as acme.challenges did)."""
+    if isinstance(token, str):
+        if _TOKEN_FAST.fullmatch(token) and len(token) % 4 != 1:
+            return
+        # the lenient decoding acme.challenges used (padding added, junk characters skipped)
+        try:
+            raw = token.encode("ascii")
+            if len(base64.urlsafe_b64decode(raw + b"=" * (4 - len(raw) % 4))) >= _TOKEN_MIN_OCTETS:
+                return
+        except (UnicodeError, binascii.Error):
+            pass
+    raise BadServerResponse(f"challenge token {token!r:.80} is not base64url", url=url)
+
+
 def _identifier(obj: object, url: str | None) -> Identifier:
     if not isinstance(obj, Mapping):
         raise BadServerResponse("identifier is not a JSON object", url=url)
     typ, value = obj.get("type"), obj.get("value")
-    if not isinstance(typ, str) or not isinstance(value, str):
-        raise BadServerResponse(f"malformed identifier {obj!r}", url=url)
+    if not isinstance(typ, str) or typ not in _IDENTIFIER_TYPES or not isinstance(value, str):
+        raise BadServerResponse(f"malformed identifier {obj!r:.200}", url=url)
     return Identifier(typ, value.lower() if typ == "dns" else value)
 
 
@@ -118,6 +176,14 @@ def parse_directory(data: object, *, url: str | None = None) -> Directory:
 
     meta = parsed.meta
     profiles = meta.profiles if isinstance(meta.profiles, Mapping) else {}
+    # acme.messages does not check the types of meta fields: a CA's "caaIdentities": true
+    # or "website": 5 must not reach the caller (found by the fuzz tests)
+    caa = meta.caa_identities
+    if caa is not None and (
+        not isinstance(caa, list | tuple) or not all(isinstance(c, str) for c in caa)
+    ):
+        raise BadServerResponse("directory 'caaIdentities' is not a list of strings", url=url)
+    tos, website = meta.terms_of_service, meta.website
     return Directory(
         new_nonce=obj["newNonce"],
         new_account=obj["newAccount"],
@@ -126,9 +192,9 @@ def parse_directory(data: object, *, url: str | None = None) -> Directory:
         key_change=opt("keyChange"),
         new_authz=opt("newAuthz"),
         renewal_info=opt("renewalInfo"),
-        terms_of_service=meta.terms_of_service,
-        website=meta.website,
-        caa_identities=tuple(meta.caa_identities or ()),
+        terms_of_service=tos if isinstance(tos, str) else None,
+        website=website if isinstance(website, str) else None,
+        caa_identities=tuple(caa or ()),
         external_account_required=bool(meta.external_account_required),
         profiles={str(k): str(v) for k, v in profiles.items()},
     )
@@ -215,44 +281,40 @@ class Authorization:
 def parse_challenge(obj: object, *, url: str | None) -> Challenge:
     """Parse a challenge object (inside an authorization, or a challenge POST's answer)."""
     chall = _require_mapping(obj, "challenge", url)
-    try:
-        body = messages.ChallengeBody.from_json(dict(chall))
-    except _DECODE_ERRORS as exc:
-        raise BadServerResponse(f"malformed challenge: {exc}", url=url) from exc
-    curl = chall.get("url")
-    ctype = chall.get("type")
+    get = chall.get
+    curl = get("url")
+    ctype = get("type")
     if not isinstance(curl, str) or not isinstance(ctype, str):
         raise BadServerResponse("challenge lacks 'url' or 'type'", url=url)
-    token = chall.get("token")
-    error_doc = chall.get("error")
-    error = problem_from_document(error_doc, url=curl) if isinstance(error_doc, Mapping) else None
+    token = get("token")
+    if ctype in _TOKEN_CHALLENGES:
+        _check_token(token, url)
     return Challenge(
         type=ctype,
         url=curl,
-        status=_status(chall.get("status", "pending"), "challenge", url),
+        status=_status(get("status", "pending"), "challenge", url),
         token=token if isinstance(token, str) else None,
-        error=error,
-        validated=_aware(body.validated),
+        error=None if "error" not in chall else _problem(chall["error"], "challenge", url, curl),
+        validated=None
+        if "validated" not in chall
+        else _timestamp(chall["validated"], "'validated'", url),
     )
 
 
 def parse_authorization(data: object, *, url: str) -> Authorization:
     """Parse an authorization object fetched from ``url``."""
     obj = _require_mapping(data, "authorization", url)
-    try:
-        body = messages.Authorization.from_json(dict(obj))
-    except _DECODE_ERRORS as exc:
-        raise BadServerResponse(f"malformed authorization: {exc}", url=url) from exc
-    challenges = obj.get("challenges", [])
+    get = obj.get
+    challenges = get("challenges", [])
     if not isinstance(challenges, list):
         raise BadServerResponse("authorization 'challenges' is not a list", url=url)
     return Authorization(
         url=url,
-        status=_status(obj.get("status"), "authorization", url),
-        identifier=_identifier(obj.get("identifier"), url),
-        challenges=tuple(parse_challenge(c, url=url) for c in challenges),
-        wildcard=bool(obj.get("wildcard", False)),
-        expires=_aware(body.expires),
+        status=_status(get("status"), "authorization", url),
+        identifier=_identifier(get("identifier"), url),
+        challenges=tuple([parse_challenge(c, url=url) for c in challenges]),
+        wildcard=bool(get("wildcard", False)),
+        expires=None if "expires" not in obj else _timestamp(obj["expires"], "'expires'", url),
     )
 
 
@@ -275,32 +337,29 @@ class Order:
 def parse_order(data: object, *, url: str) -> Order:
     """Parse an order object; ``url`` is the order URL."""
     obj = _require_mapping(data, "order", url)
-    try:
-        body = messages.Order.from_json(dict(obj))
-    except _DECODE_ERRORS as exc:
-        raise BadServerResponse(f"malformed order: {exc}", url=url) from exc
-    authzs = obj.get("authorizations", [])
-    if not isinstance(authzs, list) or not all(isinstance(a, str) for a in authzs):
+    get = obj.get
+    authzs = get("authorizations", [])
+    if not isinstance(authzs, list) or not all([isinstance(a, str) for a in authzs]):
         raise BadServerResponse("order 'authorizations' is not a list of URLs", url=url)
-    finalize = obj.get("finalize")
+    finalize = get("finalize")
     if not isinstance(finalize, str):
         raise BadServerResponse("order lacks 'finalize'", url=url)
-    idents = obj.get("identifiers", [])
+    idents = get("identifiers", [])
     if not isinstance(idents, list):
         raise BadServerResponse("order 'identifiers' is not a list", url=url)
-    certificate = obj.get("certificate")
-    error_doc = obj.get("error")
-    replaces = obj.get("replaces")
+    certificate = get("certificate")
+    profile = get("profile")
+    replaces = get("replaces")
     return Order(
         url=url,
-        status=_status(obj.get("status"), "order", url),
-        identifiers=tuple(_identifier(i, url) for i in idents),
+        status=_status(get("status"), "order", url),
+        identifiers=tuple([_identifier(i, url) for i in idents]),
         authorizations=tuple(authzs),
         finalize=finalize,
         certificate=certificate if isinstance(certificate, str) else None,
-        expires=_aware(body.expires),
-        error=problem_from_document(error_doc, url=url) if isinstance(error_doc, Mapping) else None,
-        profile=body.profile if isinstance(body.profile, str) else None,
+        expires=None if "expires" not in obj else _timestamp(obj["expires"], "'expires'", url),
+        error=None if "error" not in obj else _problem(obj["error"], "order", url, url),
+        profile=profile if isinstance(profile, str) else None,
         replaces=replaces if isinstance(replaces, str) else None,
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import ipaddress
 
@@ -116,3 +117,51 @@ def test_overlong_chain_is_refused(
     _, leaf, _ = chain_parts
     with pytest.raises(BadServerResponse, match="too long"):
         parse_pem_chain(_pem(*([leaf] * 11)))
+
+
+def test_chain_pem_is_cryptographys_encoding_whatever_the_layout(
+    chain_parts: tuple[ec.EllipticCurvePrivateKey, x509.Certificate, x509.Certificate],
+) -> None:
+    _, leaf, inter = chain_parts
+    canonical = _pem(leaf, inter)
+    assert parse_pem_chain(canonical).pem == canonical
+    # CRLF line ends, 76-character lines: the PEM parser's path, same normalised text
+    crlf = canonical.replace("\n", "\r\n")
+    assert parse_pem_chain(crlf).pem == canonical
+    wide = "".join(
+        "-----BEGIN CERTIFICATE-----\n"
+        + base64.encodebytes(c.public_bytes(serialization.Encoding.DER)).decode()
+        + "-----END CERTIFICATE-----\n"
+        for c in (leaf, inter)
+    )
+    chain = parse_pem_chain(wide.encode())
+    assert chain.pem == canonical
+    assert chain.certificates == (leaf, inter)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "\nMIIB!!!!\n",  # not base64
+        "\nAAAA\n",  # base64, not DER
+        "\n" + "A" * 65 + "\n",  # bad padding
+        "",
+    ],
+)
+def test_blocks_that_do_not_decode_are_bad_server_responses(body: str) -> None:
+    data = f"-----BEGIN CERTIFICATE-----{body}-----END CERTIFICATE-----\n"
+    with pytest.raises(BadServerResponse, match="unparseable"):
+        parse_pem_chain(data, url="https://ca/cert/1")
+
+
+def test_key_of_another_type_is_a_mismatch(
+    chain_parts: tuple[ec.EllipticCurvePrivateKey, x509.Certificate, x509.Certificate],
+) -> None:
+    leaf_key, leaf, inter = chain_parts
+    chain = parse_pem_chain(_pem(leaf, inter))
+    names = parse_identifiers(["a.example", "192.0.2.1"])
+    with pytest.raises(CertificateMismatch, match="key"):
+        check_certificate_matches(chain, key=generate_private_key("rsa2048"), identifiers=names)
+    with pytest.raises(CertificateMismatch, match="key"):
+        check_certificate_matches(chain, key=generate_private_key("ec384"), identifiers=names)
+    check_certificate_matches(chain, key=leaf_key, identifiers=names)

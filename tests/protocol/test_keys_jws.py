@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 
 import pytest
+from acme import jws as acme_jws
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, hmac
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
@@ -166,3 +168,73 @@ def test_csr_without_short_name_has_no_common_name() -> None:
     long_name = ("a" * 60) + ".example.com"
     csr = x509.load_der_x509_csr(build_csr(parse_identifiers([long_name]), generate_private_key()))
     assert csr.subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME) == []
+
+
+NONCE = "2B2Ew3YB9jLhrCrsyTZAx0Xh1k4JbK0VlNhHZb4gQAk"
+
+
+@functools.cache
+def _account_key(key_type: KeyType) -> AccountKey:
+    return AccountKey.generate(key_type)  # one per type: RSA 4096 takes a while
+
+
+def _acme_jws_reference(
+    key: AccountKey, *, url: str, nonce: str | None, payload: dict[str, str] | None, kid: str | None
+) -> bytes:
+    """What sign_request produced through acme.jws before it built the JWS itself."""
+    body = b"" if payload is None else json.dumps(payload, separators=(",", ":")).encode()
+    nonce_bytes = None if nonce is None else _b64d(nonce)
+    signed = acme_jws.JWS.sign(body, key.jwk, key.algorithm, nonce_bytes, url=url, kid=kid)
+    text: str = signed.json_dumps()
+    return text.encode()
+
+
+@pytest.mark.parametrize("key_type", list(KeyType))
+@pytest.mark.parametrize("kid", [None, "https://ca/acct/1", 'https://ca/acct/\u00e9"\\'])
+@pytest.mark.parametrize("payload", [None, {"csr": "MIIB", "note": 'caf\u00e9 "q"'}])
+@pytest.mark.parametrize("nonce", [NONCE, None])
+def test_signed_request_equals_acme_jws_and_verifies_with_josepy(
+    key_type: KeyType, kid: str | None, payload: dict[str, str] | None, nonce: str | None
+) -> None:
+    key = AccountKey.generate(key_type)
+    url = 'https://ca/order/\u00e9?x="1"'
+    ours = sign_request(key, url=url, nonce=nonce, payload=payload, kid=kid)
+    reference = _acme_jws_reference(key, url=url, nonce=nonce, payload=payload, kid=kid)
+    parsed, expected = json.loads(ours), json.loads(reference)
+    assert list(parsed) == ["protected", "signature", "payload"]
+    assert parsed["protected"] == expected["protected"]  # same header bytes, same order
+    assert parsed["payload"] == expected["payload"]
+    if key_type.value.startswith("rsa"):
+        assert ours == reference  # PKCS#1 v1.5 is deterministic: the whole body is equal
+    else:
+        assert len(ours) == len(reference)  # ECDSA is randomised: same shape
+    jws = acme_jws.JWS.json_loads(ours)
+    if kid is None:
+        assert jws.verify()  # with the embedded jwk
+    assert jws.verify(key.jwk.public_key())
+    _verify(key, parsed)
+    header = jws.signature.combined
+    assert header.alg == key.algorithm
+    assert header.url == url
+    assert header.kid == kid
+    assert (header.nonce is None) if nonce is None else (header.nonce == _b64d(nonce))
+
+
+@pytest.mark.parametrize(
+    "nonce",
+    ["", "a", "abcde", "bm9u Y2U", "bm9uY2U=", "bm9uY2U\n", "bm9u+2U/", "n\u00f6nce", "bm9u.2U"],
+)
+def test_malformed_nonce_is_a_bad_server_response(nonce: str) -> None:
+    with pytest.raises(BadServerResponse, match="nonce"):
+        sign_request(AccountKey.generate(), url="https://ca/x", nonce=nonce, payload=None, kid="k")
+
+
+def test_account_key_precomputes_what_signing_needs() -> None:
+    key = AccountKey.generate(KeyType.EC384)
+    assert key.jws_alg == "ES384"
+    assert json.loads(key.jwk_header_json) == key.public_jwk_json
+    signature = key.jws_sign(b"signing input")
+    assert len(signature) == 96  # r || s, 48 octets each (RFC 7518 §3.4)
+    rsa_key = AccountKey.generate(KeyType.RSA2048)
+    assert rsa_key.jws_alg == "RS256"
+    assert len(rsa_key.jws_sign(b"x")) == 256

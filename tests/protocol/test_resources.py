@@ -187,3 +187,202 @@ def test_renewal_info() -> None:
         )
     with pytest.raises(BadServerResponse):
         parse_renewal_info({}, url="u")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-12-01T00:00:00Z", dt.datetime(2026, 12, 1, tzinfo=dt.UTC)),
+        ("2026-12-01T00:00:00z", dt.datetime(2026, 12, 1, tzinfo=dt.UTC)),
+        # Go (Pebble, Boulder) writes nanoseconds: truncated to microseconds
+        ("2026-12-01T10:20:30.123456789Z", dt.datetime(2026, 12, 1, 10, 20, 30, 123456, dt.UTC)),
+        ("2026-12-01T10:20:30.5Z", dt.datetime(2026, 12, 1, 10, 20, 30, 500000, dt.UTC)),
+        ("2026-12-01T02:00:00+02:00", dt.datetime(2026, 12, 1, tzinfo=dt.UTC)),
+        ("2026-12-01T00:00:00", dt.datetime(2026, 12, 1, tzinfo=dt.UTC)),  # naive: UTC
+    ],
+)
+def test_timestamps_become_aware_utc(text: str, expected: dt.datetime) -> None:
+    o = parse_order({**ORDER, "expires": text}, url="https://ca/order/1")
+    assert o.expires == expected
+    assert o.expires is not None
+    assert o.expires.utcoffset() == dt.timedelta(0)
+    a = parse_authorization({**AUTHZ, "expires": text}, url="https://ca/authz/1")
+    assert a.expires == expected
+    c = parse_challenge({**AUTHZ["challenges"][0], "validated": text}, url="https://ca/c/1")
+    assert c.validated == expected
+
+
+@pytest.mark.parametrize(
+    "value",
+    [None, 5, "", "yesterday", "2026-13-01T00:00:00Z", "2026-12-01T25:00:00Z",
+     "0001-01-01T00:00:00+14:00", "2026-12-01T00:00:00Z\n", ["2026-12-01T00:00:00Z"]],
+)  # fmt: skip
+def test_bad_timestamps_are_refused(value: object) -> None:
+    with pytest.raises(BadServerResponse) as info:
+        parse_order({**ORDER, "expires": value}, url="https://ca/order/1")
+    assert info.value.url == "https://ca/order/1"
+    with pytest.raises(BadServerResponse):
+        parse_authorization({**AUTHZ, "expires": value}, url="https://ca/authz/1")
+    with pytest.raises(BadServerResponse):
+        parse_challenge({**AUTHZ["challenges"][0], "validated": value}, url="https://ca/c/1")
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {"identifiers": [{"type": "email", "value": "a@example.org"}]},
+        {"identifiers": [{"type": "dns", "value": 5}]},
+        {"identifiers": ["a.example"]},
+        {"identifiers": {"type": "dns", "value": "a.example"}},
+        {"status": ["pending"]},
+        {"status": "unknown"},
+        {"finalize": 7},
+        {"error": None},
+        {"error": "boom"},
+        {"authorizations": None},
+    ],
+)
+def test_more_broken_orders(patch: dict[str, Any]) -> None:
+    with pytest.raises(BadServerResponse) as info:
+        parse_order({**ORDER, **patch}, url="https://ca/order/1")
+    assert info.value.url == "https://ca/order/1"
+
+
+def test_order_fields_of_other_types_are_ignored_and_dns_names_lower_cased() -> None:
+    o = parse_order(
+        {**ORDER, "certificate": 5, "profile": ["x"], "replaces": None,
+         "identifiers": [{"type": "dns", "value": "A.Example"}], "extra": {"x": [1]}},
+        url="https://ca/order/1",
+    )  # fmt: skip
+    assert o.certificate is None
+    assert o.profile is None
+    assert o.replaces is None
+    assert o.identifiers == (Identifier("dns", "a.example"),)
+    bare = parse_order({"status": "pending", "finalize": "https://ca/f"}, url="https://ca/o")
+    assert (bare.identifiers, bare.authorizations, bare.expires, bare.error) == ((), (), None, None)
+
+
+def test_order_error_keeps_subproblems_even_if_odd() -> None:
+    error = {
+        "type": "urn:ietf:params:acme:error:compound",
+        "detail": "several",
+        "subproblems": [
+            {"type": "urn:ietf:params:acme:error:caa", "identifier": {}},
+            {"type": "urn:ietf:params:acme:error:dns", "identifier": {"type": "dns", "value": "x"}},
+        ],
+    }
+    o = parse_order({**ORDER, "status": "invalid", "error": error}, url="https://ca/order/1")
+    assert o.error is not None
+    assert o.error.url == "https://ca/order/1"
+    assert len(o.error.subproblems) == 2
+
+
+CHALL: dict[str, Any] = {
+    "type": "http-01",
+    "url": "https://ca/c/1",
+    "status": "pending",
+    "token": "LoqXcYV8q5ONbJQxbmR7SCTNo3tiAXDfowyjxAjEuX0",
+}
+
+
+@pytest.mark.parametrize("ctype", ["http-01", "dns-01", "dns"])
+@pytest.mark.parametrize(
+    "token", [None, 5, "", "short", "A" * 21, "A" * 25, "tok\u00e9n" * 8, "====" * 8]
+)
+def test_challenges_that_need_a_token_refuse_a_bad_one(ctype: str, token: object) -> None:
+    chall = {**CHALL, "type": ctype, "token": token}
+    if token is None:
+        del chall["token"]
+    with pytest.raises(BadServerResponse) as info:
+        parse_challenge(chall, url="https://ca/authz/1")
+    assert info.value.url == "https://ca/authz/1"
+    with pytest.raises(BadServerResponse):
+        parse_authorization({**AUTHZ, "challenges": [chall]}, url="https://ca/authz/1")
+
+
+@pytest.mark.parametrize(
+    "token",
+    [
+        "A" * 22,  # 16 octets, the minimum
+        "LoqXcYV8q5ONbJQxbmR7SCTNo3tiAXDfowyjxAjEuX0",
+        "LoqXcYV8q5ONbJQxbmR7SCTNo3tiAXDfowyjxAjEuX0=",  # padded: acme.challenges took it
+    ],
+)
+def test_good_tokens_pass(token: str) -> None:
+    c = parse_challenge({**CHALL, "token": token}, url="https://ca/c/1")
+    assert c.token == token
+
+
+def test_unknown_challenge_types_need_no_token() -> None:
+    for ctype in ("tls-alpn-01", "future-01"):
+        c = parse_challenge({**CHALL, "type": ctype, "token": 5}, url="https://ca/c/1")
+        assert c.token is None
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {"status": "weird"},
+        {"status": None},
+        {"url": None},
+        {"type": 1},
+        {"error": None},
+        {"error": ["x"]},
+    ],
+)
+def test_broken_challenges(patch: dict[str, Any]) -> None:
+    with pytest.raises(BadServerResponse):
+        parse_challenge({**CHALL, **patch}, url="https://ca/c/1")
+    for junk in (None, [], "challenge", 5):
+        with pytest.raises(BadServerResponse):
+            parse_challenge(junk, url="https://ca/c/1")
+
+
+def test_challenge_error_names_the_challenge_url() -> None:
+    error = {"type": "urn:ietf:params:acme:error:connection", "detail": "refused"}
+    c = parse_challenge({**CHALL, "status": "invalid", "error": error}, url="https://ca/a/1")
+    assert c.error is not None
+    assert c.error.url == "https://ca/c/1"
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        {"status": "weird"},
+        {"identifier": None},
+        {"identifier": {"type": "email", "value": "a@example.org"}},
+        {"identifier": {"type": "dns"}},
+        {"challenges": None},
+        {"challenges": {"type": "dns-01"}},
+        {"challenges": ["dns-01"]},
+    ],
+)
+def test_broken_authorizations(patch: dict[str, Any]) -> None:
+    data = {**AUTHZ, **patch}
+    with pytest.raises(BadServerResponse) as info:
+        parse_authorization(data, url="https://ca/authz/1")
+    assert info.value.url == "https://ca/authz/1"
+
+
+def test_authorization_statuses_of_rfc8555() -> None:
+    for status in ("pending", "valid", "invalid", "deactivated", "expired", "revoked"):
+        a = parse_authorization({**AUTHZ, "status": status}, url="https://ca/authz/1")
+        assert a.status == status
+    a = parse_authorization(
+        {"status": "valid", "identifier": {"type": "ip", "value": "2001:DB8::1"}},
+        url="https://ca/authz/1",
+    )
+    assert a.identifier == Identifier("ip", "2001:DB8::1")
+    assert a.challenges == ()
+    assert a.wildcard is False
+
+
+def test_directory_meta_of_the_wrong_types() -> None:
+    """Found by the fuzz tests: acme.messages leaves meta field types unchecked."""
+    meta = {"termsOfService": 5, "website": ["x"], "caaIdentities": ["ca.example"]}
+    d = parse_directory({**DIRECTORY, "meta": meta})
+    assert d.terms_of_service is None
+    assert d.website is None
+    for caa in (True, "ca.example", [1]):
+        with pytest.raises(BadServerResponse, match="caaIdentities"):
+            parse_directory({**DIRECTORY, "meta": {"caaIdentities": caa}}, url="https://ca/dir")
