@@ -177,6 +177,9 @@ class AcmeClient:
             with ``transport``, which has its own). The default allows the directory URL's
             origin only; a CA that names another host gets :class:`UnsafeUrl` and nothing
             is sent there.
+        http2: Speak HTTP/2 through httpx's transport when the CA offers it, instead of
+            acmecerts' leaner HTTP/1.1 keep-alive pool (the default; see
+            :class:`~acmecerts.transport.AcmeTransport`).
     """
 
     def __init__(
@@ -193,7 +196,7 @@ class AcmeClient:
         request_retry: RequestRetry | None = None,
         attempt_timeout: float | _dt.timedelta = _dt.timedelta(minutes=30),
         poll: PollPolicy | None = None,
-        http2: bool = True,
+        http2: bool = False,
         transport: AcmeTransport | None = None,
         on_request: RequestHook | None = None,
         ledger: RateLimitLedger | None = None,

@@ -1,7 +1,17 @@
 """The HTTP transport to an ACME server."""
 
+from acmecerts.transport._h1 import Http11Pool, ResponseTooLarge
 from acmecerts.transport._http import USER_AGENT, AcmeResponse, AcmeTransport, RequestHook
 from acmecerts.transport._nonces import NoncePool
 from acmecerts.transport._policy import UrlPolicy
 
-__all__ = ["USER_AGENT", "AcmeResponse", "AcmeTransport", "NoncePool", "RequestHook", "UrlPolicy"]
+__all__ = [
+    "USER_AGENT",
+    "AcmeResponse",
+    "AcmeTransport",
+    "Http11Pool",
+    "NoncePool",
+    "RequestHook",
+    "ResponseTooLarge",
+    "UrlPolicy",
+]

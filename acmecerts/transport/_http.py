@@ -45,6 +45,7 @@ from acmecerts.protocol.keys import AccountKey
 from acmecerts.protocol.problems import problem_from_response, synthetic_problem
 from acmecerts.protocol.resources import Directory, parse_directory
 from acmecerts.retry import RequestRetry, retry_request
+from acmecerts.transport._h1 import Http11Pool, ResponseTooLarge
 from acmecerts.transport._nonces import NoncePool
 from acmecerts.transport._policy import (
     UrlPolicy,
@@ -65,6 +66,16 @@ _MAX_BODY = 1 << 20
 _MAX_CHECKED_URLS = 4096
 #: The longest a request waits for another request's Replay-Nonce before asking newNonce.
 _NONCE_WAIT = 2.0
+
+
+class _NonceWaiter:
+    """A request waiting for a nonce from another request's answer."""
+
+    __slots__ = ("event", "nonce")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.nonce: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -197,17 +208,23 @@ class AcmeTransport:
             per-attempt deadline.
         retry: Request-level retry policy.
         clock: Time source for ``Retry-After`` and sleeps.
-        http2: Negotiate HTTP/2 when the server offers it.
+        http2: Use httpx's own transport and negotiate HTTP/2 when the server offers
+            it. The default (``False``) is acmecerts' HTTP/1.1 keep-alive pool
+            (:class:`~acmecerts.transport.Http11Pool`), which costs about a third of the
+            client CPU per request (see docs/performance.md); under trio it falls back
+            to httpx's HTTP/1.1 transport.
+        max_connections: Connections to the CA at most (in use or idle).
         client: A ready ``httpx.AsyncClient`` to use instead (its settings win; the
             transport does not close a client it did not create).
         on_request: Called with ``(method, url)`` for every request sent.
         url_policy: Which URLs the CA may send the client to (:class:`UrlPolicy`); the
             default allows only the directory URL's origin, https. Every URL is checked
             before a request is sent to it; a refused one raises :class:`UnsafeUrl`.
-        nonce_circulation: How many requests may be in flight before a request that
-            finds the nonce pool empty waits for one of their ``Replay-Nonce`` answers
-            instead of asking ``newNonce``. Below it, latency wins (a ``newNonce`` is
-            sent at once); above it, every request but the first few reuses a nonce.
+        nonce_circulation: The most nonces kept in circulation. A request that finds
+            the nonce pool empty waits for the ``Replay-Nonce`` of a request in flight
+            when one is on its way that no other request waits for (that is never slower
+            than a ``newNonce`` round-trip), and also whenever this many are on their
+            way; otherwise it asks ``newNonce``.
     """
 
     def __init__(
@@ -218,7 +235,7 @@ class AcmeTransport:
         timeout: float | _dt.timedelta = 30.0,
         retry: RequestRetry | None = None,
         clock: Clock | None = None,
-        http2: bool = True,
+        http2: bool = False,
         client: httpx.AsyncClient | None = None,
         on_request: RequestHook | None = None,
         max_connections: int = 100,
@@ -238,9 +255,10 @@ class AcmeTransport:
         if nonce_circulation < 1:
             raise InvalidInput("nonce_circulation must be at least 1")
         self.nonce_circulation = nonce_circulation
-        #: Requests in flight whose answers will carry a Replay-Nonce (HEAD and POST).
-        self._producers = 0
-        self._nonce_waiters: collections.deque[anyio.Event] = collections.deque()
+        #: Nonces on their way: POSTs in flight (their answers bring a spare nonce) and
+        #: newNonce requests in flight (whose requester will then POST).
+        self._promised = 0
+        self._nonce_waiters: collections.deque[_NonceWaiter] = collections.deque()
         self.on_request = on_request
         #: Where requests may go (checked before every request; see :class:`UrlPolicy`).
         self.url_policy = url_policy if url_policy is not None else UrlPolicy()
@@ -250,11 +268,27 @@ class AcmeTransport:
         #: Number of HTTP requests sent (every method, retries included).
         self.request_count = 0
         self._directory: Directory | None = None
+        #: Our own HTTP/1.1 pool when the transport made its client without HTTP/2:
+        #: requests then go to it directly (the same ``httpx.Request``/``Response``
+        #: objects, without the client layer's per-request work: URL parsing, cookies,
+        #: auth and redirect flows).
+        self._pool: Http11Pool | None = None
+        self._urls: dict[str, httpx.URL] = {}
+        seconds = as_seconds(timeout)
+        self._timeout_extension = {
+            "timeout": {"connect": seconds, "read": seconds, "write": seconds, "pool": seconds}
+        }
         if client is None:
+            ctx = _ssl_context(ca_bundle)
+            if not http2:
+                self._pool = Http11Pool(
+                    ssl_context=ctx, max_connections=max_connections, max_body=_MAX_BODY
+                )
             self._client = httpx.AsyncClient(
-                verify=_ssl_context(ca_bundle),
+                verify=ctx,
                 http2=http2,
-                timeout=as_seconds(timeout),
+                transport=self._pool,
+                timeout=seconds,
                 headers={"User-Agent": USER_AGENT},
                 limits=httpx.Limits(
                     max_connections=max_connections, max_keepalive_connections=max_connections
@@ -293,25 +327,39 @@ class AcmeTransport:
         self.request_count += 1
         if self.on_request is not None:
             self.on_request(method, url)
-        producer = method in ("HEAD", "POST")
-        if producer:
-            self._producers += 1
+        donor = method == "POST"
+        if donor:
+            self._promised += 1
         try:
             response = await self._request(method, url, content=content, headers=headers)
         except BaseException:
+            if donor:
+                self._promised -= 1
+                self._wake_nonce_waiter(None)  # it counted on this request: look again
             self._notify(method, url, 0)
             raise
-        finally:
-            if producer:
-                self._producers -= 1
-                if self._nonce_waiters:
-                    # a waiter counted on this request; let it look again
-                    self._nonce_waiters.popleft().set()
         self._notify(method, url, response.status_code)
         nonce = response.headers.get("replay-nonce")
-        if nonce:
+        if donor:
+            self._promised -= 1
+            # a POST's nonce goes straight to a request waiting for one, else to the pool
+            # (a newNonce answer's nonce is its requester's, see _fetch_nonce; a GET's,
+            # if it has one, goes to the pool)
+            self._wake_nonce_waiter(self.nonces.valid(nonce) if nonce else None)
+        elif nonce and method != "HEAD":
             self.nonces.put(nonce)
         return response
+
+    def _wake_nonce_waiter(self, nonce: str | None) -> None:
+        """Hand ``nonce`` to the longest-waiting request (or the pool); wake it either way."""
+        while self._nonce_waiters:
+            waiter = self._nonce_waiters.popleft()
+            if not waiter.event.is_set():
+                waiter.nonce = nonce
+                waiter.event.set()
+                return
+        if nonce is not None:
+            self.nonces.put(nonce)
 
     def add_response_hook(self, hook: ResponseHook) -> None:
         """Call ``hook(method, url, status)`` after every request (status 0: no answer)."""
@@ -328,6 +376,16 @@ class AcmeTransport:
         self, method: str, url: str, *, content: bytes | None, headers: dict[str, str]
     ) -> httpx.Response:
         try:
+            if self._pool is not None:
+                request = httpx.Request(
+                    method,
+                    self._parsed(url),
+                    headers=headers,
+                    content=content,
+                    extensions=self._timeout_extension,
+                )
+                response = await self._pool.handle_async_request(request)
+                return response
             # follow_redirects=False even on a caller's client: a redirect could lead
             # anywhere, around the URL policy (a 3xx is reported as BadServerResponse).
             return await self._client.request(
@@ -345,10 +403,21 @@ class AcmeTransport:
             raise RequestTimeout(f"{method} {url} timed out", url=url) from exc
         except httpx.ConnectError as exc:
             raise connect_error(url, exc) from exc
+        except ResponseTooLarge as exc:
+            raise BadServerResponse("the answer is larger than 1 MiB", url=url) from exc
         except httpx.HTTPError as exc:
             raise TransportError(f"{method} {url} failed: {exc!r}", url=url) from exc
         except ssl.SSLError as exc:
             raise connect_error(url, exc) from exc
+
+    def _parsed(self, url: str) -> httpx.URL:
+        """``httpx.URL(url)``, remembered: an order URL is polled several times."""
+        parsed = self._urls.get(url)
+        if parsed is None:
+            if len(self._urls) >= _MAX_CHECKED_URLS:
+                self._urls.clear()
+            parsed = self._urls[url] = httpx.URL(url)
+        return parsed
 
     def _check(self, response: httpx.Response, url: str) -> AcmeResponse:
         now = self.clock.now()
@@ -439,16 +508,28 @@ class AcmeTransport:
             nonce = self.nonces.take()
             if nonce is not None:
                 return nonce
-            if self._producers < self.nonce_circulation:
+            waiting = len(self._nonce_waiters)
+            if self._promised <= waiting and self._promised < self.nonce_circulation:
                 break
-            # enough requests are in flight that one of their answers brings a nonce:
-            # wait for it (bounded) instead of spending a newNonce round-trip
-            event = anyio.Event()
-            self._nonce_waiters.append(event)
+            # A nonce is on its way that no other request waits for: an answer to a POST
+            # in flight, or the POST of a request whose newNonce is in flight. Waiting for
+            # it takes no longer than a newNonce round-trip of our own would (bounded, in
+            # case that request fails), and spares the CA a request.
+            waiter = _NonceWaiter()
+            self._nonce_waiters.append(waiter)
             with anyio.move_on_after(_NONCE_WAIT):
-                await event.wait()
-            if event in self._nonce_waiters:
-                self._nonce_waiters.remove(event)
+                await waiter.event.wait()
+            if not waiter.event.is_set():
+                waiter.event.set()  # timed out: no nonce may be handed to it any more
+            if waiter.nonce is not None:
+                return waiter.nonce
+        self._promised += 1
+        try:
+            return await self._fetch_nonce(retry=retry)
+        finally:
+            self._promised -= 1
+
+    async def _fetch_nonce(self, *, retry: bool) -> str:
         directory = await self.directory()
         url = directory.new_nonce
 
@@ -458,10 +539,11 @@ class AcmeTransport:
         response = await (self._with_retry(attempt, idempotent=True) if retry else attempt())
         nonce = response.headers.get("replay-nonce")
         if not nonce:
-            # the transport put it in the pool when it saw it; take it back
             raise BadServerResponse("newNonce answered without Replay-Nonce", url=url)
-        taken = self.nonces.take()
-        return taken if taken is not None else nonce
+        valid = self.nonces.valid(nonce)  # the requester's own: it never enters the pool
+        if valid is None:
+            raise BadServerResponse(f"newNonce answered a malformed nonce {nonce!r}", url=url)
+        return valid
 
     async def post(
         self,

@@ -8,7 +8,7 @@ import re
 __all__ = ["NoncePool"]
 
 # §6.5.1: the value is base64url; anything else is ignored rather than sent back.
-_NONCE = re.compile(r"[A-Za-z0-9_-]{8,512}")  # fullmatch: "$" would allow a final "\n"
+_NONCE = re.compile(r"[A-Za-z0-9_-]{1,512}")  # fullmatch: "$" would allow a final "\n"
 
 
 class NoncePool:
@@ -23,10 +23,18 @@ class NoncePool:
 
     def put(self, nonce: str) -> None:
         """Add a nonce from a ``Replay-Nonce`` header (malformed values are dropped)."""
+        valid = self.valid(nonce)
+        if valid is not None:
+            self._nonces.append(valid)
+
+    @staticmethod
+    def valid(nonce: str) -> str | None:
+        """``nonce`` without surrounding blanks if it is well-formed base64url, else None."""
         nonce = nonce.strip()
         # a base64url string of length 4k+1 cannot be decoded: the CA sent junk
         if _NONCE.fullmatch(nonce) and len(nonce) % 4 != 1:
-            self._nonces.append(nonce)
+            return nonce
+        return None
 
     def take(self) -> str | None:
         """Remove and return the newest nonce, or ``None`` if the pool is empty."""

@@ -1,0 +1,483 @@
+"""A lean HTTP/1.1 keep-alive pool for ``httpx.AsyncClient`` under asyncio.
+
+ACME traffic is many small request/answer pairs to one origin. httpx's own transport
+(httpcore over anyio) spends most of a request's CPU on generic machinery: per-read
+timeout scopes, a pool that scans every queued request against every connection, and
+socket-readability probes. This transport keeps the same contract
+(:class:`httpx.AsyncBaseTransport`, httpx's exceptions, httpx's timeout extension) with
+far less per-request work:
+
+* one ``asyncio.Protocol`` per connection, bytes fed straight into h11 (which does the
+  HTTP/1.1 framing: status line, headers, Content-Length, chunked, close-delimited);
+* a LIFO of idle kept-alive connections and a FIFO of requests waiting for one;
+* timeouts as one timer per exchange that is re-armed lazily (a read timeout is the
+  longest gap between two chunks of the answer, as in httpx).
+
+It is used only under asyncio; under another event loop (trio) it hands every request
+to httpx's default transport.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ssl
+import time
+
+import h11
+import httpx
+
+__all__ = ["Http11Pool", "ResponseTooLarge"]
+
+#: Largest status line + headers accepted (h11 refuses bigger ones).
+_MAX_HEAD = 64 * 1024
+_DEFAULT_TIMEOUT = 30.0
+
+
+class ResponseTooLarge(httpx.RemoteProtocolError):
+    """The answer's body exceeded the pool's ``max_body`` (the connection is dropped)."""
+
+
+class _Exchange:
+    """One request/answer on a connection: what arrived so far, and who waits for it."""
+
+    __slots__ = ("body", "done", "headers", "reason", "size", "status")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.done: asyncio.Future[None] = loop.create_future()
+        self.status = 0
+        self.reason = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.body: list[bytes] = []
+        self.size = 0
+
+
+class _Connection(asyncio.Protocol):
+    """One kept-alive HTTP/1.1 connection, driven by h11."""
+
+    def __init__(self, pool: Http11Pool, origin: tuple[bytes, str, int]) -> None:
+        self.pool = pool
+        self.origin = origin
+        self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=_MAX_HEAD)
+        self.transport: asyncio.Transport | None = None
+        self.exchange: _Exchange | None = None
+        self.error: BaseException | None = None
+        #: When the last byte of the current answer arrived (for the read timeout).
+        self.last_activity = 0.0
+        #: When the connection went idle (for keep-alive expiry).
+        self.idle_since = 0.0
+        #: Done once the socket is really closed (``connection_lost``).
+        self.gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.lost = False
+
+    # -- asyncio.Protocol ------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.last_activity = time.monotonic()
+        try:
+            self.h11.receive_data(data)
+        except h11.RemoteProtocolError as exc:  # pragma: no cover - receive_data is lazy
+            self._fail(httpx.RemoteProtocolError(str(exc)))
+            return
+        self._process()
+
+    def eof_received(self) -> bool | None:
+        self._receive_closed()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if not self.gone.done():
+            self.gone.set_result(None)
+        self._receive_closed()
+        if self.exchange is not None and not self.exchange.done.done():
+            self._fail(httpx.ReadError(f"connection lost: {exc!r}" if exc else "connection lost"))
+        self.pool._forget(self)
+
+    # -- answer assembly ---------------------------------------------------------------
+
+    def _receive_closed(self) -> None:
+        if self.h11.their_state not in (h11.CLOSED, h11.ERROR):
+            try:
+                self.h11.receive_data(b"")
+            except h11.RemoteProtocolError:  # pragma: no cover - already closed
+                return
+            self._process()
+
+    def _process(self) -> None:
+        exchange = self.exchange
+        while True:
+            try:
+                event = self.h11.next_event()
+            except h11.RemoteProtocolError as exc:
+                self._fail(httpx.RemoteProtocolError(f"malformed answer: {exc}"))
+                return
+            if event is h11.NEED_DATA or event is h11.PAUSED:
+                return
+            if exchange is None:
+                # bytes nobody asked for (or a server closing an idle connection)
+                if not isinstance(event, h11.ConnectionClosed):
+                    self._fail(httpx.RemoteProtocolError("unsolicited data from the server"))
+                return
+            kind = type(event)
+            if kind is h11.Data:
+                chunk: bytes = event.data  # type: ignore[union-attr]
+                exchange.size += len(chunk)
+                if exchange.size > self.pool.max_body:
+                    self._fail(
+                        ResponseTooLarge(f"the answer is larger than {self.pool.max_body} bytes")
+                    )
+                    return
+                exchange.body.append(chunk)
+            elif kind is h11.Response:
+                exchange.status = event.status_code  # type: ignore[union-attr]
+                exchange.reason = event.reason  # type: ignore[union-attr]
+                exchange.headers = list(event.headers)  # type: ignore[union-attr]
+            elif kind is h11.InformationalResponse:
+                continue  # 1xx (e.g. 100 Continue): the real answer follows
+            elif kind is h11.EndOfMessage:
+                if not exchange.done.done():
+                    exchange.done.set_result(None)
+                return
+            elif kind is h11.ConnectionClosed:
+                self._fail(httpx.RemoteProtocolError("the server closed the connection early"))
+                return
+
+    def _fail(self, exc: BaseException) -> None:
+        self.error = exc
+        exchange = self.exchange
+        if exchange is not None and not exchange.done.done():
+            exchange.done.set_exception(exc)
+        self.close()
+
+    # -- used by the pool --------------------------------------------------------------
+
+    @property
+    def reusable(self) -> bool:
+        return (
+            not self.lost
+            and self.error is None
+            and self.transport is not None
+            and not self.transport.is_closing()
+            and self.h11.our_state is h11.IDLE
+            and self.h11.their_state is h11.IDLE
+        )
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+        self.lost = True
+
+    async def send(
+        self,
+        method: bytes,
+        target: bytes,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        read_timeout: float | None,
+    ) -> _Exchange:
+        """Write one request and wait for its whole answer."""
+        assert self.transport is not None
+        loop = asyncio.get_running_loop()
+        exchange = _Exchange(loop)
+        self.exchange = exchange
+        try:
+            data = self.h11.send(h11.Request(method=method, target=target, headers=headers))
+            if body:
+                data = (data or b"") + (self.h11.send(h11.Data(data=body)) or b"")
+            data = (data or b"") + (self.h11.send(h11.EndOfMessage()) or b"")
+        except h11.LocalProtocolError as exc:
+            self.close()
+            raise httpx.LocalProtocolError(str(exc)) from exc
+        self.last_activity = time.monotonic()
+        self.transport.write(data)
+        timer = None if read_timeout is None else _ReadTimer(self, exchange, read_timeout, loop)
+        try:
+            await exchange.done
+        except BaseException:
+            self.close()  # cancelled or failed mid-answer: the connection cannot be reused
+            raise
+        finally:
+            if timer is not None:
+                timer.cancel()
+            self.exchange = None
+        if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
+            self.h11.start_next_cycle()
+        else:
+            self.close()
+        return exchange
+
+
+class _ReadTimer:
+    """Fails an exchange when no byte arrived for ``timeout`` seconds (one lazy timer)."""
+
+    __slots__ = ("conn", "exchange", "handle", "loop", "timeout")
+
+    def __init__(
+        self,
+        conn: _Connection,
+        exchange: _Exchange,
+        timeout: float,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.conn = conn
+        self.exchange = exchange
+        self.timeout = timeout
+        self.loop = loop
+        self.handle = loop.call_later(timeout, self.fire)
+
+    def fire(self) -> None:
+        if self.exchange.done.done():
+            return
+        idle = time.monotonic() - self.conn.last_activity
+        if idle < self.timeout:
+            self.handle = self.loop.call_later(self.timeout - idle, self.fire)
+            return
+        self.conn._fail(httpx.ReadTimeout(f"no answer within {self.timeout:g} s"))
+
+    def cancel(self) -> None:
+        self.handle.cancel()
+
+
+class Http11Pool(httpx.AsyncBaseTransport):
+    """HTTP/1.1 connection pool for ``httpx.AsyncClient(transport=...)``.
+
+    Args:
+        ssl_context: TLS settings for https origins (verification as configured there).
+        max_connections: Connections per origin, in use or idle; more requests wait.
+        keepalive_expiry: Idle connections older than this (seconds) are closed, not reused.
+        max_body: Answers with a larger body fail with :class:`ResponseTooLarge`.
+    """
+
+    def __init__(
+        self,
+        *,
+        ssl_context: ssl.SSLContext,
+        max_connections: int = 100,
+        keepalive_expiry: float = 5.0,
+        max_body: int = 8 << 20,
+    ) -> None:
+        if max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
+        self.ssl_context = ssl_context
+        self.max_connections = max_connections
+        self.keepalive_expiry = keepalive_expiry
+        self.max_body = max_body
+        self._idle: dict[tuple[bytes, str, int], list[_Connection]] = {}
+        self._open: dict[tuple[bytes, str, int], int] = {}
+        self._waiters: dict[tuple[bytes, str, int], collections.deque[asyncio.Future[None]]] = {}
+        self._all: set[_Connection] = set()
+        self._fallback: httpx.AsyncHTTPTransport | None = None
+        self._closed = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        #: Connections opened so far (a measure of keep-alive working).
+        self.connections_opened = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._closed:
+            raise RuntimeError("the connection pool is closed")
+        loop = _running_loop()
+        if loop is None:
+            return await self._fallback_transport().handle_async_request(request)
+        if loop is not self._loop:
+            self._adopt(loop)
+        url = request.url
+        scheme = url.raw_scheme
+        if scheme not in (b"https", b"http"):
+            raise httpx.UnsupportedProtocol(f"unsupported URL scheme {url.scheme!r}")
+        host = url.host
+        port = url.port or (443 if scheme == b"https" else 80)
+        origin = (scheme, host, port)
+        timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
+        try:
+            body = request.content
+        except httpx.RequestNotRead:
+            body = await request.aread()
+        target = url.raw_path
+        headers = _headers_for(request, body)
+        method = request.method.encode("ascii")
+        conn = await self._acquire(origin, timeouts, request)
+        try:
+            exchange = await conn.send(method, target, headers, body, timeouts.get("read"))
+        finally:
+            self._release(conn)
+        # No silent resend when a kept-alive connection breaks: the caller's retry policy
+        # decides (with its backoff, hooks and counts). A connection the server closed
+        # while idle is noticed (EOF) and never picked.
+        return httpx.Response(
+            exchange.status,
+            headers=exchange.headers,
+            content=b"".join(exchange.body),
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": exchange.reason},
+            request=request,
+        )
+
+    # -- the pool ----------------------------------------------------------------------
+
+    async def _acquire(
+        self,
+        origin: tuple[bytes, str, int],
+        timeouts: dict[str, float | None],
+        request: httpx.Request,
+    ) -> _Connection:
+        idle = self._idle.get(origin)
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()
+            if conn.reusable and now - conn.idle_since < self.keepalive_expiry:
+                return conn
+            self._drop(conn)
+        if self._open.get(origin, 0) >= self.max_connections:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.setdefault(origin, collections.deque()).append(waiter)
+            try:
+                await asyncio.wait_for(waiter, timeouts.get("pool"))
+            except TimeoutError as exc:
+                raise httpx.PoolTimeout("no free connection in time", request=request) from exc
+            finally:
+                queue = self._waiters.get(origin)
+                if queue is not None and waiter in queue:
+                    queue.remove(waiter)
+            return await self._acquire(origin, timeouts, request)
+        return await self._connect(origin, timeouts, request)
+
+    async def _connect(
+        self,
+        origin: tuple[bytes, str, int],
+        timeouts: dict[str, float | None],
+        request: httpx.Request,
+    ) -> _Connection:
+        scheme, host, port = origin
+        self._open[origin] = self._open.get(origin, 0) + 1
+        loop = asyncio.get_running_loop()
+        conn = _Connection(self, origin)
+        try:
+            tls = self.ssl_context if scheme == b"https" else None
+            await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: conn,
+                    host,
+                    port,
+                    ssl=tls,
+                    server_hostname=host if tls is not None else None,
+                ),
+                timeouts.get("connect"),
+            )
+        except BaseException as exc:
+            self._open[origin] -= 1
+            self._wake(origin)
+            if isinstance(exc, TimeoutError):
+                raise httpx.ConnectTimeout(f"connecting to {host}:{port} timed out") from exc
+            if isinstance(exc, (OSError, ssl.SSLError)):
+                raise httpx.ConnectError(f"cannot connect to {host}:{port}: {exc}") from exc
+            raise
+        self.connections_opened += 1
+        self._all.add(conn)
+        return conn
+
+    def _release(self, conn: _Connection) -> None:
+        if conn.reusable and not self._closed:
+            conn.idle_since = time.monotonic()
+            self._idle.setdefault(conn.origin, []).append(conn)
+        else:
+            self._drop(conn)
+            return
+        self._wake(conn.origin)
+
+    def _drop(self, conn: _Connection) -> None:
+        conn.close()
+        if conn in self._all:
+            self._all.discard(conn)
+            self._open[conn.origin] -= 1
+            self._wake(conn.origin)
+
+    def _forget(self, conn: _Connection) -> None:
+        """A connection closed (by either side): it no longer counts."""
+        idle = self._idle.get(conn.origin)
+        if idle and conn in idle:
+            idle.remove(conn)
+        if conn in self._all:
+            self._all.discard(conn)
+            self._open[conn.origin] -= 1
+            self._wake(conn.origin)
+
+    def _wake(self, origin: tuple[bytes, str, int]) -> None:
+        queue = self._waiters.get(origin)
+        while queue:
+            waiter = queue.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    def _adopt(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start over on a new event loop: connections of an old one cannot be used."""
+        for conn in self._all:
+            if self._loop is not None and not self._loop.is_closed():
+                conn.close()
+        self._all.clear()
+        self._idle.clear()
+        self._open.clear()
+        self._waiters.clear()
+        self._loop = loop
+
+    def _fallback_transport(self) -> httpx.AsyncHTTPTransport:
+        if self._fallback is None:
+            self._fallback = httpx.AsyncHTTPTransport(
+                verify=self.ssl_context,
+                http2=False,
+                limits=httpx.Limits(
+                    max_connections=self.max_connections,
+                    max_keepalive_connections=self.max_connections,
+                    keepalive_expiry=self.keepalive_expiry,
+                ),
+            )
+        return self._fallback
+
+    async def aclose(self) -> None:
+        self._closed = True
+        closing = list(self._all)
+        for conn in closing:
+            conn.close()
+        if closing and self._loop is asyncio.get_running_loop():
+            # TLS says goodbye (close_notify) before the socket closes: give it a moment,
+            # then cut what is left, so no socket outlives the pool.
+            await asyncio.wait([conn.gone for conn in closing], timeout=1.0)
+            for conn in closing:
+                if not conn.gone.done() and conn.transport is not None:
+                    conn.transport.abort()
+        self._all.clear()
+        self._idle.clear()
+        self._open.clear()
+        for queue in self._waiters.values():
+            for waiter in queue:
+                if not waiter.done():
+                    waiter.set_exception(RuntimeError("the connection pool is closed"))
+        self._waiters.clear()
+        if self._fallback is not None:
+            await self._fallback.aclose()
+
+    @property
+    def open_connections(self) -> int:
+        """Connections open now (in use or idle)."""
+        return len(self._all)
+
+
+def _headers_for(request: httpx.Request, body: bytes) -> list[tuple[bytes, bytes]]:
+    headers = list(request.headers.raw)
+    if not any(name.lower() == b"host" for name, _ in headers):
+        headers.insert(0, (b"Host", request.url.netloc))
+    if body and not any(name.lower() == b"content-length" for name, _ in headers):
+        headers.append((b"Content-Length", str(len(body)).encode("ascii")))
+    return headers
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The running asyncio loop, or ``None`` under another event loop (trio)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
