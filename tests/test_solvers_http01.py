@@ -1,13 +1,21 @@
-"""The http-01 solvers: the built-in server and the webroot writer (RFC 8555 §8.3)."""
+"""The http-01 solvers: the built-in server and the webroot writer (RFC 8555 §8.3).
+
+``Http01Server`` has two ways of serving a connection: under asyncio, event-loop callbacks
+(an ``asyncio.Protocol`` per connection, no task); elsewhere (trio), a task per connection
+over anyio streams. The server tests run against both (``serving`` parameter): the streams
+way is forced under asyncio with the private ``_streams_only`` switch.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import os
 import secrets
 import socket
 import stat
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import h11
@@ -27,7 +35,7 @@ from acmecerts.solvers import (
 )
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
+    from collections.abc import AsyncIterator, Callable
     from pathlib import Path
 
     from anyio.abc import SocketStream
@@ -58,9 +66,28 @@ def challenge_path(task: ChallengeTask) -> str:
     return f"/.well-known/acme-challenge/{task.token}"
 
 
+@pytest.fixture(params=["callbacks", "streams"])
+def serving(request: pytest.FixtureRequest) -> str:
+    """How the server serves a connection: asyncio callbacks, or a task over anyio streams."""
+    return str(request.param)
+
+
 @pytest.fixture
-async def server() -> AsyncIterator[Http01Server]:
-    async with Http01Server(host="127.0.0.1", port=0) as solver:
+def new_server(serving: str) -> Callable[..., Http01Server]:
+    """Make an ``Http01Server`` on 127.0.0.1 (a free port) that serves the ``serving`` way."""
+
+    def new(**options: Any) -> Http01Server:
+        options = {"host": "127.0.0.1", "port": 0, **options}
+        solver = Http01Server(**options)
+        solver._streams_only = serving == "streams"
+        return solver
+
+    return new
+
+
+@pytest.fixture
+async def server(new_server: Callable[..., Http01Server]) -> AsyncIterator[Http01Server]:
+    async with new_server() as solver:
         yield solver
 
 
@@ -343,8 +370,10 @@ async def test_stalled_and_garbage_clients_do_not_block_a_good_request(
 
 
 @pytest.mark.anyio
-async def test_a_stalled_request_times_out_with_408() -> None:
-    async with Http01Server(host="127.0.0.1", port=0, timeout=0.2) as server:
+async def test_a_stalled_request_times_out_with_408(
+    new_server: Callable[..., Http01Server],
+) -> None:
+    async with new_server(timeout=0.2) as server:
         async with await anyio.connect_tcp("127.0.0.1", server.port) as half:
             await half.send(b"GET / HTTP/1.1\r\nHost: a\r\n")
             with anyio.fail_after(2):
@@ -369,6 +398,207 @@ async def test_a_request_after_a_client_vanished_mid_request_still_works(
         assert (await client.get(challenge_path(task))).status_code == 200
 
 
+@pytest.mark.anyio
+async def test_a_request_in_many_small_writes_is_answered(server: Http01Server) -> None:
+    task = make_task()
+    await server.present(task)
+    request = f"GET {challenge_path(task)} HTTP/1.1\r\nHost: a.example\r\n\r\n".encode()
+    async with await anyio.connect_tcp("127.0.0.1", server.port) as stream:
+        for i in range(0, len(request), 3):  # TCP_NODELAY: one segment per write
+            await stream.send(request[i : i + 3])
+            await anyio.sleep(0.001)
+        conn = h11.Connection(h11.CLIENT)
+        conn.send(h11.Request(method="GET", target="/", headers=[("Host", "a")]))
+        conn.send(h11.EndOfMessage())  # the client side of the state machine only
+        received = b""
+        with anyio.fail_after(2):
+            while not received.endswith(task.key_authorization.encode()):
+                received += await stream.receive()
+    assert received.startswith(b"HTTP/1.1 200 ")
+
+
+@pytest.mark.anyio
+async def test_pipelined_requests_of_every_kind_are_answered_in_order(
+    server: Http01Server,
+) -> None:
+    a, b = make_task(), make_task()
+    await server.present(a)
+    await server.present(b)
+    requests = [
+        ("GET", challenge_path(a), 200, a.key_authorization.encode()),
+        ("HEAD", challenge_path(b), 200, b""),
+        ("GET", "/nothing-here", 404, b"not found\n"),
+        ("DELETE", challenge_path(a), 405, b"method not allowed\n"),
+        ("GET", challenge_path(b), 200, b.key_authorization.encode()),
+    ]
+    async with await anyio.connect_tcp("127.0.0.1", server.port) as stream:
+        # All in one write, then the client's end of sending: every request is still
+        # answered, then the server closes.
+        await stream.send(
+            b"".join(
+                f"{method} {target} HTTP/1.1\r\nHost: a\r\n\r\n".encode()
+                for method, target, _, _ in requests
+            )
+        )
+        await stream.send_eof()
+        with anyio.fail_after(2):
+            received = await read_until_eof(stream)
+    conn = h11.Connection(h11.CLIENT)
+    conn.receive_data(received)
+    conn.receive_data(b"")
+    for method, target, status, body in requests:
+        conn.send(h11.Request(method=method, target=target, headers=[("Host", "a")]))
+        conn.send(h11.EndOfMessage())
+        response = conn.next_event()
+        assert isinstance(response, h11.Response)
+        assert response.status_code == status, (method, target)
+        data = b""
+        while not isinstance(event := conn.next_event(), h11.EndOfMessage):
+            assert isinstance(event, h11.Data)
+            data += event.data
+        assert data == body, (method, target)
+        conn.start_next_cycle()
+    assert isinstance(conn.next_event(), h11.ConnectionClosed)
+
+
+@pytest.mark.anyio
+async def test_the_head_size_limit_holds_however_the_head_arrives(server: Http01Server) -> None:
+    task = make_task()
+    await server.present(task)
+    request = f"GET {challenge_path(task)} HTTP/1.1\r\nHost: a\r\n"
+    big = f"X-Big: {'a' * 9000}\r\n"  # more than max_request_size (8192)
+    fair = f"X-Fair: {'a' * 6000}\r\n"
+    # The oversize head in one write, and in small pieces.
+    for chunk in (len(request) + len(big) + 2, 512):
+        async with await anyio.connect_tcp("127.0.0.1", server.port) as stream:
+            data = f"{request}{big}\r\n".encode()
+            with contextlib.suppress(anyio.BrokenResourceError):
+                for i in range(0, len(data), chunk):
+                    await stream.send(data[i : i + chunk])
+            with anyio.fail_after(2):
+                answer = await read_until_eof(stream)
+        assert answer.startswith(b"HTTP/1.1 431"), chunk
+        assert task.key_authorization.encode() not in answer
+    # A long but acceptable head is answered.
+    async with await anyio.connect_tcp("127.0.0.1", server.port) as stream:
+        await stream.send(f"{request}{fair}Connection: close\r\n\r\n".encode())
+        with anyio.fail_after(2):
+            answer = await read_until_eof(stream)
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert answer.endswith(task.key_authorization.encode())
+
+
+@pytest.mark.anyio
+async def test_a_kept_alive_connection_is_closed_when_idle_too_long(
+    new_server: Callable[..., Http01Server],
+) -> None:
+    task = make_task()
+    async with new_server(timeout=0.3) as server:
+        await server.present(task)
+        async with await anyio.connect_tcp("127.0.0.1", server.port) as stream:
+            conn = h11.Connection(h11.CLIENT)
+            for _ in range(2):  # the deadline starts again after each answer
+                await anyio.sleep(0.2)
+                response, body = await exchange(stream, conn, get(challenge_path(task)))
+                assert response.status_code == 200
+                assert body == task.key_authorization.encode()
+                conn.start_next_cycle()
+            started = anyio.current_time()
+            with anyio.fail_after(2):
+                assert await read_until_eof(stream) == b""  # closed without a 408
+            assert 0.2 < anyio.current_time() - started < 1.5
+
+
+@pytest.mark.anyio
+async def test_a_slowloris_client_is_cut_off_at_the_deadline(
+    new_server: Callable[..., Http01Server],
+) -> None:
+    """Trickling bytes does not extend the deadline: the request must be complete in time."""
+    answer = b""
+
+    async def read(stream: SocketStream) -> None:
+        nonlocal answer
+        answer = await read_until_eof(stream)
+
+    async with (
+        new_server(timeout=0.3) as server,
+        await anyio.connect_tcp("127.0.0.1", server.port) as stream,
+    ):
+        started = anyio.current_time()
+        with anyio.fail_after(3):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(read, stream)
+                await stream.send(b"GET / HTTP/1.1\r\n")
+                # One header line every 50 ms, until the server answers.
+                while not answer and anyio.current_time() - started < 2:
+                    await anyio.sleep(0.05)
+                    with contextlib.suppress(anyio.BrokenResourceError):
+                        await stream.send(b"X-Slow: 1\r\n")
+        elapsed = anyio.current_time() - started
+    assert answer.startswith(b"HTTP/1.1 408")
+    assert elapsed < 1.5
+
+
+@pytest.mark.anyio
+async def test_the_last_answer_on_a_connection_says_it_closes(server: Http01Server) -> None:
+    task = make_task()
+    await server.present(task)
+    async with await anyio.connect_tcp("127.0.0.1", server.port) as stream:
+        conn = h11.Connection(h11.CLIENT)
+        for n in range(1, 101):
+            response, _ = await exchange(stream, conn, get(challenge_path(task)))
+            assert response.status_code == 200
+            closing = (b"connection", b"close") in response.headers
+            assert closing == (n == 100), n
+            if not closing:
+                conn.start_next_cycle()
+        assert conn.our_state is h11.MUST_CLOSE
+        with anyio.fail_after(2):
+            assert await read_until_eof(stream) == b""
+
+
+@pytest.mark.anyio
+async def test_a_client_waiting_for_100_continue_is_answered_at_once(
+    server: Http01Server,
+) -> None:
+    task = make_task()
+    await server.present(task)
+    async with await anyio.connect_tcp("127.0.0.1", server.port) as stream:
+        await stream.send(
+            f"GET {challenge_path(task)} HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n"
+            "Expect: 100-continue\r\n\r\n".encode()
+        )
+        with anyio.fail_after(2):
+            answer = await read_until_eof(stream)
+    assert answer.startswith(b"HTTP/1.1 200")
+    assert answer.endswith(task.key_authorization.encode())
+
+
+@pytest.mark.anyio
+async def test_hostile_clients_are_logged_quietly(
+    server: Http01Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Resets, garbage and broken pipes end a connection; nothing is logged above debug."""
+    task = make_task()
+    await server.present(task)
+    caplog.set_level(logging.DEBUG)
+    for payload in (os.urandom(3000), b"GET / HTTP/1.1\r\n", get_raw(task) * 20):
+        raw = socket.create_connection(("127.0.0.1", server.port))
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        raw.sendall(payload)
+        await anyio.sleep(0.02)
+        raw.close()  # reset, maybe before the answers were read
+    async with client_for(server) as client:
+        assert (await client.get(challenge_path(task))).status_code == 200
+    await anyio.sleep(0.05)
+    loud = [r for r in caplog.records if r.levelno > logging.INFO]
+    assert loud == []
+
+
+def get_raw(task: ChallengeTask) -> bytes:
+    return f"GET {challenge_path(task)} HTTP/1.1\r\nHost: a\r\n\r\n".encode()
+
+
 # --- lifecycle ---------------------------------------------------------------------------
 
 
@@ -378,8 +608,10 @@ async def assert_port_closed(port: int) -> None:
 
 
 @pytest.mark.anyio
-async def test_the_port_is_closed_after_the_block() -> None:
-    async with Http01Server(host="127.0.0.1", port=0) as server:
+async def test_the_port_is_closed_after_the_block(
+    new_server: Callable[..., Http01Server],
+) -> None:
+    async with new_server() as server:
         assert server.serving
         port = server.port
         assert port != 0
@@ -393,10 +625,113 @@ async def test_the_port_is_closed_after_the_block() -> None:
 
 
 @pytest.mark.anyio
-async def test_cancelling_the_block_stops_the_server() -> None:
+async def test_aclose_closes_every_connection_whatever_its_state(
+    new_server: Callable[..., Http01Server],
+) -> None:
+    task = make_task()
+    server = new_server()
+    await server.present(task)
+    tasks_before = asyncio.all_tasks()
+    idle = await anyio.connect_tcp("127.0.0.1", server.port)
+    half = await anyio.connect_tcp("127.0.0.1", server.port)
+    kept = await anyio.connect_tcp("127.0.0.1", server.port)
+    try:
+        await half.send(b"GET / HTTP/1.1\r\nHost: a\r\n")
+        response, _ = await exchange(kept, h11.Connection(h11.CLIENT), get(challenge_path(task)))
+        assert response.status_code == 200
+        with anyio.fail_after(2):
+            await server.aclose()
+        for stream in (idle, half, kept):
+            with anyio.fail_after(2):
+                assert await read_until_eof(stream) == b""
+    finally:
+        for stream in (idle, half, kept):
+            await stream.aclose()
+    assert not server.serving
+    await assert_port_closed(server.port)
+    await anyio.sleep(0.01)
+    assert asyncio.all_tasks() <= tasks_before  # nothing left running
+
+
+@pytest.mark.anyio
+async def test_under_asyncio_connections_are_served_without_a_task_each(
+    server: Http01Server, serving: str
+) -> None:
+    task = make_task()
+    await server.present(task)
+    before = len(asyncio.all_tasks())
+    streams = [await anyio.connect_tcp("127.0.0.1", server.port) for _ in range(5)]
+    try:
+        for stream in streams:
+            await stream.send(b"GET / HTTP/1.1\r\n")
+        await anyio.sleep(0.1)
+        during = len(asyncio.all_tasks())
+        async with client_for(server) as client:
+            assert (await client.get(challenge_path(task))).status_code == 200
+    finally:
+        for stream in streams:
+            await stream.aclose()
+    if serving == "callbacks":
+        assert during == before
+    else:
+        assert during >= before + 5
+
+
+@pytest.mark.anyio
+async def test_the_connection_limit_holds_both_ways(
+    new_server: Callable[..., Http01Server],
+) -> None:
+    task = make_task()
+    async with new_server(max_connections=2) as server:
+        await server.present(task)
+        first = await anyio.connect_tcp("127.0.0.1", server.port)
+        second = await anyio.connect_tcp("127.0.0.1", server.port)
+        try:
+            await anyio.sleep(0.1)
+            async with await anyio.connect_tcp("127.0.0.1", server.port) as third:
+                await third.send(get_raw(task))
+                with anyio.fail_after(2):
+                    assert await read_until_eof(third) == b""
+        finally:
+            await first.aclose()
+            await second.aclose()
+        await anyio.sleep(0.1)
+        async with client_for(server) as client:
+            assert (await client.get(challenge_path(task))).text == task.key_authorization
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("host", ["::1", "localhost"])
+async def test_ipv6_and_both_loopbacks(new_server: Callable[..., Http01Server], host: str) -> None:
+    if not socket.has_ipv6:
+        pytest.skip("no IPv6")
+    try:
+        socket.create_server(("::1", 0), family=socket.AF_INET6).close()
+    except OSError:
+        pytest.skip("no IPv6 loopback")
+    task = make_task()
+    async with new_server(host=host) as server:
+        await server.present(task)
+        addresses = {
+            info[4][0]
+            for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+            if info[0] in (socket.AF_INET, socket.AF_INET6)
+        }
+        for address in addresses:
+            async with await anyio.connect_tcp(address, server.port) as stream:
+                await stream.send(get_raw(task)[:-2] + b"Connection: close\r\n\r\n")
+                with anyio.fail_after(2):
+                    answer = await read_until_eof(stream)
+            assert answer.endswith(task.key_authorization.encode()), address
+
+
+@pytest.mark.anyio
+async def test_cancelling_the_block_stops_the_server(
+    new_server: Callable[..., Http01Server],
+) -> None:
     port = 0
     with anyio.move_on_after(0.1) as scope:
-        async with Http01Server(host="127.0.0.1", port=0) as server:
+        async with new_server() as server:
             port = server.port
             await anyio.sleep(10)
     assert scope.cancelled_caught
@@ -429,8 +764,10 @@ async def test_an_error_in_the_block_propagates_unwrapped() -> None:
 
 
 @pytest.mark.anyio
-async def test_present_starts_an_unstarted_server_once() -> None:
-    server = Http01Server(host="127.0.0.1", port=0)
+async def test_present_starts_an_unstarted_server_once(
+    new_server: Callable[..., Http01Server],
+) -> None:
+    server = new_server()
     assert not server.serving
     tasks = [make_task() for _ in range(20)]
     try:
@@ -449,8 +786,10 @@ async def test_present_starts_an_unstarted_server_once() -> None:
 
 
 @pytest.mark.anyio
-async def test_start_and_aclose_by_hand_and_restart() -> None:
-    server = Http01Server(host="127.0.0.1", port=0)
+async def test_start_and_aclose_by_hand_and_restart(
+    new_server: Callable[..., Http01Server],
+) -> None:
+    server = new_server()
     task = make_task()
     await server.present(task)
     await server.start()  # already serving: no-op
@@ -467,9 +806,11 @@ async def test_start_and_aclose_by_hand_and_restart() -> None:
 
 
 @pytest.mark.anyio
-async def test_a_port_in_use_is_a_clear_listen_error() -> None:
-    async with Http01Server(host="127.0.0.1", port=0) as first:
-        second = Http01Server(host="127.0.0.1", port=first.port)
+async def test_a_port_in_use_is_a_clear_listen_error(
+    new_server: Callable[..., Http01Server],
+) -> None:
+    async with new_server() as first:
+        second = new_server(port=first.port)
         with pytest.raises(ListenError, match=rf"cannot listen on 127\.0\.0\.1:{first.port}: "):
             async with second:
                 pass

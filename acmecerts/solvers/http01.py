@@ -3,8 +3,10 @@
 The CA fetches ``http://<identifier>:80/.well-known/acme-challenge/<token>`` and expects
 the key authorization as the body. Two ways to answer:
 
-* :class:`Http01Server` listens itself: a small asyncio/trio HTTP/1.1 server (anyio
-  streams, ``h11`` for the protocol) that serves the tokens of every order in flight.
+* :class:`Http01Server` listens itself: a small asyncio/trio HTTP/1.1 server (``h11`` for
+  the protocol) that serves the tokens of every order in flight. Under asyncio each
+  connection is an :class:`asyncio.Protocol` answered straight from the event loop's
+  callbacks (no task per connection); under trio, a task per connection over anyio streams.
 * :class:`Http01Webroot` writes the file into the document root of a web server that is
   already running, and removes it afterwards.
 
@@ -20,14 +22,16 @@ Errors specific to this module::
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import http
 import logging
 import os
 import stat
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Final
+from typing import TYPE_CHECKING, ClassVar, Final, cast
 
 import anyio
 import anyio.abc
@@ -36,13 +40,15 @@ import h11
 from acmecerts._time import as_seconds
 from acmecerts.errors import AcmeCertsError, InvalidInput, UnsupportedChallenge
 from acmecerts.protocol.challenges import validate_token
-from acmecerts.solvers._listener import ListenError, _ListeningServer
+from acmecerts.solvers._listener import ListenError, _CallbackConnection, _ListeningServer
 
 if TYPE_CHECKING:
     import datetime as _dt
+    from collections.abc import Callable
 
     from acmecerts.protocol.identifiers import Identifier
     from acmecerts.solvers._base import ChallengeTask
+    from acmecerts.solvers._listener import _Running
 
 __all__ = ["Http01Server", "Http01Webroot", "ListenError", "WebrootError"]
 
@@ -159,18 +165,36 @@ class _Conversation:
         close: bool = False,
     ) -> None:
         """Send one complete response (a short text body for errors without one)."""
-        if status >= 400 and not body:
-            body = _reason(status).lower() + b"\n"
-            headers = [*(headers or []), (b"content-type", b"text/plain; charset=utf-8")]
-        all_headers = [*(headers or []), (b"content-length", str(len(body)).encode("ascii"))]
-        if close:
-            all_headers.append((b"connection", b"close"))
-        reason = _reason(status)
-        out = [self.h11.send(h11.Response(status_code=status, headers=all_headers, reason=reason))]
-        if self.method != b"HEAD":  # HEAD: GET's headers, no body (RFC 9110 §9.3.2)
-            out.append(self.h11.send(h11.Data(data=body)))
-        out.append(self.h11.send(h11.EndOfMessage()))
-        await self.stream.send(b"".join(chunk for chunk in out if chunk))
+        await self.stream.send(
+            _render(self.h11, self.method, status, headers=headers, body=body, close=close)
+        )
+
+
+def _render(
+    conn: h11.Connection,
+    method: bytes | None,
+    status: int,
+    *,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    body: bytes = b"",
+    close: bool = False,
+) -> bytes:
+    """One complete response, through ``conn`` (a short text body for errors without one).
+
+    ``method`` is the request's (``None`` before one was parsed): a ``HEAD`` gets ``GET``'s
+    headers and no body (RFC 9110 §9.3.2).
+    """
+    if status >= 400 and not body:
+        body = _reason(status).lower() + b"\n"
+        headers = [*(headers or []), (b"content-type", b"text/plain; charset=utf-8")]
+    all_headers = [*(headers or []), (b"content-length", str(len(body)).encode("ascii"))]
+    if close:
+        all_headers.append((b"connection", b"close"))
+    out = [conn.send(_response(status, tuple(all_headers)))]
+    if method != b"HEAD":
+        out.append(conn.send(h11.Data(data=body)))
+    out.append(conn.send(h11.EndOfMessage()))
+    return b"".join(chunk for chunk in out if chunk)
 
 
 class Http01Server(_ListeningServer):
@@ -201,7 +225,9 @@ class Http01Server(_ListeningServer):
     Robustness: each request must arrive (and its answer leave) within ``timeout``
     seconds, idle keep-alive time included; request heads and bodies are limited to
     ``max_request_size`` bytes; at most ``max_connections`` connections are open at once
-    (more are closed at once). A misbehaving client affects only its own connection.
+    (more are closed at once); one connection serves at most 100 requests (the last
+    answer says ``Connection: close``). A misbehaving client affects only its own
+    connection.
 
     :param host: address to listen on; the default ``"0.0.0.0"`` is every IPv4 interface
         (``"::"`` for IPv6, ``"localhost"`` for both loopbacks).
@@ -239,6 +265,8 @@ class Http01Server(_ListeningServer):
         self._timeout = seconds
         self._max_request_size = max_request_size
         self._holders = _Holders()
+        #: Serve with a task per connection over anyio streams even under asyncio (tests).
+        self._streams_only = False
 
     # -- introspection --------------------------------------------------------
 
@@ -279,6 +307,13 @@ class Http01Server(_ListeningServer):
 
     # -- serving --------------------------------------------------------------
 
+    def _callback_factory(
+        self, running: _Running, loop: asyncio.AbstractEventLoop
+    ) -> Callable[[], _CallbackConnection] | None:
+        if self._streams_only:
+            return None
+        return functools.partial(_Http01Connection, self, running, loop)
+
     async def _serve_connection(self, stream: anyio.abc.SocketStream) -> None:
         """Answer the requests of one connection (closed by the caller afterwards)."""
         await self._converse(stream)
@@ -287,10 +322,10 @@ class Http01Server(_ListeningServer):
         conn = _Conversation(
             h11.Connection(h11.SERVER, max_incomplete_event_size=self._max_request_size), stream
         )
-        for _ in range(_MAX_REQUESTS_PER_CONNECTION):
+        for served in range(1, _MAX_REQUESTS_PER_CONNECTION + 1):
             keep_alive = False
             with anyio.move_on_after(self._timeout) as deadline:
-                keep_alive = await self._exchange(conn)
+                keep_alive = await self._exchange(conn, last=served == _MAX_REQUESTS_PER_CONNECTION)
             if deadline.cancelled_caught:
                 pending, _closed = conn.h11.trailing_data
                 if conn.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE) and (
@@ -305,8 +340,11 @@ class Http01Server(_ListeningServer):
                 await self._linger(stream)
                 return
 
-    async def _exchange(self, conn: _Conversation) -> bool:
-        """Read one request and answer it; return whether the connection stays open."""
+    async def _exchange(self, conn: _Conversation, *, last: bool = False) -> bool:
+        """Read one request and answer it; return whether the connection stays open.
+
+        ``last``: the connection's last request, whose answer says it is closed.
+        """
         try:
             request = await self._read_request(conn)
         except h11.RemoteProtocolError as exc:
@@ -319,7 +357,7 @@ class Http01Server(_ListeningServer):
         if request is None:
             return False
         status, headers, body = self._route(request)
-        await conn.send(status, headers=headers, body=body)
+        await conn.send(status, headers=headers, body=body, close=last)
         if conn.h11.our_state is h11.DONE and conn.h11.their_state is h11.DONE:
             conn.h11.start_next_cycle()
             conn.method = None
@@ -336,8 +374,11 @@ class Http01Server(_ListeningServer):
                 if request is not None and conn.h11.they_are_waiting_for_100_continue:
                     # Answer without the body; the connection is closed after the answer.
                     return request
+                # No more than the room left: h11 limits only what is still incomplete,
+                # and would parse a long head received at once.
+                room = self._max_request_size - len(conn.h11.trailing_data[0])
                 try:
-                    data = await conn.stream.receive(_RECEIVE_SIZE)
+                    data = await conn.stream.receive(max(room, 1))
                 except anyio.EndOfStream:
                     data = b""
                 conn.h11.receive_data(data)
@@ -381,6 +422,254 @@ class Http01Server(_ListeningServer):
                     drained += len(await stream.receive(_RECEIVE_SIZE))
                 except anyio.EndOfStream:
                     return
+
+
+class _Http01Connection(_CallbackConnection):
+    """One connection to :class:`Http01Server`, served by asyncio callbacks (no task).
+
+    Bytes go into ``h11`` as they arrive; every complete request is answered at once, from
+    ``data_received``, so pipelined requests are answered in order within one callback.
+    The behaviour is :meth:`Http01Server._converse`'s, with one timer instead of a task:
+
+    * serving: the timer is the request's deadline (``timeout``, from the end of the
+      previous answer); when it fires, a started request gets ``408`` and an idle
+      connection is closed;
+    * closing (after an answer with ``Connection: close``, a protocol error, the client's
+      EOF): the server half-closes and drains the client's input until it hangs up, at
+      most ``min(1 s, timeout)`` and ``4 * max_request_size`` bytes (a lingering close,
+      RFC 9112 §9.6), then closes.
+    """
+
+    __slots__ = (
+        "_body_size",
+        "_closing",
+        "_deadline",
+        "_drained",
+        "_h11",
+        "_http",
+        "_loop",
+        "_method",
+        "_peer_eof",
+        "_request",
+        "_served",
+        "_timer",
+    )
+
+    def __init__(
+        self, server: Http01Server, running: _Running, loop: asyncio.AbstractEventLoop
+    ) -> None:
+        super().__init__(server, running)
+        self._http = server
+        self._loop = loop
+        self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=server._max_request_size)
+        #: The request being received (``None`` between requests).
+        self._request: h11.Request | None = None
+        self._method: bytes | None = None
+        self._body_size = 0
+        self._served = 0
+        #: Loop time by which the current request must be answered.
+        self._deadline = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._closing = False
+        self._drained = 0
+        self._peer_eof = False
+
+    # -- asyncio callbacks ----------------------------------------------------
+
+    def _opened(self) -> None:
+        timeout = self._http._timeout
+        self._deadline = self._loop.time() + timeout
+        self._timer = self._loop.call_at(self._deadline, self._on_timer)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closing:
+            self._drained += len(data)
+            if self._drained > 4 * self._http._max_request_size and self.transport is not None:
+                self.transport.close()
+            return
+        try:
+            conn = self._h11
+            while True:
+                room = self._http._max_request_size - len(conn.trailing_data[0])
+                if len(data) <= room:
+                    conn.receive_data(data)
+                    self._process()
+                    return
+                # h11 limits only what is still incomplete: fed a long head at once, it
+                # would parse it. Fed no more than the room left, it refuses (431) any
+                # head longer than max_request_size.
+                cut = max(room, 1)
+                conn.receive_data(data[:cut])
+                data = data[cut:]
+                self._process()
+                if self._closing:
+                    return
+        except Exception as exc:
+            self._fail(exc)
+
+    def eof_received(self) -> bool:
+        self._peer_eof = True
+        if self._closing:
+            return False  # the client has read the answer and hung up: close
+        try:
+            self._h11.receive_data(b"")
+            self._process()  # ends in ConnectionClosed or a protocol error
+        except Exception as exc:
+            self._fail(exc)
+            return True
+        self._shutdown()
+        return True
+
+    def pause_writing(self) -> None:
+        # A client that sends but does not read: stop reading its requests too.
+        if self.transport is not None:
+            self.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.transport is not None:
+            self.transport.resume_reading()
+
+    def _lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if exc is not None:
+            logger.debug("%s connection ended: %r", _CHALLENGE_TYPE, exc)
+
+    # -- the conversation -----------------------------------------------------
+
+    def _process(self) -> None:
+        """Handle every complete event received so far: answer each complete request."""
+        conn = self._h11
+        while not self._closing:
+            try:
+                event = conn.next_event()
+            except h11.RemoteProtocolError as exc:
+                if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                    self._respond(exc.error_status_hint, close=True)
+                self._shutdown()
+                return
+            if event is h11.NEED_DATA:
+                if self._request is not None and conn.they_are_waiting_for_100_continue:
+                    # Answer without the body; the connection is closed after the answer.
+                    self._answer(self._request)
+                return
+            event_type = type(event)
+            if event_type is h11.Request:
+                self._request = cast("h11.Request", event)
+                self._method = self._request.method
+                self._body_size = 0
+            elif event_type is h11.Data:
+                self._body_size += len(cast("h11.Data", event).data)
+                if self._body_size > self._http._max_request_size:
+                    self._respond(413, close=True)
+                    self._shutdown()
+                    return
+            elif event_type is h11.EndOfMessage and self._request is not None:
+                self._answer(self._request)
+            else:  # ConnectionClosed (PAUSED cannot happen: each cycle ends answered)
+                self._shutdown()
+                return
+
+    def _answer(self, request: h11.Request) -> None:
+        """Answer a request, then prepare for the next one or close."""
+        self._served += 1
+        status, headers, body = self._http._route(request)
+        self._respond(
+            status,
+            headers=headers,
+            body=body,
+            close=self._served >= _MAX_REQUESTS_PER_CONNECTION,
+        )
+        conn = self._h11
+        if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
+            conn.start_next_cycle()
+            self._request = None
+            self._method = None
+            # The next request's deadline; the timer catches up when it fires.
+            self._deadline = self._loop.time() + self._http._timeout
+        else:
+            self._shutdown()
+
+    def _respond(
+        self,
+        status: int,
+        *,
+        headers: list[tuple[bytes, bytes]] | None = None,
+        body: bytes = b"",
+        close: bool = False,
+    ) -> None:
+        data = _render(self._h11, self._method, status, headers=headers, body=body, close=close)
+        if self.transport is not None:
+            self.transport.write(data)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        transport = self.transport
+        if transport is None:
+            return
+        if self._closing:  # the lingering close is over
+            if transport.get_write_buffer_size():
+                transport.abort()  # the client does not even read its answer
+            else:
+                transport.close()
+            return
+        if self._loop.time() < self._deadline:  # answered since: wait for the next request
+            self._timer = self._loop.call_at(self._deadline, self._on_timer)
+            return
+        conn = self._h11
+        pending, _closed = conn.trailing_data
+        try:
+            if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE) and (
+                conn.their_state is not h11.IDLE or pending
+            ):
+                # A request was started but not finished in time (RFC 9110 §15.5.9).
+                self._respond(408, close=True)
+                self._shutdown()
+                return
+        except Exception as exc:
+            self._fail(exc)
+            return
+        # An idle keep-alive connection is simply closed (RFC 9112 §9.8).
+        if transport.get_write_buffer_size():
+            transport.abort()
+        else:
+            transport.close()
+
+    def _shutdown(self) -> None:
+        """Close after the last answer: half-close, drain the client's input, then close."""
+        if self._closing:
+            return
+        self._closing = True
+        transport = self.transport
+        if transport is None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self._loop.call_later(
+            min(_LINGER_SECONDS, self._http._timeout), self._on_timer
+        )
+        if self._peer_eof:
+            transport.close()  # after sending what is buffered
+        else:
+            transport.write_eof()  # likewise; reading goes on (data_received drains)
+
+    def _fail(self, exc: Exception) -> None:
+        """A bug triggered by a hostile client, or a broken connection: it ends this one."""
+        logger.debug("%s connection ended: %r", _CHALLENGE_TYPE, exc)
+        self._closing = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _stop(self) -> None:
+        self._closing = True
+        super()._stop()
+
+
+@functools.lru_cache(maxsize=256)
+def _response(status: int, headers: tuple[tuple[bytes, bytes], ...]) -> h11.Response:
+    """The (immutable) response event: the same few are sent again and again."""
+    return h11.Response(status_code=status, headers=list(headers), reason=_reason(status))
 
 
 def _reason(status: int) -> bytes:
