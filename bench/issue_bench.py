@@ -26,9 +26,9 @@ import anyio
 from acmecerts import AcmeClient, Http01Server
 from acmecerts.testing import PebbleServer
 
-HTTP2 = "--http1" not in sys.argv
-if not HTTP2:
-    sys.argv.remove("--http1")
+HTTP2 = "--http2" in sys.argv  # httpx's HTTP/2 transport instead of the default pool
+if HTTP2:
+    sys.argv.remove("--http2")
 
 
 def _cpu() -> float:

@@ -81,14 +81,14 @@ CLIENTS = {
     c.name: c
     for c in (
         Client("acmecerts", "acmecerts_client.py"),
-        Client("acmecerts-h1", "acmecerts_client.py", args=("--http1",)),
+        Client("acmecerts-h2", "acmecerts_client.py", args=("--http2",)),
         Client("raw", "raw_client.py"),
         Client("certbot-acme", "certbot_acme_client.py", venv="certbot-acme", peer=True),
         Client("aioacme", "aioacme_client.py", venv="aioacme", peer=True),
         Client("lego", "lego_client.py", peer=True),
     )
 }
-OURS = ("acmecerts", "acmecerts-h1")
+OURS = ("acmecerts", "acmecerts-h2")
 
 
 # -- measuring helpers --------------------------------------------------------------------

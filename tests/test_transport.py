@@ -369,3 +369,50 @@ async def test_busy_transport_waits_for_replay_nonces_instead_of_asking_new_nonc
     assert rec.paths().count("HEAD /nonce") == 4
     assert rec.paths().count("POST /thing") == 12
     await client.aclose()
+
+
+async def _burst(count: int, *, warm: bool) -> tuple[Recorder, list[str]]:
+    """``count`` POSTs started at once against a CA answering each after a short delay."""
+    import anyio
+
+    used: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"ok": True}, headers={"Replay-Nonce": rec.next_nonce()})
+
+    rec = Recorder(handler)
+
+    async def delayed(request: httpx.Request) -> httpx.Response:
+        if request.method == "POST":
+            used.append(json.loads(request.content)["protected"])
+        await anyio.sleep(0.01)
+        return rec(request)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(delayed))
+    transport = AcmeTransport(f"{BASE}/dir", client=client, clock=FakeClock(T0))
+    if warm:
+        await post(transport)  # the pool now holds one nonce
+        rec.requests.clear()
+        used.clear()
+    async with anyio.create_task_group() as tg:
+        for _ in range(count):
+            tg.start_soon(post, transport)
+    await client.aclose()
+    return rec, used
+
+
+async def test_a_burst_waits_for_nonces_on_their_way_instead_of_asking_for_each() -> None:
+    # ten authorizations of one order fetched at once with one nonce in the pool: a request
+    # waits whenever a nonce is on its way that no one else waits for, so about half ask
+    # newNonce (the RFC-minimal 10 POSTs plus 4 HEADs, not plus 9)
+    rec, used = await _burst(10, warm=True)
+    assert rec.paths().count("POST /thing") == 10
+    assert rec.paths().count("HEAD /nonce") == 4
+    assert len(set(used)) == len(used)  # every POST signed a different nonce
+
+
+async def test_a_cold_burst_never_reuses_a_nonce() -> None:
+    rec, used = await _burst(40, warm=False)
+    assert rec.paths().count("POST /thing") == 40
+    assert 1 <= rec.paths().count("HEAD /nonce") <= 32  # the circulation bound
+    assert len(set(used)) == len(used)

@@ -168,6 +168,13 @@ class _Connection(asyncio.Protocol):
         )
 
     def close(self) -> None:
+        """Drop the connection now (no TLS goodbye: it is broken, spent or unwanted)."""
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.abort()
+        self.lost = True
+
+    def close_politely(self) -> None:
+        """Close after a TLS ``close_notify`` (the pool is shutting down)."""
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
         self.lost = True
@@ -441,7 +448,7 @@ class Http11Pool(httpx.AsyncBaseTransport):
         self._closed = True
         closing = list(self._all)
         for conn in closing:
-            conn.close()
+            conn.close_politely()
         if closing and self._loop is asyncio.get_running_loop():
             # TLS says goodbye (close_notify) before the socket closes: give it a moment,
             # then cut what is left, so no socket outlives the pool.

@@ -255,8 +255,9 @@ class AcmeTransport:
         if nonce_circulation < 1:
             raise InvalidInput("nonce_circulation must be at least 1")
         self.nonce_circulation = nonce_circulation
-        #: Nonces on their way: POSTs in flight (their answers bring a spare nonce) and
-        #: newNonce requests in flight (whose requester will then POST).
+        #: Nonces on their way: POSTs in flight (their answers bring a spare nonce),
+        #: newNonce requests in flight (whose requester will then POST), and nonces
+        #: handed to a waiting request that has not resumed yet.
         self._promised = 0
         self._nonce_waiters: collections.deque[_NonceWaiter] = collections.deque()
         self.on_request = on_request
@@ -355,6 +356,8 @@ class AcmeTransport:
         while self._nonce_waiters:
             waiter = self._nonce_waiters.popleft()
             if not waiter.event.is_set():
+                if nonce is not None:
+                    self._promised += 1  # in the waiter's hands until it sends its POST
                 waiter.nonce = nonce
                 waiter.event.set()
                 return
@@ -515,19 +518,29 @@ class AcmeTransport:
             # in flight, or the POST of a request whose newNonce is in flight. Waiting for
             # it takes no longer than a newNonce round-trip of our own would (bounded, in
             # case that request fails), and spares the CA a request.
-            waiter = _NonceWaiter()
-            self._nonce_waiters.append(waiter)
-            with anyio.move_on_after(_NONCE_WAIT):
-                await waiter.event.wait()
-            if not waiter.event.is_set():
-                waiter.event.set()  # timed out: no nonce may be handed to it any more
-            if waiter.nonce is not None:
-                return waiter.nonce
+            handed = await self._wait_for_nonce()
+            if handed is not None:
+                return handed
         self._promised += 1
         try:
             return await self._fetch_nonce(retry=retry)
         finally:
             self._promised -= 1
+
+    async def _wait_for_nonce(self) -> str | None:
+        """Wait (bounded) for a nonce handed over by an answer; ``None`` to look again."""
+        waiter = _NonceWaiter()
+        self._nonce_waiters.append(waiter)
+        try:
+            with anyio.move_on_after(_NONCE_WAIT):
+                await waiter.event.wait()
+        finally:
+            if not waiter.event.is_set():
+                waiter.event.set()  # timed out or cancelled: nothing is handed to it now
+            nonce, waiter.nonce = waiter.nonce, None
+            if nonce is not None:
+                self._promised -= 1  # the caller signs and sends it without a pause
+        return nonce
 
     async def _fetch_nonce(self, *, retry: bool) -> str:
         directory = await self.directory()

@@ -1,6 +1,6 @@
 """acmecerts through its public API: one ``AcmeClient``, N ``issue()`` calls in a task group.
 
-Run by ``bench/run.py`` (see ``_common.py`` for the protocol). ``--http1`` turns HTTP/2 off.
+Run by ``bench/run.py`` (see ``_common.py`` for the protocol). ``--http2`` uses httpx's HTTP/2 transport instead of the default HTTP/1.1 pool.
 ``--profile FILE`` writes a cProfile of the measured phase (``python -m pstats FILE``).
 """
 
@@ -19,7 +19,7 @@ from acmecerts import AcmeClient, Http01Server
 
 
 def _extra(parser) -> None:
-    parser.add_argument("--http1", action="store_true", help="HTTP/1.1 instead of HTTP/2")
+    parser.add_argument("--http2", action="store_true", help="httpx HTTP/2 instead of Http11Pool")
     parser.add_argument("--profile", default=None, help="cProfile the measured phase to FILE")
 
 
@@ -30,7 +30,7 @@ async def main() -> None:
     issued = 0
     async with (
         Http01Server(host="127.0.0.1", port=args.http_port) as solver,
-        AcmeClient(args.directory, ca_bundle=args.ca, http2=not args.http1) as client,
+        AcmeClient(args.directory, ca_bundle=args.ca, http2=args.http2) as client,
     ):
         await client.register()  # directory, nonce, account: the warm-up
         profiler = None
