@@ -12,9 +12,12 @@ call returns nothing more is sent for that certificate.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import datetime as _dt
+import heapq
+import itertools
 import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -22,6 +25,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+from cryptography import x509
 
 from acmecerts._issued import IssuedCertificate
 from acmecerts._time import Clock
@@ -45,7 +49,7 @@ from acmecerts.manager._events import (
     EventBus,
     Subscriber,
 )
-from acmecerts.manager._persist import CertificateStore, OrderRecord
+from acmecerts.manager._persist import CertificateStore, HeldCertificate, OrderRecord, hold
 from acmecerts.manager._spec import (
     CancelledResult,
     CertificateSpec,
@@ -74,6 +78,12 @@ _NO_LIMIT = contextlib.nullcontext()
 #: The longest timed sleep of the scheduler (guards against wall-clock jumps).
 _MAX_SCHEDULER_SLEEP = 3600.0
 _OWNER_GONE = "owner gone"
+#: At most this many stored certificates are read at once by the background scheduler.
+_MAX_LOADS = 32
+#: The queue time of work due at once (a new certificate): before any other instant.
+_AT_ONCE = _dt.datetime.min.replace(tzinfo=_dt.UTC)
+#: Held certificates handed out recently, as :class:`IssuedCertificate` objects.
+_MAX_HANDED_OUT = 256
 
 
 @dataclasses.dataclass(eq=False)
@@ -85,10 +95,11 @@ class _Flight:
     scope: anyio.CancelScope | None = None
 
 
-@dataclasses.dataclass(eq=False)
+@dataclasses.dataclass(eq=False, slots=True)
 class _Entry:
     spec: CertificateSpec
-    certificate: IssuedCertificate | None = None
+    #: The current certificate, held compactly (see :class:`HeldCertificate`).
+    certificate: HeldCertificate | IssuedCertificate | None = None
     state: AttemptState = dataclasses.field(default_factory=AttemptState)
     renew_at: _dt.datetime | None = None
     #: ARI: when to ask the CA again for the renewal window.
@@ -101,6 +112,10 @@ class _Entry:
     generation: int = 0
     #: Whether stored state (certificate, attempt state) was read.
     loaded: bool = False
+    #: Position in the manager's declaration order (the schedule's last tie-breaker).
+    seq: int = 0
+    #: The token of this entry's valid item in the schedule queue (``None``: not queued).
+    queued: int | None = None
 
 
 class CertificateManager:
@@ -158,6 +173,19 @@ class CertificateManager:
         self._limiter = anyio.CapacityLimiter(concurrency)
         self._global_limiter = limiter
         self._entries: dict[str, _Entry] = {}
+        #: The schedule: a heap of ``(due, token, entry)``; an item is valid while the
+        #: entry is managed and its ``queued`` is the item's token (lazy deletion).
+        self._queue: list[tuple[_dt.datetime, int, _Entry]] = []
+        self._tokens = itertools.count()
+        self._seqs = itertools.count()
+        #: Entries changed since the last scheduling tick (their due time is recomputed).
+        self._dirty: set[_Entry] = set()
+        #: Entries whose stored state waits to be read by the scheduler, and those being read.
+        self._to_load: collections.deque[_Entry] = collections.deque()
+        self._loading: set[_Entry] = set()
+        self._handed_out: collections.OrderedDict[HeldCertificate, IssuedCertificate] = (
+            collections.OrderedDict()
+        )
         self._flights_by_ids: dict[frozenset[Identifier], _Flight] = {}
         self._events = EventBus()
         self._cancellation_hooks: list[CancellationHook] = []
@@ -228,12 +256,14 @@ class CertificateManager:
             )
         entry = self._entries.get(spec.name)
         if entry is None or entry.cancelled is not None:
-            self._entries[spec.name] = _Entry(spec)
+            # a replaced entry keeps its place in the declaration order, as in the dict
+            seq = entry.seq if entry is not None else next(self._seqs)
+            entry = self._entries[spec.name] = _Entry(spec, seq=seq)
         elif entry.spec != spec or entry.spec.owner is not spec.owner:
             if entry.spec.identifier_set != spec.identifier_set:
                 entry.stale = True
             entry.spec = spec
-        self._wake.set()
+        self._changed(entry)
         return spec
 
     async def unmanage(self, name: str) -> None:
@@ -254,6 +284,7 @@ class CertificateManager:
         already = entry.cancelled is not None
         entry.cancelled = reason
         entry.generation += 1
+        self._changed(entry, wake=False)
         flight = entry.flight
         if flight is not None:
             if flight.scope is not None:
@@ -275,7 +306,31 @@ class CertificateManager:
     def get(self, name: str) -> IssuedCertificate | None:
         """The current certificate for ``name`` (``None`` until one is issued)."""
         entry = self._entries.get(name)
-        return entry.certificate if entry is not None else None
+        if entry is None or entry.certificate is None:
+            return None
+        return self._issued(entry.certificate)
+
+    def _issued(self, certificate: HeldCertificate | IssuedCertificate) -> IssuedCertificate:
+        """``certificate`` as an :class:`IssuedCertificate` (the same object for a while)."""
+        if isinstance(certificate, IssuedCertificate):
+            return certificate
+        issued = self._handed_out.get(certificate)
+        if issued is None:
+            issued = self._handed_out[certificate] = certificate.issued()
+            if len(self._handed_out) > _MAX_HANDED_OUT:
+                self._handed_out.popitem(last=False)
+        else:
+            self._handed_out.move_to_end(certificate)
+        return issued
+
+    def _hold(self, certificate: IssuedCertificate) -> HeldCertificate | IssuedCertificate:
+        """The form ``certificate`` is kept in; :meth:`get` hands out ``certificate`` itself."""
+        held = hold(certificate)
+        if isinstance(held, HeldCertificate):
+            self._handed_out[held] = certificate
+            if len(self._handed_out) > _MAX_HANDED_OUT:
+                self._handed_out.popitem(last=False)
+        return held
 
     def managed(self) -> list[CertificateSpec]:
         """Every managed certificate's spec."""
@@ -309,7 +364,7 @@ class CertificateManager:
 
         async def one(i: int, entry: _Entry) -> None:
             if entry.certificate is not None and not entry.stale and not force:
-                results[i] = IssuedResult(entry.spec.name, entry.certificate)
+                results[i] = IssuedResult(entry.spec.name, self._issued(entry.certificate))
                 return
             results[i] = await self._obtain(entry, force=force)
 
@@ -354,7 +409,7 @@ class CertificateManager:
             if self._flights_by_ids.get(ids) is flight:
                 del self._flights_by_ids[ids]
             flight.done.set()
-            self._wake.set()  # the scheduler plans what comes next (renewal, retry)
+            self._changed(entry)  # the scheduler plans what comes next (renewal, retry)
         return result
 
     async def _owner_present(self, spec: CertificateSpec) -> bool | None:
@@ -408,7 +463,7 @@ class CertificateManager:
             await self._forget_finished_order(entry)
             if not force and self._current(entry):
                 assert entry.certificate is not None
-                return IssuedResult(name, entry.certificate)
+                return IssuedResult(name, self._issued(entry.certificate))
             renewal = renewal or (entry.certificate is not None and not entry.stale)
         await self._publish(
             CertificateObtaining(
@@ -429,7 +484,7 @@ class CertificateManager:
             result = await self._failed(entry, exc)
             await self._save_state(entry)
             return result
-        entry.certificate = certificate
+        entry.certificate = self._hold(certificate)
         entry.stale = False
         entry.state = self.schedule.after_success(entry.state)
         if self._store is not None:
@@ -518,11 +573,11 @@ class CertificateManager:
             entry.certificate is None or stored.serial != entry.certificate.serial
         ):
             if frozenset(stored.identifiers) == entry.spec.identifier_set:
-                entry.certificate = stored
+                entry.certificate = self._hold(stored)
                 entry.stale = False
                 await self._plan_renewal(entry)
             elif entry.certificate is None:
-                entry.certificate = stored
+                entry.certificate = self._hold(stored)
                 entry.stale = True  # managed with other identifiers now: issue again
         if not entry.loaded:
             state = await store.load_attempt_state(name)
@@ -606,7 +661,7 @@ class CertificateManager:
         if entry.certificate is None or entry.ari_recheck_at is None:
             return None
         try:
-            return cert_id(entry.certificate.chain.leaf)
+            return cert_id(_leaf(entry.certificate))
         except AcmeCertsError:
             return None
 
@@ -626,7 +681,7 @@ class CertificateManager:
             directory = await self.client.directory()
             if directory.renewal_info is None:
                 return
-            result = await self.client.renewal_info(certificate.chain.leaf)
+            result = await self.client.renewal_info(_leaf(certificate))
         except AcmeCertsError as exc:
             log.info("%s: no ARI window (%s); renewing at %s", entry.spec.name, exc, entry.renew_at)
             return
@@ -655,19 +710,9 @@ class CertificateManager:
         while True:
             self._wake = anyio.Event()
             now = self.clock.now()
-            next_due: _dt.datetime | None = None
-            for entry in sorted(
-                self._entries.values(), key=lambda e: (-e.spec.priority, self._due_sort_key(e))
-            ):
-                if entry.flight is not None:
-                    continue
-                due = self._due_at(entry, now)
-                if due is None:
-                    continue
-                if due <= now:
-                    task_group.start_soon(self._background, entry)
-                elif next_due is None or due < next_due:
-                    next_due = due
+            due_now, next_due = self._plan_tick(now)
+            for entry in due_now:
+                task_group.start_soon(self._background, entry)
             if next_due is None:
                 # nothing is scheduled: sleep until something changes (manage, a flight
                 # ends); a timed sleep here would move a fake clock under running work
@@ -676,11 +721,108 @@ class CertificateManager:
             delay = min(_MAX_SCHEDULER_SLEEP, (next_due - now).total_seconds())
             await self._sleep_or_wake(delay)
 
-    def _due_sort_key(self, entry: _Entry) -> float:
-        due = self._due_at(entry)
-        return due.timestamp() if due is not None else float("inf")
+    def _changed(self, entry: _Entry, *, wake: bool = True) -> None:
+        """``entry`` may need work at another time: the scheduler recomputes it."""
+        self._dirty.add(entry)
+        if wake:
+            self._wake.set()
+
+    def _queue_time(self, entry: _Entry, now: _dt.datetime) -> _dt.datetime | None:
+        """When ``entry`` is due in the queue (:data:`_AT_ONCE` for "now"), or ``None``."""
+        due = self._due_at(entry, now)
+        if due is None:
+            return None
+        if (entry.certificate is None or entry.stale) and entry.state.next_attempt_at is None:
+            return _AT_ONCE  # due whenever asked: "now" at every tick
+        return due
+
+    def _enqueue(self, entry: _Entry, now: _dt.datetime) -> None:
+        when = self._queue_time(entry, now) if self._entries.get(entry.spec.name) is entry else None
+        if when is None:
+            entry.queued = None
+            return
+        token = next(self._tokens)
+        entry.queued = token
+        heapq.heappush(self._queue, (when, token, entry))
+
+    def _valid(self, item: tuple[_dt.datetime, int, _Entry]) -> bool:
+        _, token, entry = item
+        return entry.queued == token and self._entries.get(entry.spec.name) is entry
+
+    def _plan_tick(self, now: _dt.datetime) -> tuple[list[_Entry], _dt.datetime | None]:
+        """One scheduling decision: the entries to start now (in order), the next due time.
+
+        Only the entries changed since the last tick are looked at again; the others wait
+        in a heap by due time. Entries in flight are dropped from the queue (they are
+        planned again when their flight ends). Due entries start highest priority first,
+        then earliest due (new certificates last), then in declaration order.
+        """
+        self._plan_changes(now)
+        queue = self._queue
+        due: list[tuple[tuple[int, bool, _dt.datetime, int], _Entry]] = []
+        while queue and queue[0][0] <= now:
+            item = heapq.heappop(queue)
+            entry = item[2]
+            if not self._valid(item):
+                continue
+            entry.queued = None
+            if entry.flight is None:
+                key = (-entry.spec.priority, item[0] is _AT_ONCE, item[0], entry.seq)
+                due.append((key, entry))
+        due.sort(key=lambda pair: pair[0])
+        return self._with_loads([entry for _, entry in due]), self._next_due()
+
+    def _plan_changes(self, now: _dt.datetime) -> None:
+        """Queue every changed entry at its due time; rebuild a heap of mostly dead items."""
+        dirty, self._dirty = self._dirty, set()
+        for entry in sorted(dirty, key=lambda e: e.seq):
+            self._enqueue(entry, now)
+        if len(self._queue) > 2 * len(self._entries) + 1024:
+            self._queue = [item for item in self._queue if self._valid(item)]
+            heapq.heapify(self._queue)
+
+    def _next_due(self) -> _dt.datetime | None:
+        """The earliest due time of a queued entry that is not in flight."""
+        queue = self._queue
+        while queue and (not self._valid(queue[0]) or queue[0][2].flight is not None):
+            item = heapq.heappop(queue)
+            if self._valid(item):
+                item[2].queued = None  # in flight: planned again when the flight ends
+        return queue[0][0] if queue else None
+
+    def _with_loads(self, due: list[_Entry]) -> list[_Entry]:
+        """``due``, with at most :data:`_MAX_LOADS` entries at a time whose state is unread.
+
+        Reading a stored certificate is the first step of its work; the rest wait their
+        turn in :attr:`_to_load` (a read ending wakes the scheduler), so a restart with
+        many certificates does not start one task per certificate at once.
+        """
+        if self._store is None:
+            return due
+        ready = [entry for entry in due if entry.loaded]
+        self._to_load.extend(entry for entry in due if not entry.loaded)
+        while self._to_load and len(self._loading) < _MAX_LOADS:
+            entry = self._to_load.popleft()
+            if self._entries.get(entry.spec.name) is entry and entry.flight is None:
+                self._loading.add(entry)
+                ready.append(entry)
+        return ready
 
     async def _background(self, entry: _Entry) -> None:
+        try:
+            if entry in self._loading:
+                try:
+                    await self._load(entry)
+                finally:
+                    self._loading.discard(entry)
+                due = self._due_at(entry)
+                if due is None or due > self.clock.now():
+                    return  # a stored certificate that is current: nothing to do yet
+            await self._work(entry)
+        finally:
+            self._changed(entry)
+
+    async def _work(self, entry: _Entry) -> None:
         if entry.flight is not None:
             return
         if (
@@ -692,11 +834,9 @@ class CertificateManager:
         ):
             # only the ARI re-check is due: ask the CA again, no order
             await self._plan_renewal(entry)
-            self._wake.set()
             return
         renewal = entry.certificate is not None and not entry.stale
         await self._obtain(entry, renewal=renewal)
-        self._wake.set()
 
     async def _sleep_or_wake(self, seconds: float) -> None:
         wake = self._wake
@@ -715,6 +855,13 @@ class CertificateManager:
 
     async def _publish(self, event: CertificateEvent) -> None:
         await self._events.publish(event)
+
+
+def _leaf(certificate: HeldCertificate | IssuedCertificate) -> x509.Certificate:
+    """The leaf certificate of a held or issued certificate."""
+    if isinstance(certificate, IssuedCertificate):
+        return certificate.chain.leaf
+    return certificate.leaf()
 
 
 def _for_name(result: IssueResult, name: str) -> IssueResult:

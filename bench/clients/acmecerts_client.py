@@ -1,6 +1,7 @@
 """acmecerts through its public API: one ``AcmeClient``, N ``issue()`` calls in a task group.
 
-Run by ``bench/run.py`` (see ``_common.py`` for the protocol). ``--http2`` uses httpx's HTTP/2 transport instead of the default HTTP/1.1 pool.
+Run by ``bench/run.py`` (see ``_common.py`` for the protocol). ``--http2`` uses httpx's
+HTTP/2 transport instead of the default HTTP/1.1 pool (``Http11Pool``).
 ``--profile FILE`` writes a cProfile of the measured phase (``python -m pstats FILE``).
 """
 

@@ -313,3 +313,23 @@ async def test_ledger_deferrals_do_not_escalate_the_schedule_and_priority_goes_f
     assert manager.next_renewal("low2.budget.test") == deferred.until
     entry_state = manager._entries["low2.budget.test"].state
     assert entry_state.attempts == 0
+
+
+async def test_the_scheduler_starts_due_work_by_priority_then_due_time_then_declaration(
+    client: AcmeClient, http01: Http01Server
+) -> None:
+    clock = FakeClock(dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
+    manager = CertificateManager(client, solvers=[http01], clock=clock)
+    for name, priority in [("a.sched.test", 0), ("b.sched.test", 5), ("c.sched.test", 0)]:
+        manager.manage(name, priority=priority)
+    due, next_due = manager._plan_tick(clock.now())
+    assert [e.spec.name for e in due] == ["b.sched.test", "a.sched.test", "c.sched.test"]
+    assert next_due is None
+    # started work is not started again until it changes; a change plans it again
+    assert manager._plan_tick(clock.now()) == ([], None)
+    manager.manage("a.sched.test", priority=1)
+    assert [e.spec.name for e in manager._plan_tick(clock.now())[0]] == ["a.sched.test"]
+    await manager.unmanage("c.sched.test")
+    manager.manage("c.sched.test")
+    assert [e.spec.name for e in manager._plan_tick(clock.now())[0]] == ["c.sched.test"]
+    assert manager.next_renewal("a.sched.test") == clock.now()

@@ -153,3 +153,37 @@ async def test_kill_9_mid_order_then_restart_resumes_the_same_order(
     assert_valid_chain(result.certificate, pebble, [name])
     assert _orders(pebble) - before == 1  # resumed: no second newOrder
     assert time.monotonic() - start < 60
+
+
+async def test_a_restarted_manager_loads_its_certificates_in_the_background_without_orders(
+    pebble: PebbleServer, http01: Http01Server, tmp_path: Path
+) -> None:
+    names = [f"restart{i}.example.test" for i in range(5)]
+    async with FileStorage(tmp_path) as storage:
+        async with AcmeClient(pebble.directory_url, ca_bundle=pebble.ca_bundle) as client:
+            first = await CertificateManager(client, solvers=[http01], storage=storage).issue_many(
+                names
+            )
+        before = _orders(pebble)
+        async with AcmeClient(pebble.directory_url, ca_bundle=pebble.ca_bundle) as client:
+            restarted = CertificateManager(client, solvers=[http01], storage=storage)
+            events: list[object] = []
+            restarted.subscribe(events.append)
+            for name in names:
+                restarted.manage(name)
+            async with restarted:
+                for _ in range(3000):  # the scheduler reads the store: up to 30 s
+                    if all(restarted.renewal_at(name) is not None for name in names):
+                        break
+                    await anyio.sleep(0.01)
+    assert _orders(pebble) == before
+    assert events == []  # nothing was attempted
+    for result in first:
+        assert isinstance(result, IssuedResult)
+        loaded = restarted.get(result.name)
+        assert loaded is not None
+        assert loaded == result.certificate
+        assert loaded.fullchain_pem == result.certificate.fullchain_pem
+        renew_at = restarted.renewal_at(result.name)
+        assert renew_at is not None
+        assert loaded.not_before < renew_at < loaded.not_after
