@@ -239,7 +239,7 @@ async def _transport_rows(pebble: Any, concurrency: int, count: int) -> list[tup
     from raw_client import Http, RawAcme
 
     from acmecerts import AcmeClient
-    from acmecerts.transport import AcmeTransport
+    from acmecerts.transport import AcmeTransport, Http11Pool
 
     class MinimalTransport(httpx.AsyncBaseTransport):
         """httpx's transport seam filled with raw_client's hand-rolled HTTP/1.1 pool."""
@@ -274,6 +274,15 @@ async def _transport_rows(pebble: Any, concurrency: int, count: int) -> list[tup
     for http2 in (True, False):
         async with httpx.AsyncClient(verify=ctx, http2=http2) as client:
             await measure(f"httpx {'h2' if http2 else 'h1'} GET /dir", lambda c=client: c.get(url))
+    async with httpx.AsyncClient(transport=Http11Pool(ssl_context=ctx)) as pooled:
+        await measure("httpx client over Http11Pool GET /dir", lambda: pooled.get(url))
+    pool = Http11Pool(ssl_context=ctx)
+    parsed_url = httpx.URL(url)
+    await measure(
+        "Http11Pool alone GET /dir",
+        lambda: pool.handle_async_request(httpx.Request("GET", parsed_url)),
+    )
+    await pool.aclose()
     raw = Http(url, str(pebble.ca_bundle), 32)
     await measure("raw asyncio h1 GET /dir", lambda: raw.request("GET", "/dir"))
 
@@ -282,7 +291,8 @@ async def _transport_rows(pebble: Any, concurrency: int, count: int) -> list[tup
         async with AcmeClient(url, ca_bundle=pebble.ca_bundle, http2=http2) as acme:
             account = await acme.register()
             await measure(
-                f"acmecerts {'h2' if http2 else 'h1'} signed POST-as-GET",
+                f"acmecerts {'h2 (httpx)' if http2 else 'h1 (Http11Pool, default)'} "
+                "signed POST-as-GET",
                 lambda a=acme, u=account.url: a._post(u, None),
             )
     # where httpx's cost is: its client layer over the minimal HTTP/1.1 connection pool

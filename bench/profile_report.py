@@ -24,8 +24,8 @@ from pathlib import Path
 STAGES = [
     ("key generation", r"^generate_private_key \(acmecerts/protocol/keys\.py"),
     ("CSR building", r"^build_csr \("),
-    ("JWS signing (josepy + ECDSA)", r"^sign_request \(acmecerts/protocol/jws\.py"),
-    ("parsing answers (acme.messages/josepy)", r"^parse_\w+ \(acmecerts/protocol/resources\.py"),
+    ("JWS signing (ECDSA + header)", r"^sign_request \(acmecerts/protocol/jws\.py"),
+    ("parsing answers", r"^parse_\w+ \(acmecerts/protocol/resources\.py"),
     ("problem documents", r"\(acmecerts/protocol/problems\.py"),
     (
         "certificate download checks / PEM",
