@@ -296,7 +296,8 @@ class Http11Pool(httpx.AsyncBaseTransport):
         scheme = url.raw_scheme
         if scheme not in (b"https", b"http"):
             raise httpx.UnsupportedProtocol(f"unsupported URL scheme {url.scheme!r}")
-        host = url.host
+        # the ASCII (IDNA A-label) form, as DNS and TLS's server name want it
+        host = url.raw_host.decode("ascii")
         port = url.port or (443 if scheme == b"https" else 80)
         origin = (scheme, host, port)
         timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
