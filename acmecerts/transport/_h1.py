@@ -23,15 +23,36 @@ import asyncio
 import collections
 import ssl
 import time
+from collections.abc import Mapping
 
 import h11
 import httpx
 
-__all__ = ["Http11Pool", "ResponseTooLarge"]
+__all__ = ["Answer", "Http11Pool", "ResponseTooLarge"]
 
 #: Largest status line + headers accepted (h11 refuses bigger ones).
 _MAX_HEAD = 64 * 1024
 _DEFAULT_TIMEOUT = 30.0
+
+
+class Answer:
+    """A whole HTTP answer from :meth:`Http11Pool.exchange`."""
+
+    __slots__ = ("content", "headers", "reason", "status_code")
+
+    def __init__(
+        self, status_code: int, reason: bytes, headers: httpx.Headers, content: bytes
+    ) -> None:
+        self.status_code = status_code
+        self.reason = reason
+        #: The headers, as httpx's case-insensitive multi-dict.
+        self.headers = headers
+        self.content = content
+
+    @property
+    def reason_phrase(self) -> str:
+        """The status line's reason phrase."""
+        return self.reason.decode("ascii", "replace")
 
 
 class ResponseTooLarge(httpx.RemoteProtocolError):
@@ -285,14 +306,50 @@ class Http11Pool(httpx.AsyncBaseTransport):
         self.connections_opened = 0
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if not self.serves_here():
+            return await self._fallback_transport().handle_async_request(request)
+        try:
+            body = request.content
+        except httpx.RequestNotRead:
+            body = await request.aread()
+        timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
+        answer = await self.exchange(
+            request.method, request.url, _headers_for(request, body), body, timeouts
+        )
+        return httpx.Response(
+            answer.status_code,
+            headers=answer.headers,
+            content=answer.content,
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": answer.reason},
+            request=request,
+        )
+
+    def serves_here(self) -> bool:
+        """Whether :meth:`exchange` may be used now (an asyncio loop is running)."""
         if self._closed:
             raise RuntimeError("the connection pool is closed")
         loop = _running_loop()
         if loop is None:
-            return await self._fallback_transport().handle_async_request(request)
+            return False
         if loop is not self._loop:
             self._adopt(loop)
-        url = request.url
+        return True
+
+    async def exchange(
+        self,
+        method: str,
+        url: httpx.URL,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+        timeouts: Mapping[str, float | None],
+    ) -> Answer:
+        """Send one request on a pooled connection and return the whole answer.
+
+        The lean path under httpx's seam (for callers that already checked
+        :meth:`serves_here`): ``headers`` are sent as given (``Host`` and, with a body,
+        ``Content-Length`` included) and httpx's exceptions are raised as from
+        :meth:`handle_async_request`.
+        """
         scheme = url.raw_scheme
         if scheme not in (b"https", b"http"):
             raise httpx.UnsupportedProtocol(f"unsupported URL scheme {url.scheme!r}")
@@ -300,37 +357,27 @@ class Http11Pool(httpx.AsyncBaseTransport):
         host = url.raw_host.decode("ascii")
         port = url.port or (443 if scheme == b"https" else 80)
         origin = (scheme, host, port)
-        timeouts: dict[str, float | None] = request.extensions.get("timeout", {})
+        conn = await self._acquire(origin, timeouts)
         try:
-            body = request.content
-        except httpx.RequestNotRead:
-            body = await request.aread()
-        target = url.raw_path
-        headers = _headers_for(request, body)
-        method = request.method.encode("ascii")
-        conn = await self._acquire(origin, timeouts, request)
-        try:
-            exchange = await conn.send(method, target, headers, body, timeouts.get("read"))
+            exchange = await conn.send(
+                method.encode("ascii"), url.raw_path, headers, body, timeouts.get("read")
+            )
         finally:
             self._release(conn)
         # No silent resend when a kept-alive connection breaks: the caller's retry policy
         # decides (with its backoff, hooks and counts). A connection the server closed
         # while idle is noticed (EOF) and never picked.
-        return httpx.Response(
+        return Answer(
             exchange.status,
-            headers=exchange.headers,
-            content=b"".join(exchange.body),
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": exchange.reason},
-            request=request,
+            exchange.reason,
+            httpx.Headers(exchange.headers),
+            b"".join(exchange.body),
         )
 
     # -- the pool ----------------------------------------------------------------------
 
     async def _acquire(
-        self,
-        origin: tuple[bytes, str, int],
-        timeouts: dict[str, float | None],
-        request: httpx.Request,
+        self, origin: tuple[bytes, str, int], timeouts: Mapping[str, float | None]
     ) -> _Connection:
         idle = self._idle.get(origin)
         now = time.monotonic()
@@ -345,19 +392,16 @@ class Http11Pool(httpx.AsyncBaseTransport):
             try:
                 await asyncio.wait_for(waiter, timeouts.get("pool"))
             except TimeoutError as exc:
-                raise httpx.PoolTimeout("no free connection in time", request=request) from exc
+                raise httpx.PoolTimeout("no free connection in time") from exc
             finally:
                 queue = self._waiters.get(origin)
                 if queue is not None and waiter in queue:
                     queue.remove(waiter)
-            return await self._acquire(origin, timeouts, request)
-        return await self._connect(origin, timeouts, request)
+            return await self._acquire(origin, timeouts)
+        return await self._connect(origin, timeouts)
 
     async def _connect(
-        self,
-        origin: tuple[bytes, str, int],
-        timeouts: dict[str, float | None],
-        request: httpx.Request,
+        self, origin: tuple[bytes, str, int], timeouts: Mapping[str, float | None]
     ) -> _Connection:
         scheme, host, port = origin
         self._open[origin] = self._open.get(origin, 0) + 1

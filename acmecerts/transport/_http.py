@@ -45,7 +45,7 @@ from acmecerts.protocol.keys import AccountKey
 from acmecerts.protocol.problems import problem_from_response, synthetic_problem
 from acmecerts.protocol.resources import Directory, parse_directory
 from acmecerts.retry import RequestRetry, retry_request
-from acmecerts.transport._h1 import Http11Pool, ResponseTooLarge
+from acmecerts.transport._h1 import Answer, Http11Pool, ResponseTooLarge
 from acmecerts.transport._nonces import NoncePool
 from acmecerts.transport._policy import (
     UrlPolicy,
@@ -264,7 +264,8 @@ class AcmeTransport:
         #: Where requests may go (checked before every request; see :class:`UrlPolicy`).
         self.url_policy = url_policy if url_policy is not None else UrlPolicy()
         self._checked_policy: UrlPolicy | None = None
-        self._checked_urls: set[str] = set()
+        #: URLs the policy accepted, parsed once (an order URL is polled several times).
+        self._checked_urls: dict[str, httpx.URL] = {}
         self._response_hooks: list[ResponseHook] = []
         #: Number of HTTP requests sent (every method, retries included).
         self.request_count = 0
@@ -274,11 +275,8 @@ class AcmeTransport:
         #: objects, without the client layer's per-request work: URL parsing, cookies,
         #: auth and redirect flows).
         self._pool: Http11Pool | None = None
-        self._urls: dict[str, httpx.URL] = {}
         seconds = as_seconds(timeout)
-        self._timeout_extension = {
-            "timeout": {"connect": seconds, "read": seconds, "write": seconds, "pool": seconds}
-        }
+        self._timeouts = {"connect": seconds, "read": seconds, "write": seconds, "pool": seconds}
         if client is None:
             ctx = _ssl_context(ca_bundle)
             if not http2:
@@ -318,7 +316,7 @@ class AcmeTransport:
 
     async def _send_once(
         self, method: str, url: str, *, content: bytes | None = None, accept: str | None = None
-    ) -> httpx.Response:
+    ) -> httpx.Response | Answer:
         self.check_url(url)  # the last line of defence: nothing is sent to a refused URL
         headers: dict[str, str] = {"User-Agent": USER_AGENT}
         if content is not None:
@@ -377,18 +375,18 @@ class AcmeTransport:
 
     async def _request(
         self, method: str, url: str, *, content: bytes | None, headers: dict[str, str]
-    ) -> httpx.Response:
+    ) -> httpx.Response | Answer:
         try:
-            if self._pool is not None:
-                request = httpx.Request(
-                    method,
-                    self._parsed(url),
-                    headers=headers,
-                    content=content,
-                    extensions=self._timeout_extension,
+            if self._pool is not None and self._pool.serves_here():
+                # our own pool: no httpx.Request/Response objects in between
+                parsed = self._parsed(url)
+                raw_headers = [(b"Host", parsed.netloc)]
+                raw_headers.extend((k.encode(), v.encode()) for k, v in headers.items())
+                if content is not None:
+                    raw_headers.append((b"Content-Length", str(len(content)).encode()))
+                return await self._pool.exchange(
+                    method, parsed, raw_headers, content or b"", self._timeouts
                 )
-                response = await self._pool.handle_async_request(request)
-                return response
             # follow_redirects=False even on a caller's client: a redirect could lead
             # anywhere, around the URL policy (a 3xx is reported as BadServerResponse).
             return await self._client.request(
@@ -414,21 +412,23 @@ class AcmeTransport:
             raise connect_error(url, exc) from exc
 
     def _parsed(self, url: str) -> httpx.URL:
-        """``httpx.URL(url)``, remembered: an order URL is polled several times."""
-        parsed = self._urls.get(url)
-        if parsed is None:
-            if len(self._urls) >= _MAX_CHECKED_URLS:
-                self._urls.clear()
-            parsed = self._urls[url] = httpx.URL(url)
+        """``httpx.URL(url)`` as the URL policy accepted it (checked again if forgotten)."""
+        parsed = self._checked_urls.get(url)
+        if parsed is None or self._checked_policy is not self.url_policy:
+            self.check_url(url)
+            parsed = self._checked_urls[url]
         return parsed
 
-    def _check(self, response: httpx.Response, url: str) -> AcmeResponse:
-        now = self.clock.now()
-        retry_after = parse_retry_after(response.headers.get("retry-after"), now=now)
+    def _check(self, response: httpx.Response | Answer, url: str) -> AcmeResponse:
         content = response.content
         if len(content) > _MAX_BODY:
             raise BadServerResponse("the answer is larger than 1 MiB", url=url)
         status = response.status_code
+        header = response.headers.get("retry-after")
+        if header is None and 200 <= status < 300:  # the common case: nothing to work out
+            return AcmeResponse(status, response.headers, content, url, None)
+        now = self.clock.now()
+        retry_after = parse_retry_after(header, now=now)
         if status < 400:
             if status >= 300:
                 raise BadServerResponse(f"unexpected redirect ({status})", url=url)
@@ -476,10 +476,10 @@ class AcmeTransport:
             self._checked_urls.clear()
         if url in self._checked_urls:
             return url
-        self.url_policy.check(url, directory_url=self.directory_url)
+        parsed = self.url_policy.checked(url, directory_url=self.directory_url)
         if len(self._checked_urls) >= _MAX_CHECKED_URLS:
             self._checked_urls.clear()
-        self._checked_urls.add(url)
+        self._checked_urls[url] = parsed
         return url
 
     async def get(self, url: str, *, accept: str | None = None) -> AcmeResponse:
