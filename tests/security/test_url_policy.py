@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import httpx
 import pytest
 
 from acmecerts import (
@@ -254,3 +255,30 @@ async def test_the_real_pebble_flow_passes_the_default_policy(
     assert policy == UrlPolicy()
     assert {origin_of(url) for url in sent} == {origin_of(pebble.directory_url)}
     assert len(sent) >= 8  # directory, nonce, account, order, authz, challenge, finalize...
+
+
+class _NoCertificates(UrlPolicy):
+    """A narrower policy: certificate downloads are refused."""
+
+    __slots__ = ()
+
+    def checked(self, url: str, *, directory_url: str) -> httpx.URL:
+        if "/certZ/" in url:
+            raise UnsafeUrl(f"no downloads from {url}", url=url, allowed_origins=())
+        return super().checked(url, directory_url=directory_url)
+
+
+async def test_a_subclass_narrowing_the_policy_is_obeyed_by_the_transport(
+    pebble: PebbleServer, http01: Http01Server
+) -> None:
+    sent: list[str] = []
+    async with AcmeClient(
+        pebble.directory_url,
+        ca_bundle=pebble.ca_bundle,
+        url_policy=_NoCertificates(),
+        on_request=lambda method, url: sent.append(url),
+    ) as client:
+        with pytest.raises(UnsafeUrl, match="no downloads"):
+            await client.issue(["narrow.example.test"], solver=http01)
+    assert any("/finalize-order/" in url for url in sent)
+    assert not any("/certZ/" in url for url in sent)  # refused before anything was sent
