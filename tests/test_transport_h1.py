@@ -174,9 +174,19 @@ async def test_answer_cut_off_midway_is_an_error_not_a_retry() -> None:
         pool = _pool()
         async with httpx.AsyncClient(transport=pool, timeout=5) as client:
             await client.get(server.url)
-            with pytest.raises((httpx.ReadError, httpx.RemoteProtocolError)):
+            with pytest.raises(httpx.RemoteProtocolError, match="closed the connection mid-answer"):
                 await client.get(server.url)
     assert server.requests == 2
+
+
+async def test_a_connection_closed_before_any_answer_says_so() -> None:
+    async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)  # and close without a word
+
+    server = ScriptedServer(hang_up)
+    async with server:
+        with pytest.raises(httpx.RemoteProtocolError, match="without answering"):
+            await _get(_pool(), server.url)
 
 
 async def test_chunked_and_close_delimited_bodies() -> None:

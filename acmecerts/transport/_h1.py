@@ -83,6 +83,8 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.exchange: _Exchange | None = None
         self.error: BaseException | None = None
+        #: The server closed its side (EOF or the connection is gone).
+        self.closed_by_peer = False
         #: When the last byte of the current answer arrived (for the read timeout).
         self.last_activity = 0.0
         #: When the connection went idle (for keep-alive expiry).
@@ -122,6 +124,7 @@ class _Connection(asyncio.Protocol):
     # -- answer assembly ---------------------------------------------------------------
 
     def _receive_closed(self) -> None:
+        self.closed_by_peer = True
         if self.h11.their_state not in (h11.CLOSED, h11.ERROR):
             try:
                 self.h11.receive_data(b"")
@@ -135,7 +138,7 @@ class _Connection(asyncio.Protocol):
             try:
                 event = self.h11.next_event()
             except h11.RemoteProtocolError as exc:
-                self._fail(httpx.RemoteProtocolError(f"malformed answer: {exc}"))
+                self._fail(httpx.RemoteProtocolError(self._why(exc)))
                 return
             if event is h11.NEED_DATA or event is h11.PAUSED:
                 return
@@ -167,6 +170,14 @@ class _Connection(asyncio.Protocol):
             elif kind is h11.ConnectionClosed:
                 self._fail(httpx.RemoteProtocolError("the server closed the connection early"))
                 return
+
+    def _why(self, exc: h11.RemoteProtocolError) -> str:
+        """Words for an answer h11 refused: cut off by the server, or malformed."""
+        if not self.closed_by_peer:
+            return f"malformed answer: {exc}"
+        if self.exchange is None or self.exchange.status == 0:
+            return "the server closed the connection without answering"
+        return f"the server closed the connection mid-answer: {exc}"
 
     def _fail(self, exc: BaseException) -> None:
         self.error = exc
