@@ -416,3 +416,35 @@ async def test_a_cold_burst_never_reuses_a_nonce() -> None:
     assert rec.paths().count("POST /thing") == 40
     assert 1 <= rec.paths().count("HEAD /nonce") <= 32  # the circulation bound
     assert len(set(used)) == len(used)
+
+
+async def test_a_cancelled_waiter_no_longer_counts_as_waiting() -> None:
+    import anyio
+
+    release = anyio.Event()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"ok": True}, headers={"Replay-Nonce": rec.next_nonce()})
+
+    rec = Recorder(handler)
+
+    async def held(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/thing":
+            await release.wait()
+        return rec(request)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(held))
+    transport = AcmeTransport(f"{BASE}/dir", client=client, clock=FakeClock(T0))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(post, transport)  # newNonce, then a POST that hangs
+        await anyio.sleep(0.05)
+        with anyio.move_on_after(0.05):
+            await post(transport)  # waits for the hanging POST's nonce, then gives up
+        # nothing waits now, so the hanging POST's nonce is free for the next request:
+        # it waits for it instead of asking newNonce
+        tg.start_soon(post, transport)
+        await anyio.sleep(0.05)
+        release.set()
+    assert rec.paths().count("HEAD /nonce") == 1
+    assert rec.paths().count("POST /thing") == 2
+    await client.aclose()

@@ -271,9 +271,8 @@ class AcmeTransport:
         self.request_count = 0
         self._directory: Directory | None = None
         #: Our own HTTP/1.1 pool when the transport made its client without HTTP/2:
-        #: requests then go to it directly (the same ``httpx.Request``/``Response``
-        #: objects, without the client layer's per-request work: URL parsing, cookies,
-        #: auth and redirect flows).
+        #: requests then go to its ``exchange()`` directly, without httpx's client layer
+        #: (URL parsing, cookies, auth and redirect flows, Request/Response objects).
         self._pool: Http11Pool | None = None
         seconds = as_seconds(timeout)
         self._timeouts = {"connect": seconds, "read": seconds, "write": seconds, "pool": seconds}
@@ -351,15 +350,13 @@ class AcmeTransport:
 
     def _wake_nonce_waiter(self, nonce: str | None) -> None:
         """Hand ``nonce`` to the longest-waiting request (or the pool); wake it either way."""
-        while self._nonce_waiters:
+        if self._nonce_waiters:  # only waiters still waiting are in the queue
             waiter = self._nonce_waiters.popleft()
-            if not waiter.event.is_set():
-                if nonce is not None:
-                    self._promised += 1  # in the waiter's hands until it sends its POST
-                waiter.nonce = nonce
-                waiter.event.set()
-                return
-        if nonce is not None:
+            if nonce is not None:
+                self._promised += 1  # in the waiter's hands until it sends its POST
+            waiter.nonce = nonce
+            waiter.event.set()
+        elif nonce is not None:
             self.nonces.put(nonce)
 
     def add_response_hook(self, hook: ResponseHook) -> None:
@@ -524,6 +521,9 @@ class AcmeTransport:
         self._promised += 1
         try:
             return await self._fetch_nonce(retry=retry)
+        except BaseException:
+            self._wake_nonce_waiter(None)  # a waiter counted on this one: look again
+            raise
         finally:
             self._promised -= 1
 
@@ -536,7 +536,10 @@ class AcmeTransport:
                 await waiter.event.wait()
         finally:
             if not waiter.event.is_set():
-                waiter.event.set()  # timed out or cancelled: nothing is handed to it now
+                # timed out or cancelled: nothing may be handed to it now, and it no longer
+                # counts as waiting
+                waiter.event.set()
+                self._nonce_waiters.remove(waiter)
             nonce, waiter.nonce = waiter.nonce, None
             if nonce is not None:
                 self._promised -= 1  # the caller signs and sends it without a pause
