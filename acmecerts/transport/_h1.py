@@ -224,11 +224,12 @@ class _Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         exchange = _Exchange(loop)
         self.exchange = exchange
-        try:
-            data = self.h11.send(h11.Request(method=method, target=target, headers=headers))
+        try:  # h11 refuses malformed headers when the Request event is built
+            events: list[h11.Event] = [h11.Request(method=method, target=target, headers=headers)]
             if body:
-                data = (data or b"") + (self.h11.send(h11.Data(data=body)) or b"")
-            data = (data or b"") + (self.h11.send(h11.EndOfMessage()) or b"")
+                events.append(h11.Data(data=body))
+            events.append(h11.EndOfMessage())
+            data = b"".join(self.h11.send(event) or b"" for event in events)
         except h11.LocalProtocolError as exc:
             self.close()
             raise httpx.LocalProtocolError(str(exc)) from exc
