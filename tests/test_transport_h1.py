@@ -326,3 +326,19 @@ async def test_acme_transport_maps_an_oversized_answer_to_bad_server_response(
         transport._pool.max_body = 100  # the directory is larger
         with pytest.raises(BadServerResponse, match="larger than"):
             await transport.directory()
+
+
+async def test_a_header_h11_refuses_is_a_local_protocol_error_and_nothing_is_sent() -> None:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.read_request(reader)
+        writer.write(OK)
+        await writer.drain()
+
+    server = ScriptedServer(answer)
+    async with server:
+        pool = _pool()
+        request = httpx.Request("GET", server.url, headers={"X-Bad": "line\r\nInjected: yes"})
+        with pytest.raises(httpx.LocalProtocolError):
+            await pool.handle_async_request(request)
+        await pool.aclose()
+    assert server.requests == 0

@@ -222,8 +222,6 @@ class _Connection(asyncio.Protocol):
         """Write one request and wait for its whole answer."""
         assert self.transport is not None
         loop = asyncio.get_running_loop()
-        exchange = _Exchange(loop)
-        self.exchange = exchange
         try:  # h11 refuses malformed headers when the Request event is built
             events: list[h11.Event] = [h11.Request(method=method, target=target, headers=headers)]
             if body:
@@ -233,6 +231,9 @@ class _Connection(asyncio.Protocol):
         except h11.LocalProtocolError as exc:
             self.close()
             raise httpx.LocalProtocolError(str(exc)) from exc
+        # only now is there an answer to wait for (nothing was written before this line)
+        exchange = _Exchange(loop)
+        self.exchange = exchange
         self.last_activity = time.monotonic()
         self.transport.write(data)
         timer = None if read_timeout is None else _ReadTimer(self, exchange, read_timeout, loop)
