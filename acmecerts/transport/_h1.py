@@ -319,6 +319,7 @@ class Http11Pool(httpx.AsyncBaseTransport):
         self.connections_opened = 0
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` on a pooled connection (httpx's transport interface)."""
         if not self.serves_here():
             return await self._fallback_transport().handle_async_request(request)
         try:
@@ -503,6 +504,7 @@ class Http11Pool(httpx.AsyncBaseTransport):
         return self._fallback
 
     async def aclose(self) -> None:
+        """Close every connection (politely, then cut after 1 s); refuse requests after."""
         self._closed = True
         closing = list(self._all)
         for conn in closing:
