@@ -15,6 +15,7 @@ __all__ = [
     "CertificateDeferred",
     "CertificateEvent",
     "CertificateFailed",
+    "CertificateLoaded",
     "CertificateObtained",
     "CertificateObtaining",
     "CertificateRateLimited",
@@ -47,6 +48,19 @@ class CertificateObtained(CertificateEvent):
 
     certificate: IssuedCertificate | None = None
     renewal: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CertificateLoaded(CertificateEvent):
+    """A current certificate was read from the store (at start, or written by a replica).
+
+    Published once per certificate and serial the manager did not issue itself, so a
+    subscriber that publishes certificates (a TLS Secret, a file) hears of every one
+    after a restart. ``renew_at`` is when the manager plans to renew it.
+    """
+
+    certificate: IssuedCertificate | None = None
+    renew_at: _dt.datetime | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
