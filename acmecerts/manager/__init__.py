@@ -15,6 +15,8 @@ from acmecerts.manager._manager import CancellationHook, CertificateManager
 from acmecerts.manager._spec import (
     CancelledResult,
     CertificateSpec,
+    CertificateState,
+    CertificateStatus,
     DeferredResult,
     FailedResult,
     IssuedResult,
@@ -35,6 +37,8 @@ __all__ = [
     "CertificateObtaining",
     "CertificateRateLimited",
     "CertificateSpec",
+    "CertificateState",
+    "CertificateStatus",
     "DeferredResult",
     "FailedResult",
     "IssueResult",

@@ -55,6 +55,8 @@ from acmecerts.manager._persist import CertificateStore, HeldCertificate, OrderR
 from acmecerts.manager._spec import (
     CancelledResult,
     CertificateSpec,
+    CertificateState,
+    CertificateStatus,
     DeferredResult,
     FailedResult,
     IssuedResult,
@@ -375,6 +377,48 @@ class CertificateManager:
         entry = self._entries.get(name)
         return entry.renew_at if entry is not None else None
 
+    def status(self, name: str) -> CertificateStatus | None:
+        """Where ``name`` stands: its state, next instant and last error (``None``: unknown).
+
+        ``next_at`` is ``None`` only for a certificate that is parked (invalid input: it
+        waits for its spec to change), exhausted or cancelled; every other one has an
+        explicit instant, never "unknown".
+        """
+        entry = self._entries.get(name)
+        if entry is None:
+            return None
+        state = entry.state
+        reason = state.last_error
+        now = self.clock.now()
+        certificate = entry.certificate
+        kind: CertificateState
+        if entry.cancelled is not None:
+            kind, reason = CertificateState.CANCELLED, entry.cancelled
+        elif self._parked(entry):
+            kind = CertificateState.PARKED
+        elif self.schedule.exhausted(state):
+            kind = CertificateState.EXHAUSTED
+        elif entry.flight is not None:
+            kind = CertificateState.IN_FLIGHT
+        elif entry.hold_until is not None:
+            kind, reason = CertificateState.HELD, entry.hold_reason
+        elif state.next_attempt_at is not None:
+            kind = CertificateState.RETRYING
+        elif self._current(entry):
+            kind = CertificateState.CURRENT
+        else:
+            kind = CertificateState.PENDING
+        return CertificateStatus(
+            name=name,
+            state=kind,
+            next_at=self._due_at(entry, now),
+            attempts=state.attempts,
+            reason=reason,
+            serial=certificate.serial if certificate is not None else None,
+            not_after=certificate.not_after if certificate is not None else None,
+            renew_at=entry.renew_at,
+        )
+
     def next_renewal(self, name: str) -> _dt.datetime | None:
         """When ``name`` next needs work: issuance, a retry, an ARI re-check or renewal."""
         entry = self._entries.get(name)
@@ -462,19 +506,19 @@ class CertificateManager:
         return not self._current(entry)
 
     async def _budget_gate(self, entry: _Entry) -> _dt.datetime | None:
-        """Priority reserves quota: ``None`` to order now, else when ``entry``'s turn comes.
+        """Priority reserves quota: ``None`` to go on now, else when ``entry``'s turn comes.
 
-        Without a ledger, or with no contender of higher priority, it answers at once.
-        Otherwise it waits until every higher-priority contender's stored state is read
-        (they may be current and need nothing), then plans the contenders that need an
-        order with the ledger (:meth:`RateLimitLedger.plan`, highest priority first):
-        if the budget runs out before ``entry``'s turn, ``entry`` waits for the instant
-        it fits, and the higher-priority ones spend it.
+        Without a ledger, or with no certificate of higher priority on its way to an
+        order (loading, waiting for a slot, in an attempt), it answers at once. Else it
+        waits until their stored state is read (they may be current and need nothing),
+        and plans them and ``entry`` with the ledger (:meth:`RateLimitLedger.plan`,
+        highest priority first, as if none of them had spent yet): if ``entry`` fits
+        even then, it goes on; if it would fit only later, it waits for one of them to
+        finish and looks again; once none is left, the ledger's own reservation decides.
+        A deferral says the instant ``entry`` fits behind them.
         """
-        self._stop_contending(entry)
         ledger = self.client.ledger
-        account = self.client.account_url
-        if ledger is None or account is None:
+        if ledger is None or not self._needs_order(entry):
             return None
         priority = entry.spec.priority
         while True:
@@ -482,18 +526,18 @@ class CertificateManager:
             if not higher:
                 return None
             if all(self._store is None or e.loaded for e in higher):
-                break
-            self._contention = anyio.Event()
+                ahead = [e for e in higher if self._needs_order(e)]
+                if not ahead:
+                    return None
+                account = self.client.account_url or await self.client._kid()
+                requests = [self._issuance_request(e) for e in (*ahead, entry)]
+                planned = await ledger.plan(requests, account=account)
+                mine = next(p for p in planned if p.request is requests[-1])
+                if mine.at is None or mine.at <= self.clock.now():
+                    return None  # it fits even if every one of them spends first
+            if self._contention.is_set():  # every waiter shares one event until it fires
+                self._contention = anyio.Event()
             await self._contention.wait()
-        ahead = [e for e in higher if self._needs_order(e)]
-        if not ahead:
-            return None
-        requests = [self._issuance_request(e) for e in (*ahead, entry)]
-        planned = await ledger.plan(requests, account=account)
-        mine = next(p for p in planned if p.request is requests[-1])
-        if mine.at is None or mine.at <= self.clock.now():
-            return None
-        return mine.at
 
     def _issuance_request(self, entry: _Entry) -> IssuanceRequest:
         """``entry``'s next order as the ledger's planner sees it."""
@@ -512,8 +556,8 @@ class CertificateManager:
             return True
         try:
             return bool(await spec.owner())
-        except Exception:
-            log.exception("owner guard of %s failed; not starting an order", spec.name)
+        except Exception as exc:
+            log.warning("%s: the owner guard failed (%r); not starting an order", spec.name, exc)
             return None
 
     async def _attempt(
@@ -544,6 +588,17 @@ class CertificateManager:
         now = self.clock.now()
         if not self.schedule.ready(entry.state, now) and entry.state.next_attempt_at is not None:
             return DeferredResult(name, entry.state.next_attempt_at, "backoff after a failure")
+        # before taking a slot: an entry waiting here must not keep others from theirs
+        fits_at = None if force else await self._budget_gate(entry)
+        if fits_at is not None:
+            deferred = RateLimitDeferred(
+                "certificates of higher priority take the rate-limit budget until then",
+                retry_after=fits_at,
+                limit=None,
+            )
+            result = await self._failed(entry, deferred)
+            await self._save_state(entry)
+            return result
         with anyio.CancelScope() as scope:
             flight.scope = scope
             if entry.cancelled is not None:
@@ -592,16 +647,6 @@ class CertificateManager:
             if not force and retry_at is not None and retry_at > self.clock.now():
                 return DeferredResult(name, retry_at, "another process's attempt failed")
             renewal = renewal or (entry.certificate is not None and not entry.stale)
-        fits_at = await self._budget_gate(entry)
-        if fits_at is not None:
-            deferred = RateLimitDeferred(
-                "certificates of higher priority take the rate-limit budget until then",
-                retry_after=fits_at,
-                limit=None,
-            )
-            result = await self._failed(entry, deferred)
-            await self._save_state(entry)
-            return result
         await self._publish(
             CertificateObtaining(
                 name, self.clock.now(), renewal=renewal, attempt=entry.state.attempts + 1
@@ -1004,6 +1049,7 @@ class CertificateManager:
 
     async def _background(self, entry: _Entry) -> None:
         before = _progress_mark(entry)
+        ended = False  # not cancelled (the manager stopping is no reason to hold)
         try:
             if entry in self._loading:
                 self._contending.add(entry)
@@ -1015,12 +1061,15 @@ class CertificateManager:
                     self._stop_contending(entry)
                 due = self._due_at(entry)
                 if due is None or due > self.clock.now():
+                    ended = True
                     return  # a stored certificate that is current: nothing to do yet
             await self._work(entry)
+            ended = True
         except AcmeCertsError as exc:
             # reading the store (or the ARI re-check) failed outside an attempt
             until = self._hiccup(entry, f"{type(exc).__name__}: {exc}")
             log.warning("%s: %s; next try at %s", entry.spec.name, exc, until)
+            ended = True
             await self._publish(
                 CertificateFailed(
                     entry.spec.name, self.clock.now(), error=exc, next_attempt_at=until
@@ -1028,10 +1077,12 @@ class CertificateManager:
             )
         except Exception as exc:  # a bug (ours or a plugin's) must not stop the others
             until = self._hiccup(entry, f"unexpected error: {exc!r}")
+            ended = True
             log.exception("%s: unexpected error; next try at %s", entry.spec.name, until)
         finally:
             if (
-                self._entries.get(entry.spec.name) is entry
+                ended
+                and self._entries.get(entry.spec.name) is entry
                 and entry.flight is None
                 and _progress_mark(entry) == before
             ):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import enum
 import hashlib
 import json
 from collections.abc import Awaitable, Callable, Iterable
@@ -16,6 +17,8 @@ from acmecerts.protocol.keys import KeyType
 __all__ = [
     "CancelledResult",
     "CertificateSpec",
+    "CertificateState",
+    "CertificateStatus",
     "DeferredResult",
     "FailedResult",
     "IssueResult",
@@ -121,3 +124,43 @@ class CancelledResult:
 
 #: One certificate's outcome in :meth:`CertificateManager.issue_many`.
 IssueResult = IssuedResult | DeferredResult | FailedResult | CancelledResult
+
+
+class CertificateState(enum.StrEnum):
+    """Where a managed certificate stands (see :meth:`CertificateManager.status`)."""
+
+    #: Never attempted yet: due now.
+    PENDING = "pending"
+    #: An attempt is under way.
+    IN_FLIGHT = "in-flight"
+    #: A valid certificate; ``next_at`` is its renewal (or ARI re-check).
+    CURRENT = "current"
+    #: An attempt failed or was deferred (attempt schedule, ``Retry-After``, ledger).
+    RETRYING = "retrying"
+    #: Our side failed (owner guard, storage): held on the error backoff.
+    HELD = "held"
+    #: The input is invalid: no attempt until the spec changes.
+    PARKED = "parked"
+    #: The attempt schedule allows no further attempt.
+    EXHAUSTED = "exhausted"
+    #: Unmanaged or its owner is gone: nothing more is sent.
+    CANCELLED = "cancelled"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CertificateStatus:
+    """A managed certificate's state, next instant and last error, for people and probes."""
+
+    name: str
+    state: CertificateState
+    #: When work for it next starts; ``None`` only when parked, exhausted or cancelled.
+    next_at: _dt.datetime | None
+    #: Failed attempts counted by the schedule since the last success.
+    attempts: int = 0
+    #: The last failure (or why it is held, parked or cancelled), for people.
+    reason: str | None = None
+    #: The current certificate's serial (lower-case hex) and expiry, if there is one.
+    serial: str | None = None
+    not_after: _dt.datetime | None = None
+    #: When the current certificate is planned to be renewed.
+    renew_at: _dt.datetime | None = None
