@@ -8,7 +8,9 @@ did (owner checks, store reads, orders, events), never seconds.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -52,12 +54,18 @@ def most_calls(
         step = min(cap, step * 2)
 
 
+async def eventually(condition: Callable[[], bool], what: str, *, limit: float = 60.0) -> None:
+    """Wait (real time, ``limit`` seconds at most) until ``condition()`` holds."""
+    for _ in range(int(limit / 0.005)):
+        if condition():
+            return
+        await anyio.sleep(0.005)
+    raise AssertionError(f"waited {limit} s for {what}")
+
+
 async def run_until(clock: FakeClock, instant: dt.datetime, what: str) -> None:
-    """Let the manager's scheduler move the fake clock until ``instant`` (60 s real at most)."""
-    with anyio.fail_after(60):
-        while clock.now() < instant:
-            await anyio.sleep(0.005)
-    assert clock.now() >= instant, what
+    """Let the manager's scheduler move the fake clock until ``instant``."""
+    await eventually(lambda: clock.now() >= instant, what)
 
 
 async def test_invalid_input_and_a_failing_owner_guard_never_spin(
@@ -97,7 +105,8 @@ async def test_invalid_input_and_a_failing_owner_guard_never_spin(
     assert wild is not None
     assert wild.state is CertificateState.PARKED
     assert wild.next_at is None
-    assert wild.reason is not None and "wildcard" in wild.reason
+    assert wild.reason is not None
+    assert "wildcard" in wild.reason
     # the owner guard is asked on the error backoff (5 s doubling to 5 min), not in a
     # loop. (A FakeClock moves at every sleep, also one that is woken early, so fewer
     # checks fit in a simulated day than on a real clock: the bound is what matters.)
@@ -108,11 +117,13 @@ async def test_invalid_input_and_a_failing_owner_guard_never_spin(
     g = manager.status("g")
     assert g is not None
     assert g.state is CertificateState.HELD
-    assert g.next_at is not None and g.next_at > end - dt.timedelta(seconds=1)
+    assert g.next_at is not None
+    assert g.next_at > end - dt.timedelta(seconds=1)
     assert g.reason == "the owner guard failed"
     assert len(orders) == 1  # only ok's order: nothing was sent for wild or g
     status = manager.status("ok.schedule.example.test")
-    assert status is not None and status.state is CertificateState.CURRENT
+    assert status is not None
+    assert status.state is CertificateState.CURRENT
 
 
 async def test_a_changed_spec_unparks_and_a_repaired_owner_guard_issues(
@@ -142,8 +153,10 @@ async def test_a_changed_spec_unparks_and_a_repaired_owner_guard_issues(
             # the operator fixes the resource: the new spec is unparked, due at once
             manager.manage("site", ["www.site.example.test"])
             fixed = manager.status("site")
-            assert fixed is not None and fixed.state is CertificateState.PENDING
-            assert fixed.next_at is not None and fixed.next_at <= clock.now()
+            assert fixed is not None
+            assert fixed.state is CertificateState.PENDING
+            assert fixed.next_at is not None
+            assert fixed.next_at <= clock.now()
         broken = False  # and the API server is back
         # (issued outside the background loop: a FakeClock moved by the scheduler's sleeps
         # would run past the attempt deadline while Pebble validates in real time)
@@ -152,11 +165,14 @@ async def test_a_changed_spec_unparks_and_a_repaired_owner_guard_issues(
     obtained = sorted(e.name for e in events if isinstance(e, CertificateObtained))
     assert obtained == ["guarded", "site"]
     site = manager.get("site")
-    assert site is not None and site.names == ("www.site.example.test",)
+    assert site is not None
+    assert site.names == ("www.site.example.test",)
     for name in ("site", "guarded"):
         status = manager.status(name)
-        assert status is not None and status.state is CertificateState.CURRENT
-        assert status.next_at is not None and status.next_at > clock.now()
+        assert status is not None
+        assert status.state is CertificateState.CURRENT
+        assert status.next_at is not None
+        assert status.next_at > clock.now()
 
 
 class FlakyStorage(FileStorage):
@@ -191,17 +207,20 @@ async def test_storage_errors_back_off_then_recover(
             # each failed read is one failure event, spaced on the error backoff
             assert 20 <= len(failures) <= most_calls((clock.now() - start).total_seconds())
             assert storage.loads == len(failures)
-            for earlier, later in zip(failures, failures[1:], strict=False):
+            for earlier, later in itertools.pairwise(failures):
                 assert later.at >= earlier.at + dt.timedelta(seconds=4)
                 assert earlier.next_attempt_at is not None
                 assert later.at >= earlier.next_attempt_at
             status = manager.status("stored.example.test")
-            assert status is not None and status.state is CertificateState.HELD
-            assert status.reason is not None and "the store is down" in status.reason
+            assert status is not None
+            assert status.state is CertificateState.HELD
+            assert status.reason is not None
+            assert "the store is down" in status.reason
             storage.broken = False
-            with anyio.fail_after(60):
-                while not any(isinstance(e, CertificateObtained) for e in events):
-                    await anyio.sleep(0.01)
+            await eventually(
+                lambda: any(isinstance(e, CertificateObtained) for e in events),
+                "the issuance once the store is back",
+            )
     stored = await FileStorage(tmp_path).load(
         manager._store.layout.certificate("stored.example.test").meta  # type: ignore[union-attr]
     )
@@ -234,18 +253,16 @@ async def test_priority_reserves_the_budget_whatever_the_order_of_managing(
             for spec in specs:
                 manager.manage(spec)
             async with manager:
-                with anyio.fail_after(60):
-                    while (
-                        len(
-                            [
-                                e
-                                for e in events
-                                if isinstance(e, (CertificateObtained, CertificateDeferred))
-                            ]
+                await eventually(
+                    lambda: (
+                        sum(
+                            isinstance(e, (CertificateObtained, CertificateDeferred))
+                            for e in events
                         )
-                        < 10
-                    ):
-                        await anyio.sleep(0.01)
+                        >= 10
+                    ),
+                    "ten outcomes",
+                )
             issued = sorted(e.name for e in events if isinstance(e, CertificateObtained))
             waiting = [e for e in events if isinstance(e, CertificateDeferred)]
     assert issued == sorted(names[5:])  # the five of highest priority
@@ -253,8 +270,10 @@ async def test_priority_reserves_the_budget_whatever_the_order_of_managing(
     for item in waiting:
         assert item.name in names[:5]
         until = item.until
-        assert until is not None and until > dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
+        assert until is not None
+        assert until > dt.datetime.now(dt.UTC) + dt.timedelta(days=1)
         status = manager.status(item.name)
-        assert status is not None and status.state is CertificateState.RETRYING
+        assert status is not None
+        assert status.state is CertificateState.RETRYING
         assert status.next_at == until
         assert status.attempts == 0  # a deferral is not a failure
