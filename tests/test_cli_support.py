@@ -81,22 +81,48 @@ def run_many(
     commands: Sequence[Sequence[str]], *, envs: Sequence[dict[str, str]] | None = None
 ) -> list[subprocess.CompletedProcess[str]]:
     """Run several CLI commands at once (they must not bind the same port)."""
-    procs = [
-        subprocess.Popen(
-            [*CLI, *args],
-            cwd=REPO,
-            env=envs[i] if envs is not None else cli_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for i, args in enumerate(commands):
+            procs.append(
+                subprocess.Popen(
+                    [*CLI, *args],
+                    cwd=REPO,
+                    env=envs[i] if envs is not None else cli_env(),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
+        results = []
+        for proc, args in zip(procs, commands, strict=True):
+            out, err = finish(proc, timeout=60, waiting_for=f"acmecerts {' '.join(args)}")
+            results.append(subprocess.CompletedProcess([*CLI, *args], proc.returncode, out, err))
+        return results
+    finally:
+        for proc in procs:  # a failed one must not leave the others running, or their pipes
+            with proc:
+                if proc.poll() is None:
+                    proc.kill()
+
+
+def finish(proc: subprocess.Popen[str], *, timeout: float, waiting_for: str) -> tuple[str, str]:
+    """``proc.communicate()``: its output once it exits, within ``timeout`` seconds.
+
+    Past the limit the process is killed, its pipes are read to the end and closed, and the
+    test fails saying what it waited for and what the process printed (a pipe left open
+    would fail a later test with a ResourceWarning instead).
+    """
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        pytest.fail(
+            f"waited {timeout:g} s for {waiting_for}; it was still running (killed).\n"
+            f"stdout: {stdout[-2000:]}\nstderr: {stderr[-4000:]}",
+            pytrace=False,
         )
-        for i, args in enumerate(commands)
-    ]
-    results = []
-    for proc, args in zip(procs, commands, strict=True):
-        out, err = proc.communicate(timeout=60)
-        results.append(subprocess.CompletedProcess([*CLI, *args], proc.returncode, out, err))
-    return results
 
 
 def free_port(*, not_: int | None = None) -> int:
