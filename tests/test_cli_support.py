@@ -21,6 +21,7 @@ import anyio
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from waits import finish
 
 from acmecerts.cli import main
 from acmecerts.protocol.keys import AccountKey
@@ -104,25 +105,6 @@ def run_many(
             with proc:
                 if proc.poll() is None:
                     proc.kill()
-
-
-def finish(proc: subprocess.Popen[str], *, timeout: float, waiting_for: str) -> tuple[str, str]:
-    """``proc.communicate()``: its output once it exits, within ``timeout`` seconds.
-
-    Past the limit the process is killed, its pipes are read to the end and closed, and the
-    test fails saying what it waited for and what the process printed (a pipe left open
-    would fail a later test with a ResourceWarning instead).
-    """
-    try:
-        return proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        stdout, stderr = proc.communicate()
-        pytest.fail(
-            f"waited {timeout:g} s for {waiting_for}; it was still running (killed).\n"
-            f"stdout: {stdout[-2000:]}\nstderr: {stderr[-4000:]}",
-            pytrace=False,
-        )
 
 
 def free_port(*, not_: int | None = None) -> int:

@@ -8,6 +8,7 @@ not to measure speed, and when it is hit the failure names the condition, not ju
 from __future__ import annotations
 
 import contextlib
+import subprocess
 from typing import TYPE_CHECKING
 
 import anyio
@@ -24,3 +25,22 @@ def within(seconds: float, what: str) -> Iterator[None]:
         yield
     if scope.cancelled_caught:
         pytest.fail(f"waited {seconds:g} s for {what}; it did not happen", pytrace=False)
+
+
+def finish(proc: subprocess.Popen[str], *, timeout: float, waiting_for: str) -> tuple[str, str]:
+    """``proc.communicate()``: its output once it exits, within ``timeout`` seconds.
+
+    Past the limit the process is killed, its pipes are read to the end and closed, and the
+    test fails saying what it waited for and what the process printed (a pipe left open
+    would fail a later test with a ResourceWarning instead).
+    """
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        pytest.fail(
+            f"waited {timeout:g} s for {waiting_for}; it was still running (killed).\n"
+            f"stdout: {stdout[-2000:]}\nstderr: {stderr[-4000:]}",
+            pytrace=False,
+        )

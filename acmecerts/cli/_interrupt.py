@@ -35,15 +35,16 @@ from typing import Final, NoReturn, TypeVar
 
 import anyio
 
+from ._common import EXIT_INTERRUPTED
+
 __all__ = ["INTERRUPT_GRACE", "run_interruptible"]
 
 T = TypeVar("T")
 
-#: Seconds from the first Ctrl-C until the command exits, cleaned up or not: the client's
-#: cleanup (bounded at 15 s on its own) and closing the connections fit in it.
+#: Seconds from the first Ctrl-C until the command exits, cleaned up or not. A cleanup
+#: the CA answers takes a second or two; with a CA that stopped answering, this (and the
+#: client's own 15 s bound on its cleanup) is what ends the command.
 INTERRUPT_GRACE: Final = 15.0
-#: The exit code of an interrupted command (128 + SIGINT), as in ``_common``.
-_EXIT_INTERRUPTED: Final = 130
 #: Shows the cursor again (a live display hides it) before a forced exit.
 _SHOW_CURSOR: Final = b"\x1b[?25h"
 
@@ -138,7 +139,7 @@ def _exit_now(json_mode: bool, message: str) -> NoReturn:
     if json_mode:
         document = {"status": "interrupted", "error": message, "problem": None}
         _write(1, (json.dumps(document) + "\n").encode())
-    os._exit(_EXIT_INTERRUPTED)
+    os._exit(EXIT_INTERRUPTED)
 
 
 class _Stopped(Exception):
