@@ -7,6 +7,7 @@ propagation check pointed at that server.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -156,10 +157,12 @@ def hook_calls(log: Path) -> list[str]:
 
 
 def start_slow_issue(
-    pebble: PebbleServer, tmp_path: Path, *, directory: str | None = None
+    pebble: PebbleServer, tmp_path: Path, *, directory: str | None = None, json_mode: bool = False
 ) -> subprocess.Popen[str]:
     """``acmecerts issue`` whose dns hook takes 60 s to present (the test presses Ctrl-C)."""
     args, env = dns_args(pebble, tmp_path)
+    if json_mode:
+        args.append("--json")
     return subprocess.Popen(
         [
             *CLI,
@@ -246,11 +249,13 @@ def test_ctrl_c_ends_the_cli_within_its_grace_when_the_ca_stops_answering(
     assert stalled
 
 
+@pytest.mark.parametrize("json_mode", [False, True], ids=["text", "json"])
 def test_a_second_ctrl_c_quits_at_once(
-    pebble: PebbleServer, tmp_path: Path, stalling_proxy: FaultProxy
+    pebble: PebbleServer, tmp_path: Path, stalling_proxy: FaultProxy, json_mode: bool
 ) -> None:
     log = tmp_path / "hook.log"
-    with start_slow_issue(pebble, tmp_path, directory=stalling_proxy.directory_url) as proc:
+    directory = stalling_proxy.directory_url
+    with start_slow_issue(pebble, tmp_path, directory=directory, json_mode=json_mode) as proc:
         try:
             wait_for(lambda: "present" in hook_calls(log), proc, "the dns hook to be called")
             stalling_proxy.add_rule(Match("/"), Stall(600), times=None)
@@ -276,5 +281,17 @@ def test_a_second_ctrl_c_quits_at_once(
     assert proc.returncode == 130, stderr
     assert stderr.splitlines()[-1] == "acmecerts: error: interrupted", stderr
     assert "Traceback" not in stderr
-    assert stdout == ""
+    if json_mode:  # exactly one JSON object, whatever happens
+        assert one_json_line(stdout) == {
+            "status": "interrupted",
+            "error": "interrupted",
+            "problem": None,
+        }
+    else:
+        assert stdout == ""
     assert hook_calls(log) == ["present", "cleanup"]
+
+
+def one_json_line(stdout: str) -> object:
+    (line,) = stdout.splitlines()
+    return json.loads(line)
