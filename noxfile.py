@@ -1,4 +1,4 @@
-"""Developer sessions: ``nox -s tests lint types docs bench soak audit``."""
+"""Developer sessions: ``nox -s tests lint types docs bench soak stress audit``."""
 
 from __future__ import annotations
 
@@ -15,6 +15,21 @@ def tests(session: nox.Session) -> None:
     """The test suite against real Pebble (needs Debian's pebble package)."""
     session.install("-e", ".[test]")
     session.run("pytest", *session.posargs)
+
+
+@nox.session
+def stress(session: nox.Session) -> None:
+    """The suite in random order while a CPU and loopback load runs beside it.
+
+    ``bench/stress.py``: one busy process per core and a loop of the issuance benchmark
+    (its own Pebble, 50 certificates a round) start first; pytest runs beside them (random
+    order: pytest-randomly; the seed is in the header) and the load stops when it ends.
+    Arguments go to pytest: ``nox -s stress -- tests/test_cli.py -x``. Load knobs:
+    ``python bench/stress.py --help``. Needs what ``tests`` needs (Debian's pebble...);
+    the Kubernetes store's tests need ``ACMECERTS_KUBE_APISERVER`` (scripts/test.sh sets it).
+    """
+    session.install("-e", ".[test,kubernetes]")
+    session.run("python", "bench/stress.py", "--", "-p", "no:cacheprovider", *session.posargs)
 
 
 @nox.session

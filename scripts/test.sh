@@ -11,7 +11,10 @@
 #      once here so that its pip install does not count against a test's timeout;
 #   4b. a kube-apiserver built once from Debian's source package and etcd, for the Kubernetes
 #      store's tests (scripts/kube-apiserver.sh; cached under ~/.cache/acmecerts);
-#   5. `.venv/bin/python -m pytest "$@"`.
+#   5. `.venv/bin/python -m pytest "$@"`, in random order (pytest-randomly: the header says
+#      "Using --randomly-seed=N"; `--randomly-seed=N` repeats that order, `-p no:randomly`
+#      runs in file order). With ACMECERTS_STRESS=1, `bench/stress.py` runs pytest while a
+#      CPU and loopback load (busy processes, the issuance benchmark) runs beside it.
 # The exit status is pytest's: collecting no tests (status 5) is a failure, not a success.
 set -euo pipefail
 
@@ -89,7 +92,11 @@ fi
 
 # 5. The tests.
 status=0
-.venv/bin/python -m pytest "$@" || status=$?
+if [ -n "${ACMECERTS_STRESS:-}" ]; then
+    .venv/bin/python bench/stress.py -- "$@" || status=$?
+else
+    .venv/bin/python -m pytest "$@" || status=$?
+fi
 if [ "$status" -eq 5 ]; then
     log "pytest collected no tests: failing"
 fi

@@ -2,24 +2,42 @@
 
 * ``anyio_backend``: ``"asyncio"``, so ``@pytest.mark.anyio`` tests run on asyncio.
 * ``pebble``: one :class:`~acmecerts.testing.PebbleServer` for the whole session
-  (``PEBBLE_VA_NOSLEEP=1``, no nonce rejection). Do not reconfigure or stop it.
+  (``PEBBLE_VA_NOSLEEP=1``, no nonce rejection). Do not reconfigure or stop it. Before
+  each test that uses it, :func:`_session_pebble_answers` checks that it still answers a
+  ``newOrder`` and replaces it when it does not: Pebble 2.4 can deadlock (an
+  authorization deactivated while its validation is in flight, heavy concurrency), and
+  one stuck server must not fail every test after the one that broke it.
 * ``pebble_factory``: ``pebble_factory(**kwargs)`` starts a dedicated server with the given
   :class:`~acmecerts.testing.PebbleServer` options; all are stopped when the test ends.
 
 Pebble is a hard requirement: without the binaries these fixtures fail, they never skip.
+
+A suite started with SIGINT ignored (a background job of a shell without job control:
+``bash .ci/run &`` in a script, ``nohup``) gets Python's default SIGINT handler back in
+:func:`pytest_configure`: a child process inherits an ignored SIGINT and keeps ignoring
+it, so the tests that press Ctrl-C on the CLI would wait for nothing (see
+docs/contributing.md, "The test bed").
 """
 
 from __future__ import annotations
 
 import shutil
+import signal
 from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
+from pebble_health import PebbleProbe
 
 from acmecerts.testing import PebbleServer
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Children start with SIGINT at its default, as from a terminal, however pytest was run."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 class PebbleFactory(Protocol):
@@ -56,6 +74,45 @@ def pebble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PebbleServer]:
         yield server
     finally:
         server.stop()
+
+
+_PROBE = PebbleProbe()
+
+
+@pytest.fixture(autouse=True)
+def _session_pebble_answers(request: pytest.FixtureRequest) -> None:
+    """Replace the session Pebble if it stopped answering (before a test that uses it)."""
+    if "pebble" not in request.fixturenames:
+        return
+    server: PebbleServer = request.getfixturevalue("pebble")
+    problem = _PROBE.answers(server)
+    if problem is None:
+        return
+    kept = server.log_path.with_name(f"pebble-stuck-{len(_REPLACED)}.log")
+    shutil.copyfile(server.log_path, kept)
+    server.stop()
+    server.start()
+    _REPLACED.append(f"{request.node.nodeid}: {problem} (its log: {kept})")
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(
+            f"\nthe session Pebble did not answer ({problem}); replaced it before "
+            f"{request.node.nodeid} (the stuck one's log: {kept})",
+            yellow=True,
+        )
+    assert _PROBE.answers(server) is None, "the replaced session Pebble does not answer"
+
+
+#: What the health check found, one line per replaced session Pebble.
+_REPLACED: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """List the session Pebbles that had to be replaced (a test broke them)."""
+    if _REPLACED:
+        terminalreporter.section("session Pebble replaced", yellow=True)
+        for line in _REPLACED:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture

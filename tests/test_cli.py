@@ -26,6 +26,7 @@ from test_cli_support import (
     check_certificate,
     clean_environment,
     cli_env,
+    finish,
     free_port,
     http01_args,
     mode,
@@ -396,9 +397,9 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path: Path) -> None:
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen()
-        silent.settimeout(30)
+        silent.settimeout(60)
         port = silent.getsockname()[1]
-        proc = subprocess.Popen(
+        with subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -417,16 +418,23 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path: Path) -> None:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-        )
-        try:
-            connection, _ = silent.accept()
-            with connection:
-                proc.send_signal(signal.SIGINT)
-                stdout, stderr = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        ) as proc:
+            try:
+                try:
+                    connection, _ = silent.accept()
+                except TimeoutError:
+                    proc.kill()
+                    pytest.fail(
+                        f"the CLI did not connect to the CA within 60 s: {proc.communicate()}"
+                    )
+                with connection:
+                    proc.send_signal(signal.SIGINT)
+                    stdout, stderr = finish(
+                        proc, timeout=30, waiting_for="the CLI to exit after SIGINT"
+                    )
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
 
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr

@@ -6,6 +6,7 @@ state directory work on a copy of it.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import os
 import pty
@@ -17,6 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import anyio
 import pytest
 from test_cli_support import (
     CLI,
@@ -37,6 +39,7 @@ from test_cli_support import (
 )
 
 from acmecerts.cli import main
+from acmecerts.cli._state import State
 
 if TYPE_CHECKING:
     from acmecerts.testing import PebbleServer
@@ -62,11 +65,25 @@ class Batch:
         self.out = root / "out"
         self.result = result
 
-    def copy(self, tmp_path: Path) -> tuple[Path, Path]:
-        """A private copy of the state (the exports stay where the records say)."""
-        state = tmp_path / "state"
+    def copy(self, tmp_path: Path, directory_url: str) -> tuple[Path, Path]:
+        """A private copy of the state and of the exported files, whose records name the copy.
+
+        A test that renews or revokes works on it, so the module's batch stays as issued
+        for the other tests, whatever order they run in.
+        """
+        state, out = tmp_path / "state", tmp_path / "out"
         shutil.copytree(self.state, state, symlinks=True)
-        return state, self.out
+        shutil.copytree(self.out, out, symlinks=True)
+
+        async def repoint() -> None:
+            copied = State(state, directory_url)
+            for record in await copied.list_records():
+                if record.out is not None and Path(record.out).parent == self.out:
+                    moved = dataclasses.replace(record, out=str(out / Path(record.out).name))
+                    await copied.save_record(moved)
+
+        anyio.run(repoint)
+        return state, out
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +166,7 @@ def test_renew_revoke_and_renew_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     clean_environment(tmp_path, monkeypatch)
-    state, out = batch.copy(tmp_path)
+    state, out = batch.copy(tmp_path, pebble.directory_url)
     env = cli_env(tmp_path)
     common = [*ca_args(pebble, state), *http01_args(pebble)]
     serials = {names[0]: serial_of(out / names[0]) for names in BATCH}

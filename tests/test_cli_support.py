@@ -21,6 +21,7 @@ import anyio
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from waits import finish
 
 from acmecerts.cli import main
 from acmecerts.protocol.keys import AccountKey
@@ -81,22 +82,29 @@ def run_many(
     commands: Sequence[Sequence[str]], *, envs: Sequence[dict[str, str]] | None = None
 ) -> list[subprocess.CompletedProcess[str]]:
     """Run several CLI commands at once (they must not bind the same port)."""
-    procs = [
-        subprocess.Popen(
-            [*CLI, *args],
-            cwd=REPO,
-            env=envs[i] if envs is not None else cli_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i, args in enumerate(commands)
-    ]
-    results = []
-    for proc, args in zip(procs, commands, strict=True):
-        out, err = proc.communicate(timeout=60)
-        results.append(subprocess.CompletedProcess([*CLI, *args], proc.returncode, out, err))
-    return results
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for i, args in enumerate(commands):
+            procs.append(
+                subprocess.Popen(
+                    [*CLI, *args],
+                    cwd=REPO,
+                    env=envs[i] if envs is not None else cli_env(),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
+        results = []
+        for proc, args in zip(procs, commands, strict=True):
+            out, err = finish(proc, timeout=60, waiting_for=f"acmecerts {' '.join(args)}")
+            results.append(subprocess.CompletedProcess([*CLI, *args], proc.returncode, out, err))
+        return results
+    finally:
+        for proc in procs:  # a failed one must not leave the others running, or their pipes
+            with proc:
+                if proc.poll() is None:
+                    proc.kill()
 
 
 def free_port(*, not_: int | None = None) -> int:

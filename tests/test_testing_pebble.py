@@ -10,6 +10,7 @@ import datetime
 import http.server
 import os
 import secrets
+import signal
 import socket
 import ssl
 import struct
@@ -27,6 +28,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from pebble_health import PebbleProbe
 
 from acmecerts.testing import PebbleServer
 from acmecerts.testing import _pebble as pebble_module
@@ -326,6 +328,24 @@ def test_external_dns_server_skips_challtestsrv(pebble_factory: PebbleFactory) -
     assert len(server.pids) == 1
     with pytest.raises(RuntimeError, match="not running"):
         server.set_txt("_acme-challenge.example.com", "x")
+
+
+def test_the_health_probe_tells_a_pebble_that_stopped_answering(
+    pebble_factory: PebbleFactory,
+) -> None:
+    # A frozen Pebble stands in for a deadlocked one: it accepts connections, never answers.
+    server = pebble_factory()
+    probe = PebbleProbe()
+    assert probe.answers(server) is None  # registers its account, orders
+    assert probe.answers(server) is None  # orders again with the same account
+    os.kill(server.pids[0], signal.SIGSTOP)
+    try:
+        problem = probe.answers(server, timeout=1.0)
+    finally:
+        os.kill(server.pids[0], signal.SIGCONT)
+    assert problem is not None
+    assert "TimeoutError" in problem
+    assert probe.answers(server) is None
 
 
 def test_a_process_that_dies_fails_start_and_leaves_nothing_running(tmp_path: Path) -> None:

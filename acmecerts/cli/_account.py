@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import anyio
+import anyio.to_thread
 from rich.text import Text
 
 from acmecerts.client import AcmeClient
@@ -24,6 +24,7 @@ from ._common import (
     open_client,
     plan_ca,
 )
+from ._interrupt import run_interruptible
 from ._state import State
 
 __all__ = ["run_account"]
@@ -88,7 +89,7 @@ def run_account(
                 assert action == "deactivate"
                 return "deactivated", await _deactivate(ca, client)
 
-        verb, document = anyio.run(main)
+        verb, document = run_interruptible(main, json_mode=report.json_mode)
         if report.json_mode:
             report.json({"status": verb.replace(" ", "-"), **document})
             return EXIT_OK

@@ -56,7 +56,8 @@ EXIT_CODES: Final = (
     "Exit codes: 0 ok (issued, or nothing was due); 1 failed (the CA's problem detail is "
     "printed); 2 bad input or unusable state (one line on stderr, nothing sent to the CA); "
     "3 deferred by rate limits (the instant is printed and kept in the state directory); "
-    "130 interrupted (Ctrl-C: pending authorizations are deactivated first)."
+    "130 interrupted (Ctrl-C: challenge responses are removed and pending authorizations "
+    "deactivated first, for 15 s at most; a second Ctrl-C quits at once)."
 )
 CONFIG_HELP: Final = (
     "Every option can also be set as an ACMECERTS_* environment variable (ACMECERTS_STATE_DIR "

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import anyio
 from rich.text import Text
 
 from acmecerts.errors import InvalidInput
@@ -37,6 +36,7 @@ from ._common import (
     when,
 )
 from ._engine import Board, Job, Outcome, execute, problem_of
+from ._interrupt import run_interruptible
 from ._solvers import ChallengeOptions, ChallengePlan, plan_challenge, running_solvers
 from ._state import CertificateRecord, StoredCertificate, certificate_name
 
@@ -362,7 +362,7 @@ def run_issue(
                 title="Issuing: ",
             )
 
-        outcomes = anyio.run(main)
+        outcomes = run_interruptible(main, json_mode=report.json_mode)
         if single:
             return _single_result(report, outcomes[0])
         return _batch_result(report, outcomes, verb="Issued")
@@ -406,7 +406,7 @@ def run_renew(
                 known = [by_name[n.lower()] for n in dict.fromkeys(names)]
             return known
 
-        known = anyio.run(load)
+        known = run_interruptible(load, json_mode=report.json_mode)
         if not known:
             if report.json_mode:
                 report.json({"status": "ok", "counts": {}, "certificates": []})
@@ -439,7 +439,7 @@ def run_renew(
             jobs.append(Job(spec=spec, out=out, force=force or revoked, record=record))
         plan = plan_challenge(challenge, [i for job in jobs for i in job.spec.identifiers])
 
-        outcomes = anyio.run(
+        outcomes = run_interruptible(
             functools.partial(
                 _run_jobs,
                 ca,
@@ -450,7 +450,8 @@ def run_renew(
                 single=False,
                 eager=False,
                 title="Renewing: ",
-            )
+            ),
+            json_mode=report.json_mode,
         )
         return _batch_result(report, outcomes, verb="Checked")
 

@@ -6,7 +6,6 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import anyio
 from rich.text import Text
 
 from acmecerts.client import AcmeClient, RevocationReason
@@ -15,6 +14,7 @@ from acmecerts.protocol.certificate import CertificateChain, certificate_info, p
 from acmecerts.protocol.keys import PrivateKey, load_private_key
 
 from ._common import EXIT_OK, CommonArgs, Report, configure_logging, guarded, open_client, plan_ca
+from ._interrupt import run_interruptible
 from ._state import CertificateRecord, State, certificate_name
 
 __all__ = ["run_revoke"]
@@ -97,7 +97,7 @@ def run_revoke(target: str, *, reason: str, cert_key: Path | None, common: Commo
                 "stored_name": marked,
             }
 
-        result = anyio.run(main)
+        result = run_interruptible(main, json_mode=report.json_mode)
         if report.json_mode:
             report.json(result)
         else:

@@ -6,7 +6,6 @@ import contextlib
 import datetime as _dt
 from typing import Any
 
-import anyio
 from rich.table import Table
 from rich.text import Text
 
@@ -25,6 +24,7 @@ from ._common import (
     plan_ca,
     when,
 )
+from ._interrupt import run_interruptible
 from ._state import CertificateRecord, State, StoredCertificate
 
 __all__ = ["run_status"]
@@ -91,7 +91,7 @@ def run_status(*, ari: bool, common: CommonArgs) -> int:
                 },
             }
 
-        document = anyio.run(main)
+        document = run_interruptible(main, json_mode=report.json_mode)
         if report.json_mode:
             report.json(document)
         else:

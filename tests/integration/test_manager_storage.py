@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from waits import finish
 
 from acmecerts import AcmeClient, Http01Server
 from acmecerts.manager import CertificateLoaded, CertificateManager, IssuedResult
@@ -87,17 +89,25 @@ def test_three_processes_sharing_a_store_order_each_certificate_once(
 ) -> None:
     names = [f"shared{i}.example.test" for i in range(30)]
     before = _orders(pebble)
-    procs = [
-        subprocess.Popen(
-            _child(pebble, tmp_path, names),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=_env(),
-        )
-        for _ in range(3)
-    ]
-    outputs = [p.communicate(timeout=200) for p in procs]
+    with contextlib.ExitStack() as running:
+        procs = [
+            running.enter_context(
+                subprocess.Popen(
+                    _child(pebble, tmp_path, names),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env=_env(),
+                )
+            )
+            for _ in range(3)
+        ]
+        # on any failure, the others are killed before their pipes are closed
+        running.callback(lambda: [p.kill() for p in procs if p.poll() is None])
+        outputs = [
+            finish(p, timeout=200, waiting_for=f"manager process {i} to issue 30 certificates")
+            for i, p in enumerate(procs)
+        ]
     for proc, (_out, err) in zip(procs, outputs, strict=True):
         assert proc.returncode == 0, err[-2000:]
     results = [[json.loads(line) for line in out.splitlines()] for out, _ in outputs]
