@@ -148,7 +148,11 @@ def test_never_zero_never_early_never_over(rate: float, burst: int, pattern: lis
 
 
 def test_rates_accept_names_members_and_pairs() -> None:
-    rates = RequestRates({"other": (250, 125), EndpointClass.NEW_ORDER: RequestRate(300, 200)})
+    table: dict[str, RequestRate | tuple[float, int]] = {
+        "other": (250, 125),
+        EndpointClass.NEW_ORDER: RequestRate(300, 200),
+    }
+    rates = RequestRates(table)
     assert list(rates) == [EndpointClass.NEW_ORDER, EndpointClass.OTHER]
     assert rates[EndpointClass.OTHER] == RequestRate(250, 125)
     assert rates[EndpointClass.OTHER].interval == dt.timedelta(milliseconds=4)
