@@ -72,7 +72,7 @@ class RequestThrottle:
 
     Give it to :class:`~acmecerts.transport.AcmeTransport` or
     :class:`~acmecerts.AcmeClient` as ``request_rates=``; pass the same object to several
-    clients to throttle them together.
+    clients (on one event loop) to throttle them together.
     """
 
     __slots__ = ("_clock", "_lanes", "rates")
