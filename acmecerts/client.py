@@ -14,7 +14,7 @@ import datetime as _dt
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import httpx
@@ -72,9 +72,17 @@ from acmecerts.protocol.resources import (
     parse_order,
     parse_renewal_info,
 )
+from acmecerts.ratelimit._model import RateLimitModel, model_for_directory
+from acmecerts.ratelimit._throttle import RatesTable, RequestRates
 from acmecerts.retry import RequestRetry
 from acmecerts.solvers._base import ChallengeTask, Solver
-from acmecerts.transport import AcmeResponse, AcmeTransport, RequestHook, UrlPolicy
+from acmecerts.transport import (
+    AcmeResponse,
+    AcmeTransport,
+    RequestHook,
+    RequestThrottle,
+    UrlPolicy,
+)
 
 if TYPE_CHECKING:
     from acmecerts.ratelimit import Decision, RateLimitLedger
@@ -180,6 +188,17 @@ class AcmeClient:
         http2: Speak HTTP/2 through httpx's transport when the CA offers it, instead of
             acmecerts' leaner HTTP/1.1 keep-alive pool (the default; see
             :class:`~acmecerts.transport.AcmeTransport`).
+        request_rates: The request throttle: how fast the client may call each ACME
+            endpoint, shared by every task using the client. ``"auto"`` (the default)
+            takes the rates of the limits model in use: the ledger's
+            (:attr:`RateLimitLedger.model`), or without a ledger the one
+            :func:`~acmecerts.ratelimit.model_for_directory` picks (Let's Encrypt's
+            published rates for Let's Encrypt, none for Pebble and other CAs). Or a
+            :class:`~acmecerts.ratelimit.RateLimitModel` (its ``request_rates``), a table
+            (:class:`~acmecerts.ratelimit.RequestRates` or ``{"newOrder": (300, 200),
+            ...}``), a :class:`~acmecerts.transport.RequestThrottle` shared with other
+            clients, or ``None``: no throttle. With ``transport``, configure the
+            throttle on the transport instead.
     """
 
     def __init__(
@@ -201,19 +220,33 @@ class AcmeClient:
         on_request: RequestHook | None = None,
         ledger: RateLimitLedger | None = None,
         url_policy: UrlPolicy | None = None,
+        request_rates: RatesTable
+        | RateLimitModel
+        | RequestThrottle
+        | Literal["auto"]
+        | None = "auto",
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.ledger = ledger
-        self.transport = transport or AcmeTransport(
-            directory_url,
-            ca_bundle=ca_bundle,
-            timeout=request_timeout,
-            retry=request_retry,
-            clock=self.clock,
-            http2=http2,
-            on_request=on_request,
-            url_policy=url_policy,
-        )
+        if transport is not None:
+            if not (isinstance(request_rates, str) and request_rates == "auto"):
+                raise InvalidInput(
+                    "request_rates cannot be given with transport: give it to the "
+                    "AcmeTransport (AcmeTransport(..., request_rates=...))"
+                )
+            self.transport = transport
+        else:
+            self.transport = AcmeTransport(
+                directory_url,
+                ca_bundle=ca_bundle,
+                timeout=request_timeout,
+                retry=request_retry,
+                clock=self.clock,
+                http2=http2,
+                on_request=on_request,
+                url_policy=url_policy,
+                request_rates=_request_rates(request_rates, directory_url, ledger),
+            )
         self.account_key = account_key or AccountKey.generate()
         self.account_url = account_url
         self.contact = tuple(contact)
@@ -1028,6 +1061,25 @@ class AcmeClient:
                     log.info("deactivated pending authorization %s", url)
             except (AcmeCertsError, httpx.HTTPError) as exc:
                 log.warning("could not deactivate authorization %s: %s", url, exc)
+
+
+def _request_rates(
+    value: RequestRates | RatesTable | RateLimitModel | RequestThrottle | str | None,
+    directory_url: str,
+    ledger: RateLimitLedger | None,
+) -> RatesTable | RequestThrottle | None:
+    """What ``AcmeClient(request_rates=value)`` gives the transport."""
+    if isinstance(value, str):
+        if value != "auto":
+            raise InvalidInput(
+                f"request_rates={value!r}: give 'auto', a RateLimitModel, RequestRates, "
+                "a mapping of endpoint class to (rate, burst), a RequestThrottle or None"
+            )
+        model = ledger.model if ledger is not None else model_for_directory(directory_url)
+        return model.request_rates
+    if isinstance(value, RateLimitModel):
+        return value.request_rates
+    return value
 
 
 def _pick_chain(chains: Sequence[CertificateChain], issuer: str) -> CertificateChain | None:

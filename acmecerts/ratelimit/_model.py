@@ -11,6 +11,10 @@ Let's Encrypt's production model; :data:`NO_LIMITS` suits private CAs;
 :meth:`RateLimitModel.with_overrides` applies a CA's rate-limit override::
 
     model = LETS_ENCRYPT.with_overrides({"certificates_per_registered_domain": 300})
+
+A model also carries the CA's per-endpoint request rates (:attr:`RateLimitModel.request_rates`,
+see :mod:`acmecerts.ratelimit._throttle`), which the client's request throttle keeps to.
+:func:`model_for_directory` is how acmecerts picks a model for a CA it is pointed at.
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ import datetime as _dt
 import enum
 import math
 from collections.abc import Iterable, Iterator, Mapping
+from urllib.parse import urlsplit
 
 from acmecerts.errors import InvalidInput
+from acmecerts.ratelimit._throttle import EndpointClass, RatesTable, RequestRates
 
 __all__ = [
     "LETS_ENCRYPT",
@@ -30,6 +36,7 @@ __all__ = [
     "Limit",
     "RateLimitModel",
     "Scope",
+    "model_for_directory",
 ]
 
 _US = 1_000_000
@@ -181,13 +188,25 @@ class RateLimitModel:
 
     Iterate over it, look a limit up by name (``model["new_orders_per_account"]``), or
     derive another model with :meth:`with_overrides` / :meth:`without`.
+
+    :attr:`request_rates` are the CA's per-endpoint request rates, which an
+    :class:`~acmecerts.AcmeClient` whose ledger (or directory URL) selects this model keeps
+    to with its request throttle (``request_rates="auto"``); empty: no throttle.
     """
 
     name: str
     limits: tuple[Limit, ...]
+    #: Per-endpoint request rates for the client's request throttle (empty: none).
+    request_rates: RequestRates
 
-    def __init__(self, limits: Iterable[Limit], *, name: str = "custom") -> None:
-        """A model of ``limits`` (names must be unique)."""
+    def __init__(
+        self,
+        limits: Iterable[Limit],
+        *,
+        name: str = "custom",
+        request_rates: RatesTable | None = None,
+    ) -> None:
+        """A model of ``limits`` (names must be unique) and ``request_rates``."""
         items = tuple(limits)
         seen: set[str] = set()
         for limit in items:
@@ -196,8 +215,11 @@ class RateLimitModel:
             if limit.name in seen:
                 raise InvalidInput(f"two limits are named {limit.name!r}")
             seen.add(limit.name)
+        if not isinstance(request_rates, RequestRates):
+            request_rates = RequestRates(request_rates)
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "limits", items)
+        object.__setattr__(self, "request_rates", request_rates)
 
     def __iter__(self) -> Iterator[Limit]:
         return iter(self.limits)
@@ -252,13 +274,29 @@ class RateLimitModel:
                 limits[key] = limits[key].replace(capacity=capacity, period=period)
             else:
                 limits[key] = limits[key].replace(capacity=value)
-        return RateLimitModel(limits.values(), name=name or f"{self.name}+overrides")
+        return RateLimitModel(
+            limits.values(),
+            name=name or f"{self.name}+overrides",
+            request_rates=self.request_rates,
+        )
+
+    def with_request_rates(
+        self,
+        request_rates: RatesTable | None,
+        *,
+        name: str | None = None,
+    ) -> RateLimitModel:
+        """A copy with other per-endpoint request rates (``None`` or empty: no throttle)."""
+        return RateLimitModel(
+            self.limits, name=name or f"{self.name}+rates", request_rates=request_rates
+        )
 
     def without(self, *names: str) -> RateLimitModel:
         """A copy without the limits called ``names``."""
         return RateLimitModel(
             (limit for limit in self.limits if limit.name not in names),
             name=f"{self.name}-" + "-".join(names),
+            request_rates=self.request_rates,
         )
 
     def __repr__(self) -> str:
@@ -302,7 +340,37 @@ LETS_ENCRYPT = RateLimitModel(
         Limit("new_accounts_per_ip", 10, 3 * _HOUR, Scope.SOURCE_ADDRESS),
     ],
     name="lets-encrypt",
+    # "Overall Requests" per IP address, per endpoint: (requests per second, burst).
+    request_rates={
+        EndpointClass.DIRECTORY: (40, 40),
+        EndpointClass.NEW_NONCE: (20, 10),
+        EndpointClass.NEW_ACCOUNT: (5, 15),
+        EndpointClass.NEW_ORDER: (300, 200),
+        EndpointClass.REVOKE_CERT: (10, 100),
+        EndpointClass.RENEWAL_INFO: (1000, 100),
+        EndpointClass.OTHER: (250, 125),
+    },
 )
 
-#: No limits at all (a private CA): the ledger still learns from ``rateLimited`` answers.
+#: No limits at all (a private CA, Pebble): no request throttle either; the ledger still
+#: learns from ``rateLimited`` answers.
 NO_LIMITS = RateLimitModel([], name="no-limits")
+
+#: The host of Let's Encrypt's production directory, the one CA whose limits are built in.
+_LETS_ENCRYPT_HOST = "acme-v02.api.letsencrypt.org"
+
+
+def model_for_directory(directory_url: str) -> RateLimitModel:
+    """The limits acmecerts assumes for the CA at ``directory_url`` when told nothing else.
+
+    :data:`LETS_ENCRYPT` for Let's Encrypt's production directory; :data:`NO_LIMITS` for
+    everything else (Pebble, private CAs, and Let's Encrypt's staging, whose limits are far
+    higher: the ledger learns them from ``rateLimited`` answers). The CLI's
+    ``--rate-limits auto`` and :class:`~acmecerts.AcmeClient`'s ``request_rates="auto"``
+    both choose with it.
+    """
+    try:
+        host = (urlsplit(directory_url).hostname or "").rstrip(".")
+    except (TypeError, ValueError, AttributeError):  # not a URL: no CA we know
+        return NO_LIMITS
+    return LETS_ENCRYPT if host == _LETS_ENCRYPT_HOST else NO_LIMITS

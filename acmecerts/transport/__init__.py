@@ -4,6 +4,7 @@ from acmecerts.transport._h1 import Http11Pool, ResponseTooLarge
 from acmecerts.transport._http import USER_AGENT, AcmeResponse, AcmeTransport, RequestHook
 from acmecerts.transport._nonces import NoncePool
 from acmecerts.transport._policy import UrlPolicy
+from acmecerts.transport._throttle import RequestThrottle, ThrottleStats
 
 __all__ = [
     "USER_AGENT",
@@ -12,6 +13,8 @@ __all__ = [
     "Http11Pool",
     "NoncePool",
     "RequestHook",
+    "RequestThrottle",
     "ResponseTooLarge",
+    "ThrottleStats",
     "UrlPolicy",
 ]

@@ -5,7 +5,9 @@ pool per CA (keep-alive, HTTP/2 when offered), feeds a :class:`NoncePool` from e
 ``Replay-Nonce`` header (RFC 8555 §6.5) so ``newNonce`` is only asked when the pool is
 empty, replays ``badNonce`` answers with a fresh nonce, maps httpx errors and problem
 documents to acmecerts errors, and retries what :class:`~acmecerts.retry.RequestRetry`
-says may be retried.
+says may be retried. With a :class:`RequestThrottle`, every request (retries and
+``badNonce`` replays too) first takes a token of its endpoint class, told apart by the
+directory's URLs.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from acmecerts.protocol.jws import sign_request
 from acmecerts.protocol.keys import AccountKey
 from acmecerts.protocol.problems import problem_from_response, synthetic_problem
 from acmecerts.protocol.resources import Directory, parse_directory
+from acmecerts.ratelimit._throttle import EndpointClass, RatesTable, RequestRates
 from acmecerts.retry import RequestRetry, retry_request
 from acmecerts.transport._h1 import Answer, Http11Pool, ResponseTooLarge
 from acmecerts.transport._nonces import NoncePool
@@ -52,6 +55,7 @@ from acmecerts.transport._policy import (
     connect_error,
     warn_if_tls_unverified,
 )
+from acmecerts.transport._throttle import RequestThrottle
 
 __all__ = ["USER_AGENT", "AcmeResponse", "AcmeTransport", "RequestHook", "ResponseHook"]
 
@@ -225,6 +229,13 @@ class AcmeTransport:
             when one is on its way that no other request waits for (that is never slower
             than a ``newNonce`` round-trip), and also whenever this many are on their
             way; otherwise it asks ``newNonce``.
+        request_rates: A request throttle: :class:`~acmecerts.ratelimit.RequestRates`
+            (or a mapping making one, e.g. a model's ``request_rates``), or a
+            :class:`RequestThrottle` to share with other transports. Every request waits
+            (first come, first served, on ``clock``) for a token of its endpoint class:
+            the directory, ``newNonce``, ``newAccount``, ``newOrder``, ``revokeCert``,
+            ``renewalInfo`` (and the URLs below it), or "other". ``None`` (the default)
+            or no rates: no throttle, and nothing is spent on one.
     """
 
     def __init__(
@@ -241,6 +252,7 @@ class AcmeTransport:
         max_connections: int = 100,
         url_policy: UrlPolicy | None = None,
         nonce_circulation: int = 32,
+        request_rates: RequestThrottle | RatesTable | None = None,
     ) -> None:
         try:
             parsed = httpx.URL(directory_url)
@@ -270,6 +282,13 @@ class AcmeTransport:
         #: Number of HTTP requests sent (every method, retries included).
         self.request_count = 0
         self._directory: Directory | None = None
+        self._directory_lock = anyio.Lock()
+        #: The request throttle (``None``: none); read for every request.
+        self.throttle = _throttle(request_rates, self.clock)
+        #: Endpoint class of the directory's resource URLs; a URL not here is "other"
+        #: unless it is below :attr:`_renewal_info` (filled in with the directory).
+        self._endpoints: dict[str, EndpointClass] = {directory_url: EndpointClass.DIRECTORY}
+        self._renewal_info: str | None = None
         #: Our own HTTP/1.1 pool when the transport made its client without HTTP/2:
         #: requests then go to its ``exchange()`` directly, without httpx's client layer
         #: (URL parsing, cookies, auth and redirect flows, Request/Response objects).
@@ -322,6 +341,11 @@ class AcmeTransport:
             headers["Content-Type"] = JOSE_CONTENT_TYPE
         if accept:
             headers["Accept"] = accept
+        throttle = self.throttle
+        if throttle is not None:
+            endpoint = self.endpoint_class(url)
+            if not throttle.try_take(endpoint):
+                await self._wait_for_token(throttle, endpoint, donor=method == "POST")
         self.request_count += 1
         if self.on_request is not None:
             self.on_request(method, url)
@@ -347,6 +371,38 @@ class AcmeTransport:
         elif nonce and method != "HEAD":
             self.nonces.put(nonce)
         return response
+
+    async def _wait_for_token(
+        self, throttle: RequestThrottle, endpoint: EndpointClass, *, donor: bool
+    ) -> None:
+        """Wait for the throttle; a POST waiting counts as a nonce on its way meanwhile."""
+        # A POST held by the throttle will bring a Replay-Nonce as surely as one in
+        # flight: requests that find the nonce pool empty wait for it rather than
+        # spending newNonce requests (the CA's tightest request rate) on the wait.
+        if donor:
+            self._promised += 1
+        try:
+            await throttle.acquire(endpoint)
+        except BaseException:
+            if donor:
+                self._promised -= 1
+                self._wake_nonce_waiter(None)  # it counted on this request: look again
+            raise
+        if donor:
+            self._promised -= 1
+
+    def endpoint_class(self, url: str) -> EndpointClass:
+        """The endpoint class a request to ``url`` counts against (see ``request_rates``).
+
+        Before the directory is known only the directory URL itself is told apart.
+        """
+        endpoint = self._endpoints.get(url)
+        if endpoint is not None:
+            return endpoint
+        below = self._renewal_info
+        if below is not None and url.startswith(below):
+            return EndpointClass.RENEWAL_INFO
+        return EndpointClass.OTHER
 
     def _wake_nonce_waiter(self, nonce: str | None) -> None:
         """Hand ``nonce`` to the longest-waiting request (or the pool); wake it either way."""
@@ -489,15 +545,43 @@ class AcmeTransport:
         return await self._with_retry(attempt, idempotent=True)
 
     async def directory(self, *, refresh: bool = False) -> Directory:
-        """The CA's directory, fetched once and cached."""
-        if self._directory is None or refresh:
-            response = await self.get(self.directory_url)
-            directory = parse_directory(response.json(), url=self.directory_url)
-            # A directory that sends the client elsewhere is refused as a whole, at once.
-            for resource_url in _directory_urls(directory):
-                self.check_url(resource_url)
-            self._directory = directory
-        return self._directory
+        """The CA's directory, fetched once and cached.
+
+        Concurrent first calls share one fetch (a burst of tasks on a new client sends
+        one directory request, not one each).
+        """
+        directory = self._directory
+        if directory is not None and not refresh:
+            return directory
+        async with self._directory_lock:
+            if self._directory is None or refresh:
+                response = await self.get(self.directory_url)
+                fetched = parse_directory(response.json(), url=self.directory_url)
+                # A directory that sends the client elsewhere is refused as a whole.
+                for resource_url in _directory_urls(fetched):
+                    self.check_url(resource_url)
+                self._learn_endpoints(fetched)
+                self._directory = fetched
+            return self._directory
+
+    def _learn_endpoints(self, directory: Directory) -> None:
+        """Tell the directory's resource URLs apart for the throttle's endpoint classes."""
+        endpoints = {
+            directory.new_nonce: EndpointClass.NEW_NONCE,
+            directory.new_account: EndpointClass.NEW_ACCOUNT,
+            directory.new_order: EndpointClass.NEW_ORDER,
+        }
+        if directory.revoke_cert is not None:
+            endpoints[directory.revoke_cert] = EndpointClass.REVOKE_CERT
+        renewal_info = directory.renewal_info
+        if renewal_info is not None:
+            endpoints[renewal_info] = EndpointClass.RENEWAL_INFO
+            # RFC 9773 §4.1: {renewalInfo}/{certID}, one slash between them
+            self._renewal_info = renewal_info.rstrip("/") + "/"
+        else:
+            self._renewal_info = None
+        endpoints[self.directory_url] = EndpointClass.DIRECTORY
+        self._endpoints = endpoints
 
     async def new_nonce(self) -> str:
         """A nonce from the pool, or from ``newNonce`` (HEAD, §7.2) when the pool is empty."""
@@ -596,3 +680,19 @@ class AcmeTransport:
 
     def __repr__(self) -> str:
         return f"AcmeTransport({self.directory_url!r})"
+
+
+def _throttle(
+    request_rates: RequestThrottle | RatesTable | None,
+    clock: Clock,
+) -> RequestThrottle | None:
+    """The throttle ``request_rates`` asks for (``None``: none, as for no rates)."""
+    if request_rates is None or isinstance(request_rates, RequestThrottle):
+        return request_rates
+    if not isinstance(request_rates, Mapping):
+        raise InvalidInput(
+            "request_rates must be RequestRates, a mapping of endpoint class to "
+            f"(rate, burst), a RequestThrottle or None, got {request_rates!r}"
+        )
+    rates = RequestRates(request_rates)
+    return RequestThrottle(rates, clock=clock) if rates else None
