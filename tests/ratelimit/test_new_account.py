@@ -65,7 +65,8 @@ async def test_reserve_new_account_spends_and_says_when_the_next_fits(clock: Fak
     first = await ledger.reserve_new_account()
     second = await ledger.reserve_new_account()
     third = await ledger.reserve_new_account()
-    assert first.allowed and second.allowed
+    assert first.allowed
+    assert second.allowed
     assert first.charges == ((LIMIT, "local"),)
     assert not third.allowed
     assert third.not_before == T0 + HOUR / 2  # one token back every 30 minutes
@@ -311,15 +312,14 @@ async def test_replicas_registering_at_once_create_only_what_the_shared_ledger_a
             try:
                 await c.register()
             except RateLimitDeferred as exc:
-                assert exc.retry_after == T0 + HOUR
-                outcomes.append("deferred")
+                outcomes.append(f"deferred to {exc.retry_after}")
             else:
                 outcomes.append("created")
 
     async with anyio.create_task_group() as tg:
         for _ in range(5):
             tg.start_soon(replica)
-    assert sorted(outcomes) == ["created"] + ["deferred"] * 4
+    assert sorted(outcomes) == ["created"] + [f"deferred to {T0 + HOUR}"] * 4
     assert creating(proxy) == 1
     assert [r.status for r in proxy.requests_to("/sign-me-up", "POST")].count(201) == 1
 
