@@ -90,6 +90,9 @@ log = logging.getLogger("acmecerts.client")
 
 _PEM_CHAIN = "application/pem-certificate-chain"
 _CLEANUP_SECONDS = 15.0
+#: How long a deferred registration is repeated to the client's other requests without
+#: looking the key up again (``onlyReturnExisting``).
+_ACCOUNT_RECHECK_SECONDS = 30.0
 #: Bounds of the search for an unrecorded order in the account's orders list.
 _MAX_ORDER_PAGES = 5
 _MAX_ORDERS_LOOKED_AT = 20
@@ -226,6 +229,8 @@ class AcmeClient:
             raise InvalidInput("attempt_timeout must be positive")
         self.poll = poll or PollPolicy()
         self._account_lock = anyio.Lock()
+        #: When the last implicit registration was deferred, and how (see ``_kid``).
+        self._account_deferred: tuple[_dt.datetime, RateLimitDeferred] | None = None
 
     async def __aenter__(self) -> AcmeClient:
         return self
@@ -271,9 +276,35 @@ class AcmeClient:
         if self.account_url is None:
             async with self._account_lock:
                 if self.account_url is None:
-                    await self.register()
+                    self._raise_if_recently_deferred()
+                    try:
+                        await self.register()
+                    except RateLimitDeferred as exc:
+                        self._account_deferred = (self.clock.now(), exc)
+                        raise
         assert self.account_url is not None
         return self.account_url
+
+    def _raise_if_recently_deferred(self) -> None:
+        """Repeat a registration deferred moments ago instead of asking the CA again.
+
+        Many attempts that start together without an account (a manager's first pass)
+        would each look the key up; within :data:`_ACCOUNT_RECHECK_SECONDS` of a deferral
+        (and before its instant) they get the same answer without a request.
+        """
+        if self._account_deferred is None:
+            return
+        at, deferred = self._account_deferred
+        now = self.clock.now()
+        fresh = now - at < _dt.timedelta(seconds=_ACCOUNT_RECHECK_SECONDS)
+        if fresh and (deferred.retry_after is None or now < deferred.retry_after):
+            raise RateLimitDeferred(
+                str(deferred),
+                retry_after=deferred.retry_after,
+                limit=deferred.limit,
+                scope_key=deferred.scope_key,
+            )
+        self._account_deferred = None
 
     async def register(
         self,

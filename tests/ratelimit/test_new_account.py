@@ -331,3 +331,31 @@ async def test_without_a_ledger_register_sends_newaccount_as_before(
         await c.register()
         await c.register()
     assert [r.status for r in proxy.requests_to("/sign-me-up", "POST")] == [201, 200]
+
+
+async def test_a_burst_of_attempts_without_room_looks_the_key_up_once(
+    pebble: PebbleServer, proxy: FaultProxy, clock: FakeClock, http01: Http01Server
+) -> None:
+    ledger = RateLimitLedger(ONE_PER_HOUR, clock=clock)
+    await ledger.account_created()  # the hour's account is spent
+    deferred: list[dt.datetime | None] = []
+    # the client shares the fake clock: "moments later" is exact
+    async with client(proxy, pebble, ledger, clock=clock) as c:
+
+        async def attempt(i: int) -> None:
+            try:
+                await c.issue([f"b{i}.burst.example.test"], solver=http01)
+            except RateLimitDeferred as exc:
+                deferred.append(exc.retry_after)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(attempt, i)
+        assert deferred == [T0 + HOUR] * 20
+        assert new_accounts(proxy) == [{"onlyReturnExisting": True}]  # one lookup for all
+
+        clock.advance(31)  # later on, the key is looked up again
+        with pytest.raises(RateLimitDeferred):
+            await c.issue(["late.burst.example.test"], solver=http01)
+    assert new_accounts(proxy) == [{"onlyReturnExisting": True}] * 2
+    assert proxy.requests_to("/order-plz") == []
