@@ -8,10 +8,19 @@ from typing import TYPE_CHECKING
 
 import anyio
 import pytest
-from test_cli_support import NEW_ACCOUNT, ca_args, cli_env, one_json, run_cli, stored_account
+from test_cli_support import (
+    NEW_ACCOUNT,
+    ca_args,
+    cli_env,
+    http01_args,
+    one_json,
+    run_cli,
+    stored_account,
+)
 
+from acmecerts import AccountKey
 from acmecerts.ratelimit import LETS_ENCRYPT, RateLimitLedger
-from acmecerts.storage import FileStorage, KeyLayout
+from acmecerts.storage import FileStorage, KeyLayout, save_account_url
 
 if TYPE_CHECKING:
     from acmecerts.testing import PebbleServer
@@ -82,3 +91,45 @@ def test_account_create_is_deferred_without_room_but_an_existing_account_is_foun
     key, url = stored_account(fresh, pebble.directory_url)
     assert key is not None
     assert url is None
+
+
+def test_a_stale_account_without_room_for_a_new_one_ends_deferred(
+    pebble: PebbleServer, tmp_path: Path
+) -> None:
+    # The CA no longer knows the stored account, and the ledger has no room for another:
+    # the certificate ends deferred (exit 3) with the instant, and no account is created.
+    state = tmp_path / "state"
+    key = AccountKey.generate()
+    gone = pebble.directory_url.removesuffix("/dir") + "/my-account/does-not-exist"
+
+    async def store() -> None:
+        storage, layout = FileStorage(state), KeyLayout(pebble.directory_url)
+        await storage.store(layout.account_key(), key.to_pem(), secret=True)
+        await save_account_url(storage, layout, gone, account_key=key)
+
+    anyio.run(store)
+    exhaust_new_accounts(state, pebble.directory_url)
+    seen = new_accounts_seen(pebble)
+    result = run_cli(
+        "issue",
+        "--json",
+        "--rate-limits",
+        "letsencrypt",
+        *ca_args(pebble, state),
+        "--out",
+        str(tmp_path / "out"),
+        *http01_args(pebble),
+        "stale-deferred.example.test",
+        env=cli_env(tmp_path),
+    )
+    assert result.returncode == 3, (result.stdout, result.stderr)
+    assert "no longer exists" in result.stderr
+    document = one_json(result)
+    until = next_account_at(state, pebble.directory_url)
+    assert until is not None
+    assert document["status"] == "deferred"
+    assert document["name"] == "stale-deferred.example.test"  # the job's own outcome
+    assert document["until"] == until.isoformat()
+    sent = new_accounts_seen(pebble) - seen
+    assert sent == 2  # two lookups (registering again, then the job): no account created
+    assert stored_account(state, pebble.directory_url) == (key, gone)
