@@ -23,6 +23,7 @@ from cryptography import x509
 from acmecerts._issued import IssuedCertificate
 from acmecerts._time import Clock, SystemClock, as_seconds
 from acmecerts.errors import (
+    AccountDoesNotExist,
     AcmeCertsError,
     AcmeProblem,
     AttemptTimeout,
@@ -34,6 +35,7 @@ from acmecerts.errors import (
     OrderFailed,
     OrderNotReady,
     ProblemType,
+    RateLimitDeferred,
     UnsupportedChallenge,
 )
 from acmecerts.protocol.ari import (
@@ -96,6 +98,9 @@ log = logging.getLogger("acmecerts.client")
 
 _PEM_CHAIN = "application/pem-certificate-chain"
 _CLEANUP_SECONDS = 15.0
+#: How long a deferred registration is repeated to the client's other requests without
+#: looking the key up again (``onlyReturnExisting``).
+_ACCOUNT_RECHECK_SECONDS = 30.0
 #: Bounds of the search for an unrecorded order in the account's orders list.
 _MAX_ORDER_PAGES = 5
 _MAX_ORDERS_LOOKED_AT = 20
@@ -178,9 +183,10 @@ class AcmeClient:
         transport: A ready transport (otherwise one is made from the arguments above).
         on_request: Called with ``(method, url)`` for every HTTP request.
         ledger: A :class:`~acmecerts.ratelimit.RateLimitLedger` of the CA's rate limits:
-            an order that would exceed one is not sent (:class:`RateLimitDeferred`), and
-            orders, certificates, failed authorizations and ``rateLimited`` answers are
-            recorded in it.
+            an order or a new account that would exceed one is not sent
+            (:class:`RateLimitDeferred`; see :meth:`register`), and orders, certificates,
+            new accounts, failed authorizations and ``rateLimited`` answers are recorded
+            in it.
         url_policy: Which URLs the CA may send the client to (:class:`UrlPolicy`; ignored
             with ``transport``, which has its own). The default allows the directory URL's
             origin only; a CA that names another host gets :class:`UnsafeUrl` and nothing
@@ -256,6 +262,8 @@ class AcmeClient:
             raise InvalidInput("attempt_timeout must be positive")
         self.poll = poll or PollPolicy()
         self._account_lock = anyio.Lock()
+        #: When the last implicit registration was deferred, and how (see ``_kid``).
+        self._account_deferred: tuple[_dt.datetime, RateLimitDeferred] | None = None
 
     async def __aenter__(self) -> AcmeClient:
         return self
@@ -301,9 +309,35 @@ class AcmeClient:
         if self.account_url is None:
             async with self._account_lock:
                 if self.account_url is None:
-                    await self.register()
+                    self._raise_if_recently_deferred()
+                    try:
+                        await self.register()
+                    except RateLimitDeferred as exc:
+                        self._account_deferred = (self.clock.now(), exc)
+                        raise
         assert self.account_url is not None
         return self.account_url
+
+    def _raise_if_recently_deferred(self) -> None:
+        """Repeat a registration deferred moments ago instead of asking the CA again.
+
+        Many attempts that start together without an account (a manager's first pass)
+        would each look the key up; within :data:`_ACCOUNT_RECHECK_SECONDS` of a deferral
+        (and before its instant) they get the same answer without a request.
+        """
+        if self._account_deferred is None:
+            return
+        at, deferred = self._account_deferred
+        now = self.clock.now()
+        fresh = now - at < _dt.timedelta(seconds=_ACCOUNT_RECHECK_SECONDS)
+        if fresh and (deferred.retry_after is None or now < deferred.retry_after):
+            raise RateLimitDeferred(
+                str(deferred),
+                retry_after=deferred.retry_after,
+                limit=deferred.limit,
+                scope_key=deferred.scope_key,
+            )
+        self._account_deferred = None
 
     async def register(
         self,
@@ -316,6 +350,17 @@ class AcmeClient:
 
         Raises :class:`ExternalAccountRequired` before sending anything when the CA's
         directory says EAB is required and none was given.
+
+        With a :attr:`ledger`, a new account is first reserved in it (atomically, so
+        replicas sharing a stored ledger never create more than it allows together); the
+        token goes back when the CA answers 200 (the key had an account: nothing was
+        created) or refuses the request. When the ledger has no room, ``newAccount`` is
+        not sent: the key's account is looked up instead (``onlyReturnExisting``, which
+        creates nothing), so a key that has an account is never held back; a key without
+        one raises :class:`~acmecerts.errors.RateLimitDeferred` (``retry_after`` the
+        instant a new account fits, ``reached_ca`` false: nothing that creates an account
+        was sent). An error of the lookup itself (other than "no such account") is raised
+        as it is.
         """
         directory = await self.directory()
         eab = eab or self.eab
@@ -341,15 +386,42 @@ class AcmeClient:
             )
             error.reached_ca = False  # decided from the directory: nothing was sent
             raise error
-        response = await self.transport.post(
-            directory.new_account, key=self.account_key, kid=None, payload=payload
-        )
+        reservation = await self._ledger_reserve_account()
+        if reservation is not None and not reservation.allowed:
+            return await self._existing_account_or_defer(reservation)
+        try:
+            response = await self.transport.post(
+                directory.new_account, key=self.account_key, kid=None, payload=payload
+            )
+        except BaseException as exc:
+            await self._ledger_account_refused(reservation, exc)
+            raise
+        created = response.status_code == 201
+        if not created and reservation is not None and self.ledger is not None:
+            # §7.3.1: 200 means the key already had an account; nothing was created
+            with anyio.CancelScope(shield=True):
+                await self.ledger.release(reservation)
         url = response.require_location()
         account = parse_account(response.json(), url=url)
         self.account_url = url
-        log.info("account %s (%s)", url, "created" if response.status_code == 201 else "existing")
-        if response.status_code == 201 and self.ledger is not None:
-            await self.ledger.account_created()
+        log.info("account %s (%s)", url, "created" if created else "existing")
+        return account
+
+    async def _existing_account_or_defer(self, refusal: Decision) -> Account:
+        """The ledger has no room for a new account: this key's account, if it has one."""
+        try:
+            account = await self.find_account()
+        except AccountDoesNotExist:
+            when = refusal.not_before.isoformat() if refusal.not_before else "later"
+            raise RateLimitDeferred(
+                f"newAccount deferred to {when}: a new account would exceed "
+                f"{refusal.limit} for {refusal.scope_key} and this key has no account at the "
+                "CA (nothing that creates one was sent)",
+                retry_after=refusal.not_before,
+                limit=refusal.limit,
+                scope_key=refusal.scope_key,
+            ) from None
+        log.info("account %s (existing; the ledger had no room for a new one)", account.url)
         return account
 
     async def find_account(self) -> Account:
@@ -475,6 +547,19 @@ class AcmeClient:
             idents, account=await self._kid(), renewal_of=renewal_of, replaces=bool(replaces)
         )
 
+    async def _ledger_reserve_account(self) -> Decision | None:
+        if self.ledger is None:
+            return None
+        return await self.ledger.reserve_new_account()
+
+    async def _ledger_account_refused(
+        self, reservation: Decision | None, error: BaseException
+    ) -> None:
+        if self.ledger is None or reservation is None:
+            return
+        with anyio.CancelScope(shield=True):
+            await self.ledger.account_refused(reservation, error)
+
     async def _ledger_order_refused(
         self,
         reservation: Decision | None,
@@ -550,6 +635,8 @@ class AcmeClient:
                         return order
                 following = response.links("next")
                 page = following[0] if following else None
+        except RateLimitDeferred:
+            raise  # no account and no room for one: the order would be deferred too
         except AcmeCertsError as exc:
             log.info("could not look for an unrecorded order: %s", exc)
         return None

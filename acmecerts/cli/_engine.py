@@ -384,9 +384,14 @@ async def execute(
     if stale and client.account_url is not None:
         log.warning("account %s no longer exists at the CA; registering again", client.account_url)
         client.account_url = None
-        await client.register()
-        assert client.account_url is not None
-        await state.save_account_url(client.account_url, client.account_key)
+        try:
+            await client.register()
+        except RateLimitDeferred as exc:
+            # the ledger has no room for a new account: the jobs below end deferred
+            log.warning("registering again is deferred: %s", exc)
+        else:
+            assert client.account_url is not None
+            await state.save_account_url(client.account_url, client.account_key)
         async with anyio.create_task_group() as tg:
             for index in stale:
                 board.reopen(jobs[index].name)

@@ -101,6 +101,8 @@ class RateLimitLedger:
         self.key = key
         self._state = LedgerState()
         self._version: object = _UNLOADED
+        #: Whether the store was read once (what :meth:`cached_budget` needs).
+        self._loaded = False
         self._lock = anyio.Lock()
         self._pruned_at = 0
         self._writes = 0
@@ -152,6 +154,52 @@ class RateLimitLedger:
         """Whether a new account may be created from ``source`` (an IP address) now."""
         return await self._read(lambda state, now: state.account_decision(self.model, source, now))
 
+    async def reserve_new_account(self, *, source: str = "local") -> Decision:
+        """Check and, if a new account fits, spend its tokens at once (atomically).
+
+        What :class:`~acmecerts.AcmeClient` calls before ``newAccount``: replicas sharing
+        the store never create more accounts together than the model allows. Give the
+        tokens back with :meth:`release` when no account was created (the CA answered
+        200 for an existing one) or with :meth:`account_refused` when the request failed.
+        A refusal (``allowed`` false) has ``not_before``, ``limit`` and ``scope_key``.
+        """
+
+        def reserve(state: LedgerState, now: int) -> tuple[Decision, bool]:
+            decision = state.account_decision(self.model, source, now)
+            if not decision.allowed:
+                return decision, False
+            charges = state.account_charges(self.model, source)
+            state.apply(self.model, charges, now)
+            return Decision(True, charges=charges), bool(charges)
+
+        return await self._write(reserve)
+
+    async def account_refused(
+        self, decision: Decision, error: BaseException, *, source: str = "local"
+    ) -> None:
+        """``newAccount`` failed after :meth:`reserve_new_account`: give back, learn.
+
+        The tokens go back when the CA answered with a problem or the request never
+        reached it; after a request that may have created the account (a timeout, a
+        cancellation) they stay spent. A ``rateLimited`` answer holds back new accounts
+        from ``source`` until the CA's ``retry_after`` (one hour if it named none).
+        """
+        refused = isinstance(error, AcmeProblem) or (
+            isinstance(error, AcmeCertsError) and not error.reached_ca
+        )
+        if refused:
+            await self.release(decision)
+        if isinstance(error, RateLimited):
+
+            def learn(state: LedgerState, now: int) -> tuple[Decision, bool]:
+                instant = error.retry_after or retry_after_from_detail(
+                    error.detail or "", now=from_us(now)
+                )
+                until = None if instant is None else to_us(instant)
+                return state.learn_account(self.model, source, now, until), True
+
+            await self._write(learn)
+
     async def budget(self, *, limit: str | None = None) -> list[BudgetLine]:
         """Every bucket not full now (remaining tokens, next slot), learned blocks, pauses.
 
@@ -159,6 +207,22 @@ class RateLimitLedger:
         capacity. ``limit`` keeps only that limit's lines.
         """
         lines = await self._read(lambda state, now: state.budget(self.model, now))
+        return [line for line in lines if limit is None or line.limit == limit]
+
+    def cached_budget(self, *, limit: str | None = None) -> list[BudgetLine] | None:
+        """:meth:`budget` from the state this object last read or wrote, without waiting.
+
+        For a scrape (``acmecerts.metrics``) or anything else that cannot await. An
+        in-memory ledger answers exactly. A stored one answers from its last read or
+        write of the store: its own spends are in it, other replicas' only after the next
+        read (any call of a coroutine method, e.g. :meth:`budget`); ``None`` until it has
+        read the store once. Buckets refill by the clock's ``now``, as with
+        :meth:`budget`. Safe to call from another thread (it works on a copy).
+        """
+        if self.storage is not None and not self._loaded:
+            return None
+        state = _snapshot(self._state)
+        lines = state.budget(self.model, self._now())
         return [line for line in lines if limit is None or line.limit == limit]
 
     async def plan(
@@ -515,6 +579,7 @@ class RateLimitLedger:
         elif stored.version != self._version:
             self._state = LedgerState.from_bytes(stored.data, where=self._key())
             self._version = stored.version
+        self._loaded = True
         return self._state, stored
 
     def _key(self) -> str:
@@ -535,6 +600,19 @@ def _request(
         raise InvalidInput(f"account must be a non-empty string (the account URL), got {account!r}")
     renewal = renewal_of is not None and set(as_identifiers(renewal_of)) == set(idents)
     return OrderRequest(idents, account, renewal=renewal, replaces=bool(replaces))
+
+
+def _snapshot(state: LedgerState) -> LedgerState:
+    """A copy of ``state`` that is safe to take while another thread changes it.
+
+    Copying a dict is one step under the GIL (and a per-object lock without it), so the
+    outer dicts are copied first and only those copies are iterated.
+    """
+    copy = LedgerState()
+    copy.buckets = {name: dict(bucket) for name, bucket in dict(state.buckets).items()}
+    copy.blocks = {name: dict(bucket) for name, bucket in dict(state.blocks).items()}
+    copy.paused = dict(state.paused)
+    return copy
 
 
 E = TypeVar("E", bound=BaseException)

@@ -40,6 +40,9 @@ _FORMAT = 1
 #: The name under which a ``rateLimited`` answer that names no known limit is learned;
 #: it holds back every order of the account until the CA's ``Retry-After``.
 UNKNOWN_LIMIT = "rate_limited"
+#: The name under which a ``rateLimited`` answer to ``newAccount`` is learned when the
+#: model has no new-account limit (Let's Encrypt's name for it).
+NEW_ACCOUNT_BLOCK = "new_accounts_per_ip"
 #: How long an unexplained ``rateLimited`` answer without any ``Retry-After`` holds back.
 DEFAULT_LEARNED_WAIT = _dt.timedelta(hours=1)
 
@@ -404,6 +407,29 @@ class LedgerState:
         if worst_limit is not None:
             return Decision(False, from_us(worst), worst_limit, source)
         return Decision(True)
+
+    def account_charges(self, model: RateLimitModel, source: str) -> tuple[tuple[str, str], ...]:
+        """The ``(limit, scope key)`` tokens a new account from ``source`` spends."""
+        return tuple((limit.name, source) for limit in model.for_event(Event.NEW_ACCOUNT))
+
+    def learn_account(
+        self, model: RateLimitModel, source: str, now: int, until: int | None
+    ) -> Decision:
+        """Make the state agree with a ``rateLimited`` answer to ``newAccount``.
+
+        Whatever the detail says, the answer was to an account creation: every new-account
+        bucket of ``source`` is emptied until ``until`` (a learned block when the model has
+        no new-account limit), so no account is created from there before then.
+        """
+        if until is None:
+            until = now + DEFAULT_LEARNED_WAIT // _ONE_US
+        limits = model.for_event(Event.NEW_ACCOUNT)
+        for limit in limits:
+            self.empty_until(limit, source, until)
+        if not limits:
+            bucket = self.blocks.setdefault(NEW_ACCOUNT_BLOCK, {})
+            bucket[source] = max(bucket.get(source, 0), until)
+        return self.account_decision(model, source, now)
 
     # -- learning ----------------------------------------------------------------------
 
