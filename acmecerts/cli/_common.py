@@ -22,7 +22,6 @@ import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 import anyio
 from rich.console import Console
@@ -40,7 +39,7 @@ from acmecerts.errors import (
 )
 from acmecerts.protocol.keys import AccountKey, KeyType
 from acmecerts.ratelimit import LETS_ENCRYPT as LETS_ENCRYPT_LIMITS
-from acmecerts.ratelimit import NO_LIMITS, RateLimitModel
+from acmecerts.ratelimit import NO_LIMITS, RateLimitModel, model_for_directory
 from acmecerts.retry import RequestRetry
 
 from ._display import LiveView, NullView, PlainView, QuietView, View
@@ -139,9 +138,8 @@ def _contacts(emails: Sequence[str]) -> tuple[str, ...]:
 def _rate_limit_model(value: str, directory: str) -> RateLimitModel:
     choice = value.strip().lower()
     if choice == "auto":
-        host = (urlsplit(directory).hostname or "").lower()
         # Let's Encrypt's production limits; staging's are far higher, so learn them.
-        return LETS_ENCRYPT_LIMITS if host == "acme-v02.api.letsencrypt.org" else NO_LIMITS
+        return model_for_directory(directory)
     if choice in ("letsencrypt", "lets-encrypt", "le"):
         return LETS_ENCRYPT_LIMITS
     if choice == "none":

@@ -2,7 +2,7 @@
 
 * :mod:`~acmecerts.ratelimit._model`: :class:`Limit` and :class:`RateLimitModel`, the
   declarative token-bucket description of a CA's limits, with the :data:`LETS_ENCRYPT`
-  and :data:`NO_LIMITS` presets.
+  and :data:`NO_LIMITS` presets, and :func:`model_for_directory` to pick one for a CA.
 * :class:`RateLimitLedger`: records spends, answers "may this order be sent now, and if
   not, when", learns from the CA's ``rateLimited`` answers, persists in a ``Storage``.
 * :func:`prioritize` / :meth:`RateLimitLedger.plan`: who goes first when the budget is
@@ -13,7 +13,15 @@ clock. See ``docs/rate-limits.md``.
 """
 
 from acmecerts.ratelimit._ledger import RateLimitLedger
-from acmecerts.ratelimit._model import LETS_ENCRYPT, NO_LIMITS, Event, Limit, RateLimitModel, Scope
+from acmecerts.ratelimit._model import (
+    LETS_ENCRYPT,
+    NO_LIMITS,
+    Event,
+    Limit,
+    RateLimitModel,
+    Scope,
+    model_for_directory,
+)
 from acmecerts.ratelimit._priority import IssuanceRequest, PlannedIssuance, prioritize
 from acmecerts.ratelimit._scopes import identifier_set_key, registered_domain
 from acmecerts.ratelimit._state import BudgetLine, Decision
@@ -31,6 +39,7 @@ __all__ = [
     "RateLimitModel",
     "Scope",
     "identifier_set_key",
+    "model_for_directory",
     "prioritize",
     "registered_domain",
 ]
