@@ -253,22 +253,44 @@ async def open_manager(
     client_options, manager_options = _split(dict(options))
     clock: Clock = client_options.pop("clock", None) or SystemClock()
     ledger = _ledger(rate_limits, storage, layout, clock)
-    async with contextlib.AsyncExitStack() as stack:
-        # Both constructors check their arguments and do no I/O. The client's own
-        # throwaway key is replaced by the store's before anything is signed.
-        client = AcmeClient(directory_url, clock=clock, ledger=ledger, **client_options)
-        stack.push_async_callback(_close, client)
-        manager = CertificateManager(
-            client, solvers=solvers, storage=storage, layout=layout, **manager_options
-        )
-        client.account_key = await load_or_create_account_key(
-            storage, layout, key_type=key_type, lock_timeout=lock_timeout
-        )
-        client.account_url = await _account_url(
-            storage,
-            layout,
-            client,
-            terms_of_service_agreed=terms_of_service_agreed,
-            lock_timeout=lock_timeout,
-        )
-        yield await stack.enter_async_context(manager)
+    body_error: BaseException | None = None
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            # Both constructors check their arguments and do no I/O. The client's own
+            # throwaway key is replaced by the store's before anything is signed.
+            client = AcmeClient(directory_url, clock=clock, ledger=ledger, **client_options)
+            stack.push_async_callback(_close, client)
+            manager = CertificateManager(
+                client, solvers=solvers, storage=storage, layout=layout, **manager_options
+            )
+            client.account_key = await load_or_create_account_key(
+                storage, layout, key_type=key_type, lock_timeout=lock_timeout
+            )
+            client.account_url = await _account_url(
+                storage,
+                layout,
+                client,
+                terms_of_service_agreed=terms_of_service_agreed,
+                lock_timeout=lock_timeout,
+            )
+            await stack.enter_async_context(manager)
+            try:
+                yield manager
+            except BaseException as exc:
+                body_error = exc
+                raise
+    except BaseExceptionGroup as group:
+        # The manager's task group wraps what the block raised; the caller gets it back
+        # as it raised it (a group with anything else in it stays a group).
+        if body_error is None or not _only(group, body_error):
+            raise
+    if body_error is not None:
+        raise body_error
+
+
+def _only(group: BaseExceptionGroup[BaseException], error: BaseException) -> bool:
+    """Whether ``group`` holds ``error`` and nothing else (at any depth)."""
+    inner: tuple[BaseException, ...] = (group,)
+    while len(inner) == 1 and isinstance(inner[0], BaseExceptionGroup):
+        inner = inner[0].exceptions
+    return len(inner) == 1 and inner[0] is error
