@@ -254,6 +254,7 @@ async def open_manager(
     clock: Clock = client_options.pop("clock", None) or SystemClock()
     ledger = _ledger(rate_limits, storage, layout, clock)
     body_error: BaseException | None = None
+    unwrapped: BaseException | None = None
     try:
         async with contextlib.AsyncExitStack() as stack:
             # Both constructors check their arguments and do no I/O. The client's own
@@ -284,8 +285,9 @@ async def open_manager(
         # as it raised it (a group with anything else in it stays a group).
         if body_error is None or not _only(group, body_error):
             raise
-    if body_error is not None:
-        raise body_error
+        unwrapped = body_error
+    if unwrapped is not None:
+        raise unwrapped
 
 
 def _only(group: BaseExceptionGroup[BaseException], error: BaseException) -> bool:

@@ -199,6 +199,46 @@ async def test_a_refused_registration_closes_everything_and_the_next_open_regist
     assert created_accounts(proxy) == 1
 
 
+async def test_an_open_cancelled_while_registering_closes_the_client_and_frees_the_lock(
+    pebble: PebbleServer, proxy: FaultProxy, tmp_path: Path
+) -> None:
+    proxy.add_rule(Match(NEW_ACCOUNT, "POST"), Stall(60.0))  # the first newAccount hangs
+    registering = anyio.Event()
+
+    def on_request(method: str, url: str) -> None:
+        if method == "POST" and url.endswith(NEW_ACCOUNT):
+            registering.set()
+
+    transport = CountingTransport(
+        proxy.directory_url, ca_bundle=pebble.ca_bundle, on_request=on_request
+    )
+    async with FileStorage(tmp_path) as storage, Http01Server(port=0) as solver:
+        with anyio.CancelScope() as scope:
+
+            async def cancel_when_registering() -> None:
+                await registering.wait()
+                scope.cancel()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(cancel_when_registering)
+                async with open_manager(
+                    storage, proxy.directory_url, solvers=[solver], transport=transport
+                ):
+                    pytest.fail("opened although cancelled while registering")
+        assert scope.cancelled_caught
+        assert transport.closed == 1
+        # the account lock was released: the next open takes it at once and registers
+        async with open_manager(
+            storage,
+            proxy.directory_url,
+            solvers=[solver],
+            lock_timeout=0,
+            ca_bundle=pebble.ca_bundle,
+        ) as manager:
+            assert manager.client.account_url is not None
+    assert created_accounts(proxy) == 1
+
+
 async def test_a_failing_block_stops_the_manager_and_closes_the_client(
     pebble: PebbleServer, proxy: FaultProxy, tmp_path: Path
 ) -> None:
