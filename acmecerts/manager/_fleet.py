@@ -104,9 +104,6 @@ _WIRED = {
     "client": "the client is made here from the client options",
 }
 
-#: Where ``rate_limits="auto"`` takes the CA's limits from.
-AUTO: Literal["auto"] = "auto"
-
 
 def _split(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """``options`` split into the client's and the manager's; unknown ones are refused."""
@@ -131,7 +128,7 @@ def _ledger(
 ) -> RateLimitLedger | None:
     if rate_limits is None:
         return None
-    if isinstance(rate_limits, str) and rate_limits == AUTO:
+    if isinstance(rate_limits, str) and rate_limits == "auto":
         model = model_for_directory(layout.directory_url)
     elif isinstance(rate_limits, RateLimitModel):
         model = rate_limits
@@ -183,7 +180,7 @@ async def open_manager(
     *,
     solvers: Sequence[Solver],
     account: str = "default",
-    rate_limits: RateLimitModel | Literal["auto"] | None = AUTO,
+    rate_limits: RateLimitModel | Literal["auto"] | None = "auto",
     account_key_type: KeyType | str = KeyType.EC256,
     terms_of_service_agreed: bool = True,
     lock_timeout: float | None = 120.0,
