@@ -1,4 +1,8 @@
-"""The certificate manager: many certificates, parallel, single-flight, cancellable."""
+"""The certificate manager: many certificates, parallel, single-flight, cancellable.
+
+:func:`open_manager` wires one from a shared store in one call (account key, account,
+rate-limit ledger); :class:`CertificateManager` is the manager itself.
+"""
 
 from acmecerts.manager._events import (
     CertificateCancelled,
@@ -11,6 +15,7 @@ from acmecerts.manager._events import (
     CertificateRateLimited,
     Subscriber,
 )
+from acmecerts.manager._fleet import ClientOptions, ManagerOptions, OpenOptions, open_manager
 from acmecerts.manager._manager import CancellationHook, CertificateManager
 from acmecerts.manager._spec import (
     CancelledResult,
@@ -39,10 +44,14 @@ __all__ = [
     "CertificateSpec",
     "CertificateState",
     "CertificateStatus",
+    "ClientOptions",
     "DeferredResult",
     "FailedResult",
     "IssueResult",
     "IssuedResult",
+    "ManagerOptions",
+    "OpenOptions",
     "OwnerGuard",
     "Subscriber",
+    "open_manager",
 ]

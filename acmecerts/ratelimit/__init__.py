@@ -2,7 +2,7 @@
 
 * :mod:`~acmecerts.ratelimit._model`: :class:`Limit` and :class:`RateLimitModel`, the
   declarative token-bucket description of a CA's limits, with the :data:`LETS_ENCRYPT`
-  and :data:`NO_LIMITS` presets.
+  and :data:`NO_LIMITS` presets, and :func:`model_for_directory` to pick one for a CA.
 * :class:`RateLimitLedger`: records spends, answers "may this order be sent now, and if
   not, when", learns from the CA's ``rateLimited`` answers, persists in a ``Storage``.
 * :func:`prioritize` / :meth:`RateLimitLedger.plan`: who goes first when the budget is

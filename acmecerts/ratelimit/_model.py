@@ -8,6 +8,7 @@ until the next token arrives. This is the model Let's Encrypt uses (GCRA, "refil
 
 A :class:`RateLimitModel` is a named, immutable set of limits. :data:`LETS_ENCRYPT` is
 Let's Encrypt's production model; :data:`NO_LIMITS` suits private CAs;
+:func:`model_for_directory` picks one from a directory URL;
 :meth:`RateLimitModel.with_overrides` applies a CA's rate-limit override::
 
     model = LETS_ENCRYPT.with_overrides({"certificates_per_registered_domain": 300})
@@ -356,21 +357,30 @@ LETS_ENCRYPT = RateLimitModel(
 #: learns from ``rateLimited`` answers.
 NO_LIMITS = RateLimitModel([], name="no-limits")
 
-#: The host of Let's Encrypt's production directory, the one CA whose limits are built in.
-_LETS_ENCRYPT_HOST = "acme-v02.api.letsencrypt.org"
+#: Directory hosts whose limits :data:`LETS_ENCRYPT` describes (production only: staging's
+#: limits are far higher, so a ledger there starts from :data:`NO_LIMITS` and learns).
+_LETS_ENCRYPT_HOSTS = frozenset({"acme-v02.api.letsencrypt.org"})
 
 
 def model_for_directory(directory_url: str) -> RateLimitModel:
-    """The limits acmecerts assumes for the CA at ``directory_url`` when told nothing else.
+    """The limits model of the CA at ``directory_url``, as far as acmecerts knows it.
 
-    :data:`LETS_ENCRYPT` for Let's Encrypt's production directory; :data:`NO_LIMITS` for
-    everything else (Pebble, private CAs, and Let's Encrypt's staging, whose limits are far
-    higher: the ledger learns them from ``rateLimited`` answers). The CLI's
-    ``--rate-limits auto`` and :class:`~acmecerts.AcmeClient`'s ``request_rates="auto"``
-    both choose with it.
+    :data:`LETS_ENCRYPT` for Let's Encrypt's production directory, :data:`NO_LIMITS` for
+    any other CA (its ledger still learns from the CA's ``rateLimited`` answers). Pass a
+    model yourself for a CA whose limits you know, or after an override was granted. The
+    CLI's ``--rate-limits auto``, :func:`~acmecerts.manager.open_manager` and
+    :class:`~acmecerts.AcmeClient`'s ``request_rates="auto"`` all choose with it.
+
+    Raises:
+        InvalidInput: ``directory_url`` is not an http(s) URL.
     """
+    if not isinstance(directory_url, str):
+        raise InvalidInput(f"the directory URL must be a string, got {directory_url!r}")
     try:
-        host = (urlsplit(directory_url).hostname or "").rstrip(".")
-    except (TypeError, ValueError, AttributeError):  # not a URL: no CA we know
-        return NO_LIMITS
-    return LETS_ENCRYPT if host == _LETS_ENCRYPT_HOST else NO_LIMITS
+        parts = urlsplit(directory_url.strip())
+    except ValueError as exc:
+        raise InvalidInput(f"invalid directory URL {directory_url!r}: {exc}") from None
+    host = (parts.hostname or "").lower().rstrip(".")
+    if parts.scheme.lower() not in ("http", "https") or not host:
+        raise InvalidInput(f"invalid directory URL {directory_url!r}: need http(s)://host/...")
+    return LETS_ENCRYPT if host in _LETS_ENCRYPT_HOSTS else NO_LIMITS

@@ -4,13 +4,15 @@
     kopf run --standalone --namespace default operator.py
     kubectl apply -f certificate.yaml        # spec.dnsNames, spec.secretName
 
-* At start-up it runs one :class:`~acmecerts.manager.CertificateManager` for the whole
-  operator, with its state (account key, certificates, orders in flight, rate-limit
-  ledger, locks) in the Kubernetes store, so a restarted or second replica carries on
-  where the first left off. http-01 is answered by an in-process server on
-  ``ACMECERTS_HTTP_PORT``: route ``/.well-known/acme-challenge/`` of every name to it.
+* At start-up it opens one :class:`~acmecerts.manager.CertificateManager` for the whole
+  operator (:func:`~acmecerts.manager.open_manager`), with its state (account key and
+  URL, certificates, orders in flight, rate-limit ledger, locks) in the Kubernetes store,
+  so a restarted or second replica carries on where the first left off. http-01 is
+  answered by an in-process server on ``ACMECERTS_HTTP_PORT``: route
+  ``/.well-known/acme-challenge/`` of every name to it.
 * A ``Certificate`` created, resumed or changed is *managed*: issued, then renewed in the
-  background. Each certificate issued (or renewed) is written to the Secret
+  background. Each certificate issued, renewed or found in the store (after a restart,
+  or issued by another replica) is written to the Secret
   ``spec.secretName`` (default ``<name>-tls``, type ``kubernetes.io/tls``, owned by the
   resource), and its serial and expiry to ``status.certificate``.
 * A ``Certificate`` deleted is *unmanaged*: in-flight work for it is cancelled at once,
@@ -42,13 +44,14 @@ from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
 from lightkube.resources.core_v1 import Secret
 from lightkube.types import PatchType
 
-from acmecerts import AcmeClient, Http01Server, IssuedCertificate
-from acmecerts.manager import CertificateEvent, CertificateManager, CertificateObtained
-from acmecerts.storage import (
-    KeyLayout,
-    load_account_url,
-    load_or_create_account_key,
-    save_account_url,
+from acmecerts import Http01Server, IssuedCertificate
+from acmecerts.manager import (
+    CertificateEvent,
+    CertificateLoaded,
+    CertificateManager,
+    CertificateObtained,
+    Subscriber,
+    open_manager,
 )
 from acmecerts.storage.kubernetes import KubernetesStorage
 
@@ -153,47 +156,50 @@ async def publish(kube: AsyncClient, owner: Owner, cert: IssuedCertificate) -> N
             raise
 
 
+def publisher(operator: Operator) -> Subscriber:
+    """The manager's subscriber: every certificate to its owner's Secret.
+
+    A certificate issued or renewed here (``CertificateObtained``), and one read from the
+    store (``CertificateLoaded``: after a restart, or issued by another replica).
+    """
+
+    async def on_event(event: CertificateEvent) -> None:
+        if not isinstance(event, CertificateObtained | CertificateLoaded):
+            return
+        owner = operator.owners.get(event.name)
+        if owner is not None and event.certificate is not None:
+            await publish(operator.kube, owner, event.certificate)
+            serial = event.certificate.serial
+            log.info("%s: certificate %s in Secret %s", event.name, serial, owner.secret_name)
+
+    return on_event
+
+
 async def run_manager(operator: Operator) -> None:
     """The manager and what it needs, for the operator's lifetime (one task)."""
     directory = os.environ.get("ACMECERTS_DIRECTORY", STAGING)
     email = os.environ.get("ACMECERTS_EMAIL")
     fraction = float(os.environ.get("ACMECERTS_RENEWAL_FRACTION", 1 / 3))
     # --8<-- [start:manager]
-    storage = KubernetesStorage(os.environ.get("ACMECERTS_STORE_NAMESPACE"))
-    layout = KeyLayout(directory)
     async with (
-        storage,
+        KubernetesStorage(os.environ.get("ACMECERTS_STORE_NAMESPACE")) as storage,
         Http01Server(port=int(os.environ.get("ACMECERTS_HTTP_PORT", "80"))) as solver,
-    ):
-        # every replica finds the same account key in the store (made once, under a lock)
-        account_key = await load_or_create_account_key(storage, layout)
-        client = AcmeClient(
+        # the account key, the account and the rate-limit ledger live in the store:
+        # every replica uses them (whichever comes first creates them, once)
+        open_manager(
+            storage,
             directory,
-            ca_bundle=os.environ.get("ACMECERTS_CA_BUNDLE"),
-            account_key=account_key,
-            account_url=await load_account_url(storage, layout, account_key=account_key),
+            solvers=[solver],
             contact=[f"mailto:{email}"] if email else [],
-        )
-        manager = CertificateManager(
-            client, solvers=[solver], storage=storage, layout=layout, renewal_fraction=fraction
-        )
-
-        async def on_event(event: CertificateEvent) -> None:
-            owner = operator.owners.get(event.name)
-            if isinstance(event, CertificateObtained) and event.certificate and owner:
-                await publish(operator.kube, owner, event.certificate)
-                serial = event.certificate.serial
-                log.info("%s: certificate %s in Secret %s", event.name, serial, owner.secret_name)
-
-        manager.subscribe(on_event)
+            ca_bundle=os.environ.get("ACMECERTS_CA_BUNDLE"),
+            renewal_fraction=fraction,
+        ) as manager,
+    ):
+        manager.subscribe(publisher(operator))
         manager.on_cancel(lambda name, reason: log.info("cancelled %s: %s", name, reason))
-        async with client, manager:
-            await client.register()  # the account exists before the first order
-            if client.account_url is not None:
-                await save_account_url(storage, layout, client.account_url, account_key=account_key)
-            operator.manager = manager
-            operator.ready.set()
-            await operator.stop.wait()
+        operator.manager = manager
+        operator.ready.set()
+        await operator.stop.wait()
     # --8<-- [end:manager]
 
 

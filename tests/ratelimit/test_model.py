@@ -7,7 +7,15 @@ import datetime as dt
 import pytest
 
 from acmecerts.errors import InvalidInput
-from acmecerts.ratelimit import LETS_ENCRYPT, NO_LIMITS, Event, Limit, RateLimitModel, Scope
+from acmecerts.ratelimit import (
+    LETS_ENCRYPT,
+    NO_LIMITS,
+    Event,
+    Limit,
+    RateLimitModel,
+    Scope,
+    model_for_directory,
+)
 
 
 def test_lets_encrypt_preset_matches_the_published_limits() -> None:
@@ -108,3 +116,23 @@ def test_duplicate_names_are_refused() -> None:
 def test_interval_rounds_up_to_the_microsecond() -> None:
     # 1 s / 3 is 333333.33 µs: the bucket refills at 333334 µs, never faster than allowed.
     assert Limit("x", 3, 1, Scope.ACCOUNT).interval_us == 333_334
+
+
+@pytest.mark.parametrize(
+    ("url", "model"),
+    [
+        ("https://acme-v02.api.letsencrypt.org/directory", LETS_ENCRYPT),
+        ("https://ACME-V02.api.letsencrypt.org./directory", LETS_ENCRYPT),
+        ("https://acme-staging-v02.api.letsencrypt.org/directory", NO_LIMITS),
+        ("https://127.0.0.1:14000/dir", NO_LIMITS),
+        ("https://acme.zerossl.com/v2/DV90", NO_LIMITS),
+    ],
+)
+def test_the_model_of_a_directory(url: str, model: RateLimitModel) -> None:
+    assert model_for_directory(url) is model
+
+
+@pytest.mark.parametrize("url", ["acme-v02.api.letsencrypt.org/directory", "ftp://ca/x", "", 3])
+def test_the_model_of_something_that_is_not_a_directory_url(url: object) -> None:
+    with pytest.raises(InvalidInput):
+        model_for_directory(url)  # type: ignore[arg-type]

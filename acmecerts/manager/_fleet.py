@@ -1,0 +1,295 @@
+"""``open_manager``: a running certificate manager wired from a store in one call.
+
+Every replica of a fleet needs the same things from the store it shares with the others,
+in the same order, and each step is easy to get wrong by hand::
+
+    async with (
+        FileStorage("/var/lib/acmecerts") as storage,
+        open_manager(storage, DIRECTORY, solvers=[solver], contact=[...]) as manager,
+    ):
+        manager.manage("default.web", ["web.example.com"])
+
+1. the account key: loaded from the store, or created there once under the store's
+   account lock (:func:`~acmecerts.storage.load_or_create_account_key`);
+2. the account URL: the stored one, or the account is registered once under the same
+   lock and its URL stored, so replicas starting together send one ``newAccount``;
+3. the rate-limit ledger, kept in the same store (``KeyLayout(directory).ledger()``) so
+   every replica spends one budget, with the CA's limits chosen from its directory URL;
+4. the client and the manager on that key, URL, ledger, store and layout.
+
+On leaving the block the manager stops (in-flight work is cancelled and cleaned up) and
+the client's connections are closed; the same happens when a step fails part-way. The
+store itself is the caller's: it is neither entered nor closed here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import random
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypedDict, Unpack
+
+import anyio
+
+from acmecerts._time import Clock, SystemClock
+from acmecerts.client import AcmeClient, ExternalAccountBinding, PollPolicy
+from acmecerts.errors import InvalidInput
+from acmecerts.manager._manager import CertificateManager
+from acmecerts.protocol.keys import KeyType
+from acmecerts.ratelimit import RateLimitLedger, RateLimitModel, model_for_directory
+from acmecerts.retry import AttemptSchedule, RequestRetry
+from acmecerts.solvers._base import Solver
+from acmecerts.storage import (
+    KeyLayout,
+    Storage,
+    load_account_url,
+    load_or_create_account_key,
+    save_account_url,
+)
+from acmecerts.transport import AcmeTransport, RequestHook, UrlPolicy
+
+__all__ = ["ClientOptions", "ManagerOptions", "OpenOptions", "open_manager"]
+
+
+class ClientOptions(TypedDict, total=False):
+    """The :class:`~acmecerts.AcmeClient` arguments :func:`open_manager` passes through.
+
+    Each means what it means to :class:`~acmecerts.AcmeClient`. ``clock`` is shared by
+    the client, the ledger and the manager. ``contact`` and ``eab`` are used when the
+    account is registered (a stored account is not changed: see
+    :meth:`~acmecerts.AcmeClient.update_contact`).
+    """
+
+    contact: Sequence[str]
+    eab: ExternalAccountBinding | None
+    ca_bundle: str | Path | None
+    clock: Clock | None
+    request_timeout: float | _dt.timedelta
+    request_retry: RequestRetry | None
+    attempt_timeout: float | _dt.timedelta
+    poll: PollPolicy | None
+    http2: bool
+    transport: AcmeTransport | None
+    on_request: RequestHook | None
+    url_policy: UrlPolicy | None
+
+
+class ManagerOptions(TypedDict, total=False):
+    """The :class:`~acmecerts.manager.CertificateManager` arguments passed through.
+
+    Each means what it means to the manager (``concurrency``, ``schedule``,
+    ``renewal_fraction``, ``rng``, ``limiter``); its clock is the client's.
+    """
+
+    concurrency: int
+    schedule: AttemptSchedule | None
+    renewal_fraction: float
+    rng: random.Random | None
+    limiter: anyio.CapacityLimiter | None
+
+
+class OpenOptions(ClientOptions, ManagerOptions, total=False):
+    """Every option :func:`open_manager` passes through: the client's and the manager's."""
+
+
+#: The arguments :func:`open_manager` wires itself, and what to use instead.
+_WIRED = {
+    "account_key": "the account key is the store's (account_key_type= for a new one)",
+    "account_url": "the account URL is the store's (registered once if there is none)",
+    "ledger": "the ledger is kept in the store: choose its limits with rate_limits=",
+    "layout": "the layout is KeyLayout(directory_url, account): pass account=",
+    "storage": "the store is the first argument",
+    "client": "the client is made here from the client options",
+}
+
+
+def _split(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``options`` split into the client's and the manager's; unknown ones are refused."""
+    client_keys = ClientOptions.__optional_keys__
+    manager_keys = ManagerOptions.__optional_keys__
+    for name in options:
+        if name in _WIRED:
+            raise InvalidInput(f"open_manager() does not take {name}=: {_WIRED[name]}")
+        if name not in client_keys and name not in manager_keys:
+            known = ", ".join(sorted(client_keys | manager_keys))
+            raise InvalidInput(f"open_manager() got an unknown option {name!r} (options: {known})")
+    client = {k: v for k, v in options.items() if k in client_keys}
+    manager = {k: v for k, v in options.items() if k in manager_keys}
+    return client, manager
+
+
+def _ledger(
+    rate_limits: RateLimitModel | Literal["auto"] | None,
+    storage: Storage,
+    layout: KeyLayout,
+    clock: Clock,
+) -> RateLimitLedger | None:
+    if rate_limits is None:
+        return None
+    if isinstance(rate_limits, str) and rate_limits == "auto":
+        model = model_for_directory(layout.directory_url)
+    elif isinstance(rate_limits, RateLimitModel):
+        model = rate_limits
+    else:
+        raise InvalidInput(
+            'rate_limits must be "auto", a RateLimitModel (e.g. acmecerts.ratelimit.'
+            f"LETS_ENCRYPT) or None for no ledger, not {rate_limits!r}"
+        )
+    return RateLimitLedger(model, clock=clock, storage=storage, key=layout.ledger())
+
+
+async def _close(client: AcmeClient) -> None:
+    # also when the block was cancelled: connections left open would leak
+    with anyio.CancelScope(shield=True):
+        await client.aclose()
+
+
+async def _account_url(
+    storage: Storage,
+    layout: KeyLayout,
+    client: AcmeClient,
+    *,
+    terms_of_service_agreed: bool,
+    lock_timeout: float | None,
+) -> str:
+    """The stored account URL of the client's key, else register once and store it."""
+    key = client.account_key
+    url = await load_account_url(storage, layout, account_key=key)
+    if url is not None:
+        return url
+    # Under the account lock, re-read: a replica that held it before us registered.
+    async with storage.lock(layout.account_lock(), timeout=lock_timeout):
+        url = await load_account_url(storage, layout, account_key=key)
+        if url is not None:
+            return url
+        # A key whose account the CA already has (its URL was never stored) gets that
+        # account back (RFC 8555 §7.3.1): a key is never more than one account.
+        await client.register(terms_of_service_agreed=terms_of_service_agreed)
+        url = client.account_url
+        assert url is not None
+        await save_account_url(storage, layout, url, account_key=key)
+        return url
+
+
+@contextlib.asynccontextmanager
+async def open_manager(
+    storage: Storage,
+    directory_url: str,
+    *,
+    solvers: Sequence[Solver],
+    account: str = "default",
+    rate_limits: RateLimitModel | Literal["auto"] | None = "auto",
+    account_key_type: KeyType | str = KeyType.EC256,
+    terms_of_service_agreed: bool = True,
+    lock_timeout: float | None = 120.0,
+    **options: Unpack[OpenOptions],
+) -> AsyncIterator[CertificateManager]:
+    """A running :class:`CertificateManager` for the account kept in ``storage``.
+
+    ::
+
+        async with open_manager(storage, DIRECTORY, solvers=[solver]) as manager:
+            manager.manage("default.web", ["web.example.com"])
+
+    Every replica that opens a manager on the same store and CA uses one account key and
+    one account (created once, under the store's lock, by whichever replica comes
+    first), one rate-limit ledger, and the certificates, orders and attempt state of
+    the others. Nothing is sent to the CA when the account's URL is stored; otherwise
+    one ``newAccount`` is.
+
+    Args:
+        storage: The shared store (:class:`~acmecerts.storage.FileStorage`,
+            :class:`~acmecerts.storage.kubernetes.KubernetesStorage`...). It stays open:
+            close it after the block.
+        directory_url: The CA's directory URL.
+        solvers: The challenge solvers (at least one).
+        account: The account's name in the store (:class:`~acmecerts.storage.KeyLayout`):
+            several accounts on one CA may share a store under different names.
+        rate_limits: The ledger's limits model. ``"auto"``:
+            :func:`~acmecerts.ratelimit.model_for_directory` (Let's Encrypt's limits for
+            its production directory, none known for other CAs, where the ledger still
+            learns from ``rateLimited`` answers); a
+            :class:`~acmecerts.ratelimit.RateLimitModel` (e.g. after an override was
+            granted); ``None``: no ledger. The ledger lives in the store under
+            ``KeyLayout(directory_url).ledger()`` and is ``manager.client.ledger``.
+        account_key_type: The type of the account key if one is created (a stored key is
+            used whatever its type).
+        terms_of_service_agreed: Sent when the account is registered.
+        lock_timeout: How long to wait for another replica holding the account lock
+            (seconds; ``None``: forever), else :class:`~acmecerts.storage.LockTimeout`.
+        **options: Passed to :class:`~acmecerts.AcmeClient` (:class:`ClientOptions`:
+            ``contact``, ``eab``, ``ca_bundle``, ``clock``, timeouts...) and to
+            :class:`CertificateManager` (:class:`ManagerOptions`: ``concurrency``,
+            ``schedule``, ``renewal_fraction``, ``limiter``...).
+
+    Yields:
+        The manager, entered (its scheduler runs) and subscribed to nothing yet; its
+        client is ``manager.client``. On leaving the block the manager is stopped and
+        the client closed, also when opening fails part-way.
+
+    Raises:
+        InvalidInput: a bad argument, before anything is read or written.
+        RateLimitDeferred: the ledger holds the new account back (its limit on new
+            accounts is spent); nothing was sent, ``retry_after`` says when opening may
+            succeed. The account key stays stored, so the next try registers that key.
+        RateLimited: the CA refused the new account for its rate limits (``retry_after``).
+        ExternalAccountRequired: the CA requires EAB and no ``eab`` option was given.
+        StorageError: the store failed, or holds a corrupt account key (never replaced).
+        LockTimeout: another replica held the account lock for ``lock_timeout`` seconds.
+    """
+    if not isinstance(storage, Storage):
+        raise InvalidInput(f"storage must be a Storage (FileStorage...), got {storage!r}")
+    layout = KeyLayout(directory_url, account)
+    key_type = KeyType.parse(account_key_type)
+    if not isinstance(terms_of_service_agreed, bool):
+        raise InvalidInput("terms_of_service_agreed must be True or False")
+    if lock_timeout is not None and not lock_timeout >= 0:
+        raise InvalidInput(f"lock_timeout must be 0 or more seconds (or None), not {lock_timeout}")
+    client_options, manager_options = _split(dict(options))
+    clock: Clock = client_options.pop("clock", None) or SystemClock()
+    ledger = _ledger(rate_limits, storage, layout, clock)
+    body_error: BaseException | None = None
+    unwrapped: BaseException | None = None
+    try:
+        async with contextlib.AsyncExitStack() as stack:
+            # Both constructors check their arguments and do no I/O. The client's own
+            # throwaway key is replaced by the store's before anything is signed.
+            client = AcmeClient(directory_url, clock=clock, ledger=ledger, **client_options)
+            stack.push_async_callback(_close, client)
+            manager = CertificateManager(
+                client, solvers=solvers, storage=storage, layout=layout, **manager_options
+            )
+            client.account_key = await load_or_create_account_key(
+                storage, layout, key_type=key_type, lock_timeout=lock_timeout
+            )
+            client.account_url = await _account_url(
+                storage,
+                layout,
+                client,
+                terms_of_service_agreed=terms_of_service_agreed,
+                lock_timeout=lock_timeout,
+            )
+            await stack.enter_async_context(manager)
+            try:
+                yield manager
+            except BaseException as exc:
+                body_error = exc
+                raise
+    except BaseExceptionGroup as group:
+        # The manager's task group wraps what the block raised; the caller gets it back
+        # as it raised it (a group with anything else in it stays a group).
+        if body_error is None or not _only(group, body_error):
+            raise
+        unwrapped = body_error
+    if unwrapped is not None:
+        raise unwrapped
+
+
+def _only(group: BaseExceptionGroup[BaseException], error: BaseException) -> bool:
+    """Whether ``group`` holds ``error`` and nothing else (at any depth)."""
+    inner: tuple[BaseException, ...] = (group,)
+    while len(inner) == 1 and isinstance(inner[0], BaseExceptionGroup):
+        inner = inner[0].exceptions
+    return len(inner) == 1 and inner[0] is error
