@@ -661,6 +661,20 @@ class CertificateManager:
                 certificate = await self._client_issue(entry, replaces, renewal_of)
             except AlreadyReplaced:
                 log.info("%s: the CA refused replaces=%s; ordering without it", name, replaces)
+                if self._store is not None:
+                    # the refused newOrder created no order: its intent must not send the
+                    # next one looking for an unrecorded order
+                    await self._store.delete_order(name)
+                # a new order: the owner may have gone meanwhile, so ask before it again
+                owner = await self._owner_present(spec)
+                if owner is False:
+                    entry.cancelled = _OWNER_GONE
+                    entry.generation += 1
+                    await self._cancelled(name, _OWNER_GONE)
+                    return CancelledResult(name, _OWNER_GONE)
+                if owner is None:
+                    retry_at = self.clock.now() + _dt.timedelta(minutes=1)
+                    return DeferredResult(name, retry_at, "owner guard failed")
                 certificate = await self._client_issue(entry, None, renewal_of)
         except AcmeCertsError as exc:
             self._steady(entry)

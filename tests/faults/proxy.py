@@ -18,13 +18,26 @@ tests, asyncio and trio, and never blocks the loop of the test. Every request is
 
 Faults: :class:`Respond` (answer without forwarding, e.g. 429/503 with ``Retry-After``),
 :class:`BadNonce`, :class:`Reset` (RST without answering), :class:`Stall` (wait, then forward),
-:class:`Truncate` (a body shorter than its ``Content-Length``, then close) and
-:class:`SlowBody` (dribble the body).
+:class:`Truncate` (a body shorter than its ``Content-Length``, then close),
+:class:`SlowBody` (dribble the body) and :class:`AriAnswer` (a RenewalInfo object).
+
+A :class:`Match` can also look into the request: ``Match("/order-plz", "POST",
+payload_has="replaces")`` matches only the ``newOrder`` requests whose JWS payload has a
+``replaces`` member, and :attr:`RecordedRequest.payload` decodes that payload afterwards.
+
+Pebble 2.4 has no ARI (RFC 9773). :meth:`FaultProxy.emulate_ari` makes it look as if it
+had: the directory the proxy forwards gains ``renewalInfo``, and the proxy answers ``GET
+{renewalInfo}/{certID}`` itself::
+
+    proxy.emulate_ari(AriAnswer(start=soon, end=later, retry_after="21600"))
+    proxy.add_rule(Match("/order-plz", "POST", payload_has="replaces"),
+                   Respond(409, ALREADY_REPLACED, "already replaced"), times=None)
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import datetime as dt
 import json
@@ -47,9 +60,11 @@ if TYPE_CHECKING:
     from types import TracebackType
 
 __all__ = [
+    "ALREADY_REPLACED",
     "BAD_NONCE",
     "RATE_LIMITED",
     "SERVER_INTERNAL",
+    "AriAnswer",
     "BadNonce",
     "Fault",
     "FaultProxy",
@@ -61,6 +76,7 @@ __all__ = [
     "SlowBody",
     "Stall",
     "Truncate",
+    "jws_payload",
 ]
 
 _log = logging.getLogger(__name__)
@@ -68,6 +84,9 @@ _log = logging.getLogger(__name__)
 RATE_LIMITED = "urn:ietf:params:acme:error:rateLimited"
 BAD_NONCE = "urn:ietf:params:acme:error:badNonce"
 SERVER_INTERNAL = "urn:ietf:params:acme:error:serverInternal"
+#: RFC 9773 §5: the certificate named by ``replaces`` was already replaced.
+ALREADY_REPLACED = "urn:ietf:params:acme:error:alreadyReplaced"
+MALFORMED = "urn:ietf:params:acme:error:malformed"
 
 # RFC 9110 §7.6.1: hop-by-hop fields are not forwarded by a proxy.
 _HOP_BY_HOP = frozenset(
@@ -91,22 +110,55 @@ _READ_SIZE = 65536
 # --------------------------------------------------------------------------- rules
 
 
+def jws_payload(body: bytes) -> Any:
+    """The decoded payload of a flattened JWS request body (RFC 8555 §6.2), or ``None``.
+
+    ``None`` when ``body`` is not a JSON object with a string ``payload`` member, when
+    the payload is empty (a POST-as-GET, §6.3), or when it is not base64url-encoded JSON.
+    """
+    try:
+        jws = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    encoded = jws.get("payload") if isinstance(jws, dict) else None
+    if not isinstance(encoded, str) or not encoded:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4))
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError):  # binascii.Error is a ValueError
+        return None
+
+
 @dataclass(frozen=True)
 class Match:
     """Which requests a rule applies to.
 
     ``path_prefix`` is compared with the request path (without the query string);
     ``method`` (case-insensitive) restricts the rule to one method, ``None`` matches any.
+    ``payload_has`` restricts it to requests whose body is a JWS whose payload
+    (:func:`jws_payload`) is a JSON object with that member, e.g. ``"replaces"``.
     """
 
     path_prefix: str = "/"
     method: str | None = None
+    payload_has: str | None = None
 
-    def matches(self, method: str, path: str) -> bool:
-        """Whether a request with this method and path (no query) is matched."""
+    def matches(self, method: str, path: str, body: bytes | None = None) -> bool:
+        """Whether a request with this method, path (no query) and ``body`` is matched.
+
+        Without a ``body`` a rule with ``payload_has`` matches nothing.
+        """
         if self.method is not None and self.method.upper() != method.upper():
             return False
-        return path.startswith(self.path_prefix)
+        if not path.startswith(self.path_prefix):
+            return False
+        if self.payload_has is None:
+            return True
+        if body is None:
+            return False
+        payload = jws_payload(body)
+        return isinstance(payload, dict) and self.payload_has in payload
 
 
 @dataclass(frozen=True)
@@ -170,6 +222,40 @@ class SlowBody(Fault):
     bytes_per_second: float
 
 
+@dataclass(frozen=True)
+class AriAnswer(Fault):
+    """Answer ``200`` with an ARI RenewalInfo object (RFC 9773 §4.2), not forwarding.
+
+    ``start``/``end`` are the ``suggestedWindow`` (timezone-aware); ``None`` means one day
+    before / after the moment the request arrives, so the default window is open now.
+    ``retry_after`` is sent verbatim as ``Retry-After`` (``None``: no header), and
+    ``explanation_url`` as ``explanationURL`` when given. Used by
+    :meth:`FaultProxy.emulate_ari`, or as a rule's fault to change the answer for the
+    next requests only.
+    """
+
+    start: dt.datetime | None = None
+    end: dt.datetime | None = None
+    retry_after: str | None = "21600"
+    explanation_url: str | None = None
+
+    def __post_init__(self) -> None:
+        for moment in (self.start, self.end):
+            if moment is not None and moment.tzinfo is None:
+                raise ValueError(f"AriAnswer needs timezone-aware instants, not {moment!r}")
+        if self.start is not None and self.end is not None and self.end <= self.start:
+            raise ValueError("AriAnswer's window must end after it starts")
+
+    def document(self, now: dt.datetime) -> dict[str, Any]:
+        """The RenewalInfo JSON object for a request arriving at ``now``."""
+        start = self.start or now - dt.timedelta(days=1)
+        end = self.end or now + dt.timedelta(days=1)
+        body: dict[str, Any] = {"suggestedWindow": {"start": _rfc3339(start), "end": _rfc3339(end)}}
+        if self.explanation_url is not None:
+            body["explanationURL"] = self.explanation_url
+        return body
+
+
 @dataclass
 class Rule:
     """A :class:`Match` and the :class:`Fault` applied to the next matching requests.
@@ -199,7 +285,8 @@ class RecordedRequest:
     the monotonic time the response was complete (``None`` likewise). ``fault`` is the fault
     applied, ``None`` when the request was simply forwarded. ``connection`` numbers the client
     connections (from 1, in accept order): requests sharing it came over one kept-alive
-    connection. ``headers`` and ``body`` are the request as received.
+    connection. ``headers`` and ``body`` are the request as received; :attr:`payload`
+    decodes a JWS body.
     """
 
     method: str
@@ -212,6 +299,11 @@ class RecordedRequest:
     connection: int
     headers: tuple[tuple[str, str], ...]
     body: bytes
+
+    @property
+    def payload(self) -> Any:
+        """The request's decoded JWS payload (``None`` if none: see :func:`jws_payload`)."""
+        return jws_payload(self.body)
 
 
 @dataclass
@@ -308,6 +400,9 @@ class FaultProxy:
         self._connections = 0
         self._client: httpx.AsyncClient | None = None
         self._nonce_path: str | None = None
+        #: ARI emulation (:meth:`emulate_ari`): the renewalInfo path and default answer.
+        self._ari_path: str | None = None
+        self._ari_answer: AriAnswer | None = None
 
     # ------------------------------------------------------------------ public API
 
@@ -374,6 +469,23 @@ class FaultProxy:
     ) -> None:
         self.stop()
 
+    def emulate_ari(self, answer: AriAnswer | None = None, *, path: str = "/renewal-info") -> None:
+        """Make the upstream look ARI-capable (RFC 9773), for CAs such as Pebble 2.4.
+
+        From now on the directory the proxy forwards has ``renewalInfo`` (``https://``
+        + the request's ``Host`` + ``path``), and the proxy itself answers every ``GET
+        {path}/{certID}`` no rule matched with ``answer`` (default :class:`AriAnswer`:
+        a window open now, ``Retry-After: 21600``); a certID that is not two base64url
+        parts joined by a dot gets ``400 malformed``. Calling it again replaces the
+        answer. Rules still come first: an ``AriAnswer`` rule changes the answer for the
+        next requests, a ``Respond`` rule makes the endpoint fail.
+        """
+        if not path.startswith("/") or path.endswith("/") or path == self._directory_path:
+            raise ValueError(f"path must be an absolute path like /renewal-info, not {path!r}")
+        with self._lock:
+            self._ari_path = path
+            self._ari_answer = answer or AriAnswer()
+
     def add_rule(self, match: Match, fault: Fault, *, times: int | None = 1) -> Rule:
         """Apply ``fault`` to the next ``times`` requests matching ``match`` (``None``: all).
 
@@ -408,10 +520,13 @@ class FaultProxy:
         with self._lock:
             return [e.freeze() for e in self._entries]
 
-    def requests_to(self, path_prefix: str, method: str | None = None) -> list[RecordedRequest]:
-        """The recorded requests whose path starts with ``path_prefix`` (and ``method``)."""
-        match = Match(path_prefix, method)
-        return [r for r in self.requests if match.matches(r.method, r.path)]
+    def requests_to(
+        self, path_prefix: str, method: str | None = None, *, payload_has: str | None = None
+    ) -> list[RecordedRequest]:
+        """The recorded requests whose path starts with ``path_prefix`` (and ``method``;
+        with ``payload_has``, only those whose JWS payload has that member)."""
+        match = Match(path_prefix, method, payload_has)
+        return [r for r in self.requests if match.matches(r.method, r.path, r.body)]
 
     def clear_requests(self) -> None:
         """Forget the recorded requests."""
@@ -539,9 +654,11 @@ class FaultProxy:
         path = urllib.parse.urlsplit(target).path or "/"
         headers = tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in head.headers)
         with self._lock:
-            fault = self._pick_fault(method, path)
+            fault = self._pick_fault(method, path, body)
             if fault is None and self.request_hook is not None:
                 fault = self.request_hook(method, path, body)
+            if fault is None and method == "GET" and self._is_renewal_info(path):
+                fault = self._ari_answer
             entry = _Entry(
                 method=method,
                 path=path,
@@ -578,10 +695,15 @@ class FaultProxy:
         if isinstance(fault, BadNonce):
             await self._send_local(conn, writer, entry, 400, BAD_NONCE, fault.detail, [])
             return
+        if isinstance(fault, AriAnswer):
+            await self._send_renewal_info(conn, writer, entry, fault)
+            return
         if isinstance(fault, Stall):
             await asyncio.sleep(fault.seconds)
 
         upstream = await self._forward(head, target, body)
+        if method == "GET" and path == self._directory_path:
+            upstream = self._with_renewal_info(upstream, entry)
         if isinstance(fault, Truncate):
             await self._send_truncated(conn, writer, entry, head.method, upstream)
         elif isinstance(fault, SlowBody):
@@ -589,9 +711,9 @@ class FaultProxy:
         else:
             await self._send(conn, writer, entry, head.method, upstream, None)
 
-    def _pick_fault(self, method: str, path: str) -> Fault | None:
+    def _pick_fault(self, method: str, path: str, body: bytes) -> Fault | None:
         for rule in self._rules:
-            if rule.exhausted or not rule.match.matches(method, path):
+            if rule.exhausted or not rule.match.matches(method, path, body):
                 continue
             if rule.remaining is not None:
                 rule.remaining -= 1
@@ -640,6 +762,56 @@ class FaultProxy:
             return None
         nonce: str | None = response.headers.get("Replay-Nonce")
         return nonce
+
+    # ------------------------------------------------------------------ ARI emulation
+
+    def _is_renewal_info(self, path: str) -> bool:
+        """Whether ``path`` is under the emulated ``renewalInfo`` (call under the lock)."""
+        return self._ari_path is not None and path.startswith(self._ari_path + "/")
+
+    def _with_renewal_info(self, upstream: _Upstream, entry: _Entry) -> _Upstream:
+        """The upstream's directory answer with ``renewalInfo`` added, when emulating ARI."""
+        with self._lock:
+            ari_path = self._ari_path
+        if ari_path is None or upstream.status != 200:
+            return upstream
+        if any(k.lower() == b"content-encoding" for k, _ in upstream.headers):
+            _log.warning("FaultProxy: a compressed directory is forwarded without renewalInfo")
+            return upstream
+        try:
+            directory = json.loads(upstream.body)
+        except ValueError:
+            return upstream
+        if not isinstance(directory, dict):
+            return upstream
+        directory["renewalInfo"] = f"https://{self._host_of(entry)}{ari_path}"
+        return _Upstream(upstream.status, upstream.headers, json.dumps(directory).encode())
+
+    async def _send_renewal_info(
+        self, conn: h11.Connection, writer: asyncio.StreamWriter, entry: _Entry, answer: AriAnswer
+    ) -> None:
+        """RFC 9773 §4.2: a RenewalInfo object; ``400 malformed`` for a bad certID."""
+        certid = entry.path.rsplit("/", 1)[-1]
+        parts = certid.split(".")
+        if len(parts) != 2 or not all(p and _is_base64url(p) for p in parts):
+            await self._send_local(
+                conn,
+                writer,
+                entry,
+                400,
+                MALFORMED,
+                f"{certid!r} is not a certID (RFC 9773 §4.1)",
+                [],
+                replay_nonce=False,
+            )
+            return
+        extra = [("Content-Type", "application/json")]
+        if answer.retry_after is not None:
+            extra.append(("Retry-After", answer.retry_after))
+        body = json.dumps(answer.document(entry.wall)).encode()
+        await self._send_local(
+            conn, writer, entry, 200, None, "", extra, body=body, replay_nonce=False
+        )
 
     # ------------------------------------------------------------------ downstream
 
@@ -780,6 +952,18 @@ def _quiet_exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str,
         _log.debug("FaultProxy: %s: %r", context.get("message"), exc)
     else:
         loop.default_exception_handler(context)
+
+
+def _rfc3339(moment: dt.datetime) -> str:
+    """``moment`` in UTC as RFC 3339 with a ``Z`` (whole seconds)."""
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_BASE64URL = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def _is_base64url(text: str) -> bool:
+    return set(text) <= _BASE64URL
 
 
 def _raw_head(response: h11.Response) -> bytes:

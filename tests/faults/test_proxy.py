@@ -10,18 +10,25 @@ import socket
 import ssl
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
 import pytest
+from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+from cryptography.x509.oid import NameOID
 
+from acmecerts import AcmeClient, FakeClock
+from acmecerts.protocol.ari import cert_id
+from acmecerts.protocol.resources import parse_renewal_info
 from tests.faults.proxy import (
+    ALREADY_REPLACED,
     BAD_NONCE,
     RATE_LIMITED,
+    AriAnswer,
     BadNonce,
     FaultProxy,
     Match,
@@ -30,6 +37,7 @@ from tests.faults.proxy import (
     SlowBody,
     Stall,
     Truncate,
+    jws_payload,
 )
 
 if TYPE_CHECKING:
@@ -75,8 +83,11 @@ def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
-def _new_account_jws(url: str, nonce: str) -> bytes:
-    """A minimal ES256-signed newAccount request (RFC 8555 §7.3), built by hand."""
+def _new_account_jws(url: str, nonce: str, extra: dict[str, Any] | None = None) -> bytes:
+    """A minimal ES256-signed newAccount request (RFC 8555 §7.3), built by hand.
+
+    ``extra`` members are added to the payload.
+    """
     key = ec.generate_private_key(ec.SECP256R1())
     numbers = key.public_key().public_numbers()
     jwk = {
@@ -86,7 +97,7 @@ def _new_account_jws(url: str, nonce: str) -> bytes:
         "y": _b64(numbers.y.to_bytes(32, "big")),
     }
     protected = _b64(json.dumps({"alg": "ES256", "jwk": jwk, "nonce": nonce, "url": url}).encode())
-    payload = _b64(json.dumps({"termsOfServiceAgreed": True}).encode())
+    payload = _b64(json.dumps({"termsOfServiceAgreed": True, **(extra or {})}).encode())
     r, s = decode_dss_signature(
         key.sign(f"{protected}.{payload}".encode(), ec.ECDSA(hashes.SHA256()))
     )
@@ -328,3 +339,197 @@ async def test_the_proxy_never_blocks_the_test_event_loop(
             await anyio.sleep(0.1)
             tg.start_soon(fetch, "fast", f"{proxy.url}/nonce-plz")
     assert statuses["fast"] < 0.5 <= 1 <= statuses["stalled"]
+
+
+# -- looking into the JWS payload ----------------------------------------------------------
+
+
+def _jws(payload: str) -> bytes:
+    return json.dumps({"protected": "e30", "payload": payload, "signature": "c2ln"}).encode()
+
+
+def test_jws_payload_decodes_only_a_flattened_jws_with_a_json_payload() -> None:
+    body = _jws(_b64(b'{"identifiers": [], "replaces": "a.b"}'))
+    assert jws_payload(body) == {"identifiers": [], "replaces": "a.b"}
+    assert jws_payload(_jws("")) is None  # POST-as-GET
+    assert jws_payload(_jws("%%%")) is None  # not base64url
+    assert jws_payload(_jws(_b64(b"not json"))) is None
+    assert jws_payload(b"") is None
+    assert jws_payload(b"\xff\xfe") is None
+    assert jws_payload(b"[1, 2]") is None
+    assert jws_payload(json.dumps({"payload": 5}).encode()) is None
+
+
+def test_match_payload_has_needs_the_member_in_the_payload() -> None:
+    with_replaces = _jws(_b64(b'{"identifiers": [], "replaces": "a.b"}'))
+    without = _jws(_b64(b'{"identifiers": []}'))
+    match = Match("/order-plz", "POST", payload_has="replaces")
+    assert match.matches("POST", "/order-plz", with_replaces)
+    assert not match.matches("POST", "/order-plz", without)
+    assert not match.matches("POST", "/order-plz", _jws(""))
+    assert not match.matches("POST", "/order-plz")  # no body given
+    assert not match.matches("GET", "/order-plz", with_replaces)
+    assert not match.matches("POST", "/sign-me-up", with_replaces)
+    # a list payload has no members, even when it holds the string
+    assert not match.matches("POST", "/order-plz", _jws(_b64(b'["replaces"]')))
+    # without payload_has the body does not matter (the old two-argument call still works)
+    assert Match("/order-plz").matches("POST", "/order-plz")
+    assert Match("/order-plz").matches("POST", "/order-plz", without)
+
+
+def test_a_payload_rule_answers_only_requests_with_that_member(
+    proxy: FaultProxy, client: httpx.Client
+) -> None:
+    directory = _directory(client, proxy)
+    url = directory["newAccount"]
+    headers = {"Content-Type": "application/jose+json"}
+    rule = proxy.add_rule(
+        Match("/sign-me-up", "POST", payload_has="replaces"),
+        Respond(409, ALREADY_REPLACED, "was already replaced"),
+        times=None,
+    )
+
+    nonce = client.head(directory["newNonce"]).headers["Replay-Nonce"]
+    refused = client.post(
+        url, content=_new_account_jws(url, nonce, {"replaces": "a.b"}), headers=headers
+    )
+    assert refused.status_code == 409
+    assert refused.json()["type"] == ALREADY_REPLACED
+    nonce = refused.headers["Replay-Nonce"]  # a usable nonce, as from a real CA
+
+    accepted = client.post(url, content=_new_account_jws(url, nonce), headers=headers)
+    assert accepted.status_code == 201, accepted.text
+    assert rule.hits == 1
+    assert not rule.exhausted
+
+    posts = proxy.requests_to("/sign-me-up", "POST")
+    assert [(r.status, r.fault) for r in posts] == [(409, rule.fault), (201, None)]
+    assert [r.payload.get("replaces") for r in posts] == ["a.b", None]
+    [marked] = proxy.requests_to("/sign-me-up", "POST", payload_has="replaces")
+    assert marked == posts[0]
+    assert proxy.requests_to("/dir")[0].payload is None
+
+
+# -- ARI emulation -------------------------------------------------------------------------
+
+
+def _certificate_with_aki() -> x509.Certificate:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ari.example.test")])
+    now = dt.datetime.now(dt.UTC)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(0x87654321)  # a serial whose DER form starts with 0x00
+        .not_valid_before(now)
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(key.public_key()), critical=False
+        )
+        .sign(key, hashes.SHA256())
+    )
+
+
+def test_without_emulation_pebble_has_no_ari(proxy: FaultProxy, client: httpx.Client) -> None:
+    assert "renewalInfo" not in _directory(client, proxy)
+    assert client.get(f"{proxy.url}/renewal-info/a.b").status_code == 404  # Pebble's answer
+
+
+def test_emulated_ari_directory_and_renewal_info(
+    proxy: FaultProxy, client: httpx.Client, pebble: PebbleServer
+) -> None:
+    start = dt.datetime(2026, 3, 1, 12, tzinfo=dt.UTC)
+    end = start + dt.timedelta(hours=6)
+    proxy.emulate_ari(
+        AriAnswer(start, end, retry_after="120", explanation_url="https://ca.example/why")
+    )
+    directory = _directory(client, proxy)
+    assert directory["renewalInfo"] == f"{proxy.url}/renewal-info"
+    # everything else is Pebble's own directory (whose URLs name the host asked)
+    pebble_base = pebble.directory_url.removesuffix("/dir")
+    pebble_directory = client.get(pebble.directory_url).json()
+    assert {k: v for k, v in directory.items() if k != "renewalInfo"} == {
+        k: v.replace(pebble_base, proxy.url)
+        for k, v in pebble_directory.items()
+        if isinstance(v, str)
+    }
+
+    ident = cert_id(_certificate_with_aki())
+    url = f"{directory['renewalInfo']}/{ident}"
+    answer = client.get(url)
+    assert answer.status_code == 200
+    assert answer.headers["Retry-After"] == "120"
+    assert answer.headers["Content-Type"] == "application/json"
+    info = parse_renewal_info(answer.json(), url=url)
+    assert (info.window_start, info.window_end) == (start, end)
+    assert info.explanation_url == "https://ca.example/why"
+
+    bad = client.get(f"{directory['renewalInfo']}/not-a-cert-id")
+    assert bad.status_code == 400
+    assert bad.json()["type"] == "urn:ietf:params:acme:error:malformed"
+    recorded = proxy.requests_to("/renewal-info/", "GET")
+    assert [(r.status, type(r.fault)) for r in recorded] == [(200, AriAnswer), (400, AriAnswer)]
+    # the upstream never saw them: nothing was forwarded
+    assert all(r.fault is not None for r in recorded)
+
+
+def test_an_ari_rule_changes_the_next_answers_and_the_default_window_is_open(
+    proxy: FaultProxy, client: httpx.Client
+) -> None:
+    proxy.emulate_ari()
+    url = f"{_directory(client, proxy)['renewalInfo']}/{cert_id(_certificate_with_aki())}"
+    later = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+    proxy.add_rule(
+        Match("/renewal-info/", "GET"),
+        AriAnswer(later, later + dt.timedelta(days=1), retry_after=None),
+        times=1,
+    )
+    proxy.add_rule(Match("/renewal-info/", "GET"), Respond(503, retry_after="7"), times=1)
+
+    first = client.get(url)
+    assert "Retry-After" not in first.headers
+    assert parse_renewal_info(first.json(), url=url).window_start == later
+    assert client.get(url).status_code == 503
+
+    before = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    default = client.get(url)
+    after = dt.datetime.now(dt.UTC)
+    assert default.headers["Retry-After"] == "21600"
+    info = parse_renewal_info(default.json(), url=url)
+    assert info.window_start < before <= after < info.window_end  # open when it was asked
+
+
+@pytest.mark.anyio
+async def test_the_acme_client_reads_the_emulated_renewal_info(
+    proxy: FaultProxy, pebble: PebbleServer
+) -> None:
+    clock = FakeClock()
+    start = clock.now() - dt.timedelta(days=2)
+    end = clock.now() + dt.timedelta(days=1)
+    proxy.emulate_ari(AriAnswer(start, end, retry_after="3600"))
+    certificate = _certificate_with_aki()
+    async with AcmeClient(proxy.directory_url, ca_bundle=pebble.ca_bundle, clock=clock) as acme:
+        result = await acme.renewal_info(certificate)
+        asked_at = clock.now()
+    assert result.cert_id == cert_id(certificate)
+    assert result.url == f"{proxy.url}/renewal-info/{result.cert_id}"
+    assert result.window_start == start.replace(microsecond=0)
+    assert result.window_end == end.replace(microsecond=0)
+    assert result.retry_after == asked_at + dt.timedelta(hours=1)
+    assert [r.path for r in proxy.requests] == ["/dir", f"/renewal-info/{result.cert_id}"]
+
+
+def test_ari_answer_rejects_naive_or_empty_windows() -> None:
+    now = dt.datetime.now(dt.UTC)
+    with pytest.raises(ValueError, match="timezone-aware"):
+        AriAnswer(start=now.replace(tzinfo=None))
+    with pytest.raises(ValueError, match="end after"):
+        AriAnswer(start=now, end=now)
+
+
+def test_emulate_ari_rejects_a_bad_path(proxy: FaultProxy) -> None:
+    for path in ("renewal-info", "/renewal-info/", "/dir"):
+        with pytest.raises(ValueError, match="absolute path"):
+            proxy.emulate_ari(path=path)
