@@ -225,17 +225,18 @@ class RetiredCertificates:
         if self._running:
             return None
         at = self.next_purge_at()
-        stale = self._scanned_at is not None and now >= self._scanned_at + self._rescan
-        if (at is not None and at <= now) or (stale and self._paused(now) is None):
+        paused = self._paused_until is not None and now < self._paused_until
+        if (at is not None and at <= now) or (self._scan_due(now) and not paused):
             self._running = True
             task_group.start_soon(self._run, wake)
             return None
         return at
 
-    def _paused(self, now: _dt.datetime) -> _dt.datetime | None:
-        if self._paused_until is not None and now < self._paused_until:
-            return self._paused_until
-        return None
+    def _scan_due(self, now: _dt.datetime) -> bool:
+        """Whether the records are to be listed: never yet, after a failure, or stale."""
+        if self._scan_at is not None:
+            return self._scan_at <= now  # the first listing, or again after a failure
+        return self._scanned_at is not None and now >= self._scanned_at + self._rescan
 
     async def _run(self, wake: Callable[[], None]) -> None:
         try:
@@ -377,8 +378,13 @@ class RetiredCertificates:
         there at retirement). Store errors are logged: a purge spares a name this manager
         manages anyway.
         """
-        key = self.store.retired_key(identifiers)
+        try:
+            await self._drop(self.store.retired_key(identifiers), name)
+        except StorageError as exc:
+            log.warning("%s: cannot read or cancel its retirement: %s", name, exc)
 
+    async def _drop(self, key: str, name: str) -> None:
+        """Remove ``name``'s entry (not one being purged) from the record at ``key``."""
         dropped = False
 
         def drop(current: RetiredRecord) -> tuple[RetiredEntry, ...] | None:
@@ -390,11 +396,7 @@ class RetiredCertificates:
             dropped = True
             return current.without(name)
 
-        try:
-            await self._update(key, drop)
-        except StorageError as exc:
-            log.warning("%s: cannot read or cancel its retirement: %s", name, exc)
-            return
+        await self._update(key, drop)
         if dropped:
             log.info("%s: managed again; its retirement is cancelled", name)
         self._forget_retries(key, name)
@@ -500,9 +502,7 @@ class RetiredCertificates:
         held elsewhere, a record that cannot be read) is logged and tried again later,
         with a backoff per certificate.
         """
-        if (self._scan_at is not None and self._scan_at <= now) or (
-            self._scanned_at is not None and now >= self._scanned_at + self._rescan
-        ):
+        if self._scan_due(now):
             try:
                 await self.scan()
             except StorageError as exc:
@@ -546,7 +546,7 @@ class RetiredCertificates:
             if due is None or due > now:
                 return False  # retired again meanwhile, or by a replica with other times
             if entry.state is not RetiredState.PURGING and self._managed(entry.name):
-                await self.reclaim(entry.name, frozenset(record.identifiers))
+                await self._drop(key, entry.name)  # raises: tried again later
                 return False
             if (
                 entry.state is RetiredState.RETIRED

@@ -21,6 +21,7 @@ from acmecerts import AcmeClient, Http01Server
 from acmecerts._time import FakeClock
 from acmecerts.errors import InvalidInput, StorageError
 from acmecerts.manager import (
+    CancelledResult,
     CertificateEvent,
     CertificateLoaded,
     CertificateManager,
@@ -57,6 +58,19 @@ def retired_records(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("retired/*.json") if p.is_file())
 
 
+def purged(root: Path, name: str) -> bool:
+    """Whether the purge of ``name`` is complete: its files and its record are gone."""
+    if files_of(root, name):
+        return False
+    for path in retired_records(root):
+        try:
+            if name in path.read_text(errors="replace"):
+                return False
+        except FileNotFoundError:
+            continue  # deleted while we looked
+    return True
+
+
 class Orders:
     """Counts the newOrder requests a client sends."""
 
@@ -83,10 +97,10 @@ async def client_for(
 
 async def wait_until(condition: Callable[[], bool], what: str, seconds: float = 30) -> None:
     """Poll ``condition`` (real time) until it holds; fail naming ``what``."""
-    with anyio.move_on_after(seconds):
-        while not condition():
-            await anyio.sleep(0.01)
-        return
+    for _ in range(int(seconds * 100)):
+        if condition():
+            return
+        await anyio.sleep(0.01)
     pytest.fail(f"waited {seconds} s for {what}")
 
 
@@ -129,7 +143,8 @@ async def test_applied_again_under_a_new_name_the_stored_certificate_comes_back_
         # the old name's copy is due for deletion at once
         assert manager._retired is not None
         due = manager._retired.next_purge_at()
-        assert due is not None and due <= clock.now()
+        assert due is not None
+        assert due <= clock.now()
         assert await manager._retired.purge_due(clock.now()) == 1
         assert files_of(tmp_path, "release-1") == []
         assert retired_records(tmp_path) == []
@@ -167,7 +182,7 @@ async def test_after_the_retention_certificate_key_and_state_are_deleted_by_the_
         await manager._retired.scan()
         assert manager._retired.next_purge_at() == retired_at + WEEK
         async with manager:  # the scheduler sleeps (a fake clock) until the purge is due
-            await wait_until(lambda: not files_of(tmp_path, "gone.example.test"), "the purge")
+            await wait_until(lambda: purged(tmp_path, "gone.example.test"), "the purge")
             purged_at = clock.now()
         assert await storage.list(KeyLayout(pebble.directory_url).retired_prefix()) == []
     assert retired_records(tmp_path) == []
@@ -249,7 +264,7 @@ async def test_a_restarted_manager_purges_at_the_recorded_instant(
             assert restarted._retired.next_purge_at() == retired_at + WEEK
             assert files_of(tmp_path, "restart.example.test")
             async with restarted:
-                await wait_until(lambda: not files_of(tmp_path, "restart.example.test"), "purge")
+                await wait_until(lambda: purged(tmp_path, "restart.example.test"), "the purge")
                 purged_at = clock.now()
     assert retired_at + WEEK <= purged_at < retired_at + WEEK + dt.timedelta(seconds=1)
     assert retired_records(tmp_path) == []
@@ -283,14 +298,16 @@ async def test_an_unreadable_record_is_logged_and_skipped_and_good_certificates_
         # its record is the unreadable one: not overwritten, the certificate stays
         await manager.unmanage("stuck.example.test")
         async with manager:
-            await wait_until(lambda: not files_of(tmp_path, "old.example.test"), "the purge")
+            await wait_until(lambda: purged(tmp_path, "old.example.test"), "the purge")
         for key in store_keys.values():
             assert await storage.load(key) is not None  # never repaired or deleted
         stored = CertificateStore(storage, layout)
         kept = await stored.load_certificate("stuck.example.test")
         still = await stored.load_certificate("good.example.test")
-    assert kept is not None and kept.serial == stuck.certificate.serial
-    assert still is not None and still.serial == good.certificate.serial
+    assert kept is not None
+    assert kept.serial == stuck.certificate.serial
+    assert still is not None
+    assert still.serial == good.certificate.serial
     assert manager.get("good.example.test") == good.certificate
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert any("stuck.example.test: cannot record its retirement" in w for w in warnings)
@@ -444,8 +461,98 @@ async def test_an_interrupted_purge_leaves_no_loadable_half_and_is_finished_late
         assert await store.load_certificate("half.example.test") is None  # meta.json went first
         assert files_of(tmp_path, "half.example.test")
         due = manager._retired.next_purge_at()
-        assert due is not None and due > clock.now()  # tried again later, not in a loop
+        assert due is not None
+        assert due > clock.now()  # tried again later, not in a loop
         clock.advance(dt.timedelta(hours=1))
         assert await manager._retired.purge_due(clock.now()) == 1
         assert files_of(tmp_path, "half.example.test") == []
         assert retired_records(tmp_path) == []
+
+
+async def test_an_owner_gone_retires_the_certificate(
+    pebble: PebbleServer, http01: Http01Server, tmp_path: Path
+) -> None:
+    clock = FakeClock(START)
+    orders = Orders()
+    async with FileStorage(tmp_path) as storage, client_for(pebble, clock, orders) as client:
+        first = manager_for(client, http01, storage, retention=3600)
+        issued = await issue(first, "owned.example.test", ["owned.example.test"])
+        # after a restart, the owner (a Kubernetes resource) turns out to be gone
+
+        async def gone() -> bool:
+            return False
+
+        restarted = manager_for(client, http01, storage, retention=3600)
+        spec = CertificateSpec.of("owned.example.test", owner=gone)
+        [result] = await restarted.issue_many([spec])
+        assert isinstance(result, CancelledResult)
+        assert len(retired_records(tmp_path)) == 1
+        assert len(files_of(tmp_path, "owned.example.test")) == 3  # kept for the retention
+        assert restarted._retired is not None
+        await restarted._retired.scan()
+        assert restarted._retired.next_purge_at() == clock.now() + dt.timedelta(hours=1)
+        # the resource is applied again in time: the certificate comes back
+        again = await issue(restarted, "owned.example.test", ["owned.example.test"])
+        assert again.certificate.serial == issued.certificate.serial
+        assert retired_records(tmp_path) == []
+    assert len(orders) == 1
+
+
+class ListFails:
+    """A FileStorage whose ``list`` fails while ``failing`` (the store is unreachable)."""
+
+    def __init__(self, inner: FileStorage) -> None:
+        self.inner = inner
+        self.failing = False
+        self.lists = 0
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def list(self, prefix: str) -> list[str]:
+        self.lists += 1
+        if self.failing:
+            raise StorageError("injected: the store is unreachable")
+        return await self.inner.list(prefix)
+
+
+async def test_a_store_that_cannot_be_listed_is_tried_again_later_not_in_a_loop(
+    client: AcmeClient, http01: Http01Server, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock(START)
+    async with FileStorage(tmp_path) as inner:
+        storage = ListFails(inner)
+        manager = CertificateManager(
+            client,
+            solvers=[http01],
+            storage=storage,  # type: ignore[arg-type]
+            clock=clock,
+        )
+        retired = manager._retired
+        assert retired is not None
+        assert retired.next_purge_at() == START  # the first listing
+        await retired.purge_due(clock.now())
+        assert storage.lists == 1
+        assert retired.next_purge_at() is None  # nothing retired: nothing to wake for
+        assert await retired.purge_due(clock.now()) == 0
+        assert storage.lists == 1  # listed again only when stale
+        clock.advance(dt.timedelta(hours=6))
+        storage.failing = True
+        await retired.purge_due(clock.now())
+        assert storage.lists == 2
+        failed_at = clock.now()
+        assert retired.next_purge_at() == failed_at + dt.timedelta(minutes=1)
+        # rounds of the scheduler before that instant list nothing
+        for _ in range(3):
+            await retired.purge_due(clock.now())
+        assert storage.lists == 2
+        clock.advance(60)
+        await retired.purge_due(clock.now())
+        assert storage.lists == 3
+        assert retired.next_purge_at() == clock.now() + dt.timedelta(minutes=2)  # doubled
+        storage.failing = False
+        clock.advance(120)
+        await retired.purge_due(clock.now())
+        assert storage.lists == 4
+        assert retired.next_purge_at() is None
+    assert any("cannot list retired certificates" in r.getMessage() for r in caplog.records)
