@@ -54,6 +54,7 @@ from collections.abc import Callable
 
 import anyio
 import anyio.abc
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from acmecerts._issued import IssuedCertificate
 from acmecerts._time import Clock, as_seconds
@@ -108,8 +109,6 @@ def retention_seconds(value: float | _dt.timedelta | None) -> float | None:
 
 def _key_type(certificate: IssuedCertificate) -> KeyType | None:
     """The key type of ``certificate``'s private key (``None``: none acmecerts makes)."""
-    from cryptography.hazmat.primitives.asymmetric import ec, rsa
-
     key = load_private_key(certificate.private_key_pem)
     if isinstance(key, ec.EllipticCurvePrivateKey):
         return {"secp256r1": KeyType.EC256, "secp384r1": KeyType.EC384}.get(key.curve.name)
