@@ -78,8 +78,9 @@ log = logging.getLogger("acmecerts.manager")
 #: window for its 5 certificates per exact identifier set.
 DEFAULT_RETENTION = _dt.timedelta(days=7)
 
-#: The records are listed again at most this often, and at least this often while the
-#: manager wakes (between these, the retention itself).
+#: While the manager wakes anyway, the records are listed again once the last listing
+#: is older than the retention, but never more often than every 10 minutes, nor less
+#: often than every 6 hours (records of replicas that went away).
 _RESCAN_MIN = 600.0
 _RESCAN_MAX = 6 * 3600.0
 #: A purge that failed (store unreachable, lock held) is retried after this, doubling.
