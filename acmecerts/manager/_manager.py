@@ -52,6 +52,7 @@ from acmecerts.manager._events import (
     Subscriber,
 )
 from acmecerts.manager._persist import CertificateStore, HeldCertificate, OrderRecord, hold
+from acmecerts.manager._retention import DEFAULT_RETENTION, RetiredCertificates, retention_seconds
 from acmecerts.manager._spec import (
     CancelledResult,
     CertificateSpec,
@@ -89,6 +90,8 @@ _MAX_LOADS = 32
 _AT_ONCE = _dt.datetime.min.replace(tzinfo=_dt.UTC)
 #: Held certificates handed out recently, as :class:`IssuedCertificate` objects.
 _MAX_HANDED_OUT = 256
+#: Recording a retirement may take this long (seconds), even while being cancelled.
+_RETIRE_TIMEOUT = 30.0
 
 
 @dataclasses.dataclass(eq=False)
@@ -155,6 +158,13 @@ class CertificateManager:
             raised, the store failed, work made no progress): default exponential from
             5 s doubling to 5 min, jittered ±20 %. The CA's ``Retry-After``, the attempt
             schedule and the ledger still win when they say later.
+        retention: With ``storage``: how long a certificate that is no longer managed
+            (``unmanage()``, or its owner is gone) stays in the store, seconds or a
+            ``timedelta``; 7 days by default, Let's Encrypt's window for 5 certificates
+            per exact identifier set. Managed again within it, by the same name or
+            another with exactly the same identifiers, the certificate is taken back
+            without a new order; after it, certificate, key and state are deleted. ``0``
+            deletes them at once, ``None`` keeps them forever (still taken back).
 
     Every managed certificate always has an explicit next instant (see
     :meth:`status`): its renewal, its next attempt, the end of a hold, or none at all
@@ -179,6 +189,7 @@ class CertificateManager:
         layout: KeyLayout | None = None,
         limiter: anyio.CapacityLimiter | None = None,
         error_backoff: AttemptSchedule | None = None,
+        retention: float | _dt.timedelta | None = DEFAULT_RETENTION,
     ) -> None:
         if not solvers:
             raise InvalidInput("the manager needs at least one solver")
@@ -186,6 +197,8 @@ class CertificateManager:
             raise InvalidInput("concurrency must be at least 1")
         if not 0 < renewal_fraction < 1:
             raise InvalidInput("renewal_fraction must be between 0 and 1")
+        #: Seconds a certificate no longer managed is kept (``None``: forever).
+        self.retention = retention_seconds(retention)
         self.client = client
         self.solvers = list(solvers)
         self.schedule = schedule or AttemptSchedule()
@@ -226,6 +239,16 @@ class CertificateManager:
         if storage is not None:
             self._store = CertificateStore(
                 storage, layout or KeyLayout(client.transport.directory_url)
+            )
+        #: Certificates no longer managed, kept for ``retention`` (see ``_retention.py``).
+        self._retired: RetiredCertificates | None = None
+        if self._store is not None:
+            self._retired = RetiredCertificates(
+                self._store,
+                retention=self.retention,
+                clock=self.clock,
+                managed=self._is_managed,
+                wanted=self._waits_for,
             )
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -303,9 +326,15 @@ class CertificateManager:
         return spec
 
     async def unmanage(self, name: str) -> None:
-        """Stop managing ``name``: cancel in-flight work and forget its timers."""
+        """Stop managing ``name``: cancel in-flight work and forget its timers.
+
+        With a store, its certificate, key and state are kept for ``retention`` and then
+        deleted; managed again before that, it is taken back without a new order.
+        """
+        entry = self._entries.get(name)
         await self.cancel(name, reason="unmanaged")
         self._entries.pop(name, None)
+        await self._retire(name, entry)
 
     async def cancel(self, name: str, *, reason: str = "cancelled") -> None:
         """Cancel in-flight and future work for ``name``.
@@ -610,6 +639,7 @@ class CertificateManager:
                     entry.cancelled = _OWNER_GONE
                     entry.generation += 1
                     await self._cancelled(name, _OWNER_GONE)
+                    await self._retire(name, entry)
                     return CancelledResult(name, _OWNER_GONE)
                 if owner is None:
                     # unknown is not "gone" and not "present": ask again after a backoff
@@ -636,6 +666,7 @@ class CertificateManager:
             # failed with it (its attempt state says when to try again, or that the
             # input is invalid)
             await self._load(entry, again=True)
+            await self._adopt(entry)
             await self._forget_finished_order(entry)
             if not force and self._current(entry):
                 assert entry.certificate is not None
@@ -766,6 +797,8 @@ class CertificateManager:
         if store is None or (entry.loaded and not again):
             return
         name = entry.spec.name
+        if not entry.loaded and self._retired is not None:
+            await self._retired.reclaim(name, entry.spec.identifier_set)  # managed again
         stored = await store.load_certificate(name)
         loaded: IssuedCertificate | None = None
         if stored is not None and (
@@ -962,6 +995,10 @@ class CertificateManager:
             due_now, next_due = self._plan_tick(now)
             for entry in due_now:
                 task_group.start_soon(self._background, entry)
+            if self._retired is not None:
+                purge_at = self._retired.tick(task_group, now, self._wake_up)
+                if purge_at is not None and (next_due is None or purge_at < next_due):
+                    next_due = purge_at
             if next_due is None:
                 # nothing is scheduled: sleep until something changes (manage, a flight
                 # ends); a timed sleep here would move a fake clock under running work
@@ -1139,6 +1176,62 @@ class CertificateManager:
 
     async def _publish(self, event: CertificateEvent) -> None:
         await self._events.publish(event)
+
+    # -- retention (see _retention.py) ----------------------------------------------------
+
+    def _wake_up(self) -> None:
+        self._wake.set()
+
+    def _is_managed(self, name: str) -> bool:
+        """Whether ``name`` is managed (its stored files are in use)."""
+        entry = self._entries.get(name)
+        return entry is not None and entry.cancelled is None
+
+    def _waits_for(self, identifiers: frozenset[Identifier]) -> bool:
+        """Whether a managed certificate with exactly ``identifiers`` has none yet."""
+        return any(
+            e.cancelled is None
+            and (e.certificate is None or e.stale)
+            and e.spec.identifier_set == identifiers
+            for e in self._entries.values()
+        )
+
+    async def _retire(self, name: str, entry: _Entry | None) -> None:
+        """``name`` is no longer managed: keep its stored certificate for the retention."""
+        if self._retired is None:
+            return
+        identifiers = entry.spec.identifiers if entry is not None else None
+        # recorded even when the caller is being cancelled: else the files stay forever
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_RETIRE_TIMEOUT):
+            try:
+                await self._retired.retire(name, identifiers)
+            except AcmeCertsError as exc:
+                log.warning("%s: cannot record its retirement (its files stay): %s", name, exc)
+
+    async def _adopt(self, entry: _Entry) -> None:
+        """Take over a retired certificate with exactly ``entry``'s identifiers, if any.
+
+        Called under ``entry``'s store lock before ordering: a certificate deleted and
+        applied again (under this name or another) gets the stored one back.
+        """
+        if self._retired is None or (entry.certificate is not None and not entry.stale):
+            return
+        spec = entry.spec
+        try:
+            certificate = await self._retired.adopt(spec.name, spec.identifier_set, spec.key_type)
+        except AcmeCertsError as exc:
+            log.warning("%s: cannot take over a retired certificate: %s", spec.name, exc)
+            return
+        if certificate is None:
+            return
+        entry.certificate = self._hold(certificate)
+        entry.stale = False
+        await self._plan_renewal(entry)
+        await self._publish(
+            CertificateLoaded(
+                spec.name, self.clock.now(), certificate=certificate, renew_at=entry.renew_at
+            )
+        )
 
 
 def _progress_mark(entry: _Entry) -> tuple[object, ...]:

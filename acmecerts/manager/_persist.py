@@ -8,13 +8,20 @@ is ignored); ``attempts/<name>.json`` (the attempt schedule's state); and
 after ``newOrder`` so a restarted process resumes the order instead of ordering again;
 written first right *before* ``newOrder`` without a URL, so a process that died in
 between knows to look for the order the CA may have created).
+
+Per exact identifier set, ``retired/<hash>.json`` lists the certificate names no longer
+managed whose files are kept for a while (see :mod:`acmecerts.manager._retention`): when,
+the serial, and the version of each file at that moment, so that deleting them later
+never deletes what was written since.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import enum
 import json
+from collections.abc import Iterable
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -22,7 +29,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from acmecerts._issued import IssuedCertificate
-from acmecerts.errors import AcmeCertsError, StorageError
+from acmecerts.errors import AcmeCertsError, InvalidInput, StorageError
 from acmecerts.protocol.certificate import (
     CertificateChain,
     CertificateInfo,
@@ -33,9 +40,19 @@ from acmecerts.protocol.certificate import (
 from acmecerts.protocol.identifiers import Identifier, parse_identifiers
 from acmecerts.protocol.keys import load_private_key
 from acmecerts.retry import AttemptState
-from acmecerts.storage import KeyLayout, Lease, Storage
+from acmecerts.storage import KeyLayout, Lease, Storage, VersionConflict
+from acmecerts.storage.keys import certificate_slug
 
-__all__ = ["CertificateStore", "HeldCertificate", "OrderRecord", "hold"]
+__all__ = [
+    "CertificateStore",
+    "HeldCertificate",
+    "OrderRecord",
+    "RetiredEntry",
+    "RetiredRecord",
+    "RetiredState",
+    "StoredFiles",
+    "hold",
+]
 
 _FORMAT = 1
 #: Issuer chains kept for sharing between held certificates (a CA has a handful).
@@ -58,6 +75,132 @@ class OrderRecord:
 
     def __repr__(self) -> str:
         return f"OrderRecord({self.order_url!r}, {[i.value for i in self.identifiers]!r})"
+
+
+class RetiredState(enum.StrEnum):
+    """Where a retired certificate is on its way out of the store."""
+
+    #: No longer managed; kept until the retention ends, for a name that asks again.
+    RETIRED = "retired"
+    #: Taken over by another name (which holds a copy): its files go at once.
+    ADOPTED = "adopted"
+    #: Its files are being deleted (a purge that did not finish is finished later).
+    PURGING = "purging"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RetiredEntry:
+    """One certificate name that is no longer managed, and what of it is stored.
+
+    The versions are those of the name's ``meta.json``, attempt state and order record
+    when it was retired (``None``: absent then). A purge deletes a file only while it is
+    still at that version, so whatever was written for the name since is kept.
+    """
+
+    name: str
+    retired_at: _dt.datetime
+    state: RetiredState = RetiredState.RETIRED
+    serial: str | None = None
+    not_after: _dt.datetime | None = None
+    meta_version: str | None = None
+    attempts_version: str | None = None
+    order_version: str | None = None
+    #: The name that took the certificate over (:attr:`RetiredState.ADOPTED`).
+    adopted_by: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form."""
+        return {
+            "name": self.name,
+            "retired_at": self.retired_at.isoformat(),
+            "state": self.state.value,
+            "serial": self.serial,
+            "not_after": None if self.not_after is None else self.not_after.isoformat(),
+            "meta_version": self.meta_version,
+            "attempts_version": self.attempts_version,
+            "order_version": self.order_version,
+            "adopted_by": self.adopted_by,
+        }
+
+    @classmethod
+    def from_json(cls, value: object) -> RetiredEntry:
+        """Parse the stored form (``TypeError``/``ValueError``/``InvalidInput`` if bad)."""
+        if not isinstance(value, dict):
+            raise TypeError("an entry must be a JSON object")
+        name = value["name"]
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a string, got {name!r}")
+        certificate_slug(name)  # a name that could not have been stored is not ours
+        return cls(
+            name=name,
+            retired_at=_instant(value["retired_at"], "retired_at"),
+            state=RetiredState(value["state"]),
+            serial=_optional_str(value.get("serial"), "serial"),
+            not_after=(
+                None
+                if value.get("not_after") is None
+                else _instant(value["not_after"], "not_after")
+            ),
+            meta_version=_optional_str(value.get("meta_version"), "meta_version"),
+            attempts_version=_optional_str(value.get("attempts_version"), "attempts_version"),
+            order_version=_optional_str(value.get("order_version"), "order_version"),
+            adopted_by=_optional_str(value.get("adopted_by"), "adopted_by"),
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RetiredRecord:
+    """The retired certificates of one exact identifier set, as stored at ``key``."""
+
+    key: str
+    identifiers: tuple[Identifier, ...]
+    entries: tuple[RetiredEntry, ...]
+    #: The stored version (``None``: not stored).
+    version: str | None = None
+
+    def entry(self, name: str) -> RetiredEntry | None:
+        """The entry of certificate ``name`` (names that share a storage slug are one)."""
+        slug = certificate_slug(name)
+        for entry in self.entries:
+            if certificate_slug(entry.name) == slug:
+                return entry
+        return None
+
+    def without(self, name: str) -> tuple[RetiredEntry, ...]:
+        """The entries other than ``name``'s."""
+        slug = certificate_slug(name)
+        return tuple(e for e in self.entries if certificate_slug(e.name) != slug)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StoredFiles:
+    """What is stored for a certificate name: versions and what ``meta.json`` says."""
+
+    meta_version: str | None = None
+    attempts_version: str | None = None
+    order_version: str | None = None
+    #: From ``meta.json`` (else from the order record); ``None`` when neither says.
+    identifiers: tuple[Identifier, ...] | None = None
+    serial: str | None = None
+    not_after: _dt.datetime | None = None
+
+    @property
+    def empty(self) -> bool:
+        """Whether nothing at all is stored for the name."""
+        return (self.meta_version, self.attempts_version, self.order_version) == (None,) * 3
+
+
+def _instant(value: object, what: str) -> _dt.datetime:
+    instant = _dt.datetime.fromisoformat(str(value))
+    if instant.tzinfo is None or instant.utcoffset() is None:
+        raise ValueError(f"{what} must carry a time zone, got {value!r}")
+    return instant.astimezone(_dt.UTC)
+
+
+def _optional_str(value: object, what: str) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"{what} must be a string or null, got {value!r}")
+    return value
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False, repr=False)
@@ -169,9 +312,11 @@ class CertificateStore:
         self.storage = storage
         self.layout = layout
 
-    def lock(self, name: str, *, lease: float = 120.0) -> AbstractAsyncContextManager[Lease]:
+    def lock(
+        self, name: str, *, lease: float = 120.0, timeout: float | None = None
+    ) -> AbstractAsyncContextManager[Lease]:
         """The cross-process lock that makes issuance of ``name`` single-flight."""
-        return self.storage.lock(self.layout.certificate_lock(name), lease=lease)
+        return self.storage.lock(self.layout.certificate_lock(name), lease=lease, timeout=timeout)
 
     # -- certificates -------------------------------------------------------------------
 
@@ -280,3 +425,122 @@ class CertificateStore:
     async def delete_order(self, name: str) -> None:
         """Forget the order in flight for ``name``."""
         await self.storage.delete(self.layout.order(name))
+
+    # -- retired certificates ---------------------------------------------------------
+
+    def retired_key(self, identifiers: Iterable[Identifier]) -> str:
+        """The key of the retired record for exactly ``identifiers``."""
+        return self.layout.retired(f"{i.type}:{i.value}" for i in identifiers)
+
+    async def list_retired(self) -> list[str]:
+        """The keys of every retired record."""
+        return await self.storage.list(self.layout.retired_prefix())
+
+    async def load_retired(self, key: str) -> RetiredRecord | None:
+        """The retired record at ``key``; :class:`StorageError` if it is not one of ours."""
+        value = await self.storage.load(key)
+        if value is None:
+            return None
+        data = _decode(value.data, key)
+        try:
+            identifiers = parse_identifiers(data["identifiers"])
+            raw = data["entries"]
+            if not isinstance(raw, list):
+                raise TypeError("entries must be a list")
+            entries = tuple(RetiredEntry.from_json(item) for item in raw)
+        except (KeyError, TypeError, ValueError, InvalidInput) as exc:
+            raise StorageError(f"{key} is not a valid retired record: {exc}", path=key) from exc
+        if self.retired_key(identifiers) != key:
+            raise StorageError(f"{key} holds the record of other identifiers", path=key)
+        return RetiredRecord(key, identifiers, entries, value.version)
+
+    async def save_retired(
+        self, record: RetiredRecord, entries: tuple[RetiredEntry, ...]
+    ) -> RetiredRecord:
+        """Replace ``record``'s entries (none: delete it), compare-and-swap on its version.
+
+        Raises :class:`~acmecerts.storage.VersionConflict` when the record changed since
+        ``record`` was read (or was created meanwhile, for a record read as absent).
+        """
+        if not entries:
+            if record.version is not None:
+                await self.storage.delete(record.key, expect_version=record.version)
+            return RetiredRecord(record.key, record.identifiers, (), None)
+        value = {
+            "format": _FORMAT,
+            "identifiers": [i.value for i in record.identifiers],
+            "entries": [entry.to_json() for entry in entries],
+        }
+        version = await self.storage.store(
+            record.key, _encode(value), expect_version=record.version
+        )
+        return RetiredRecord(record.key, record.identifiers, entries, version)
+
+    async def stored_files(self, name: str) -> StoredFiles:
+        """The versions of what is stored for ``name``, and what its ``meta.json`` says.
+
+        A ``meta.json`` that cannot be read as one is still counted (its version), so it
+        is deleted with the rest; its identifiers then come from the order record.
+        """
+        keys = self.layout.certificate(name)
+        meta = await self.storage.load(keys.meta)
+        attempts = await self.storage.load(self.layout.attempt_state(name))
+        order = await self.storage.load(self.layout.order(name))
+        identifiers: tuple[Identifier, ...] | None = None
+        serial: str | None = None
+        not_after: _dt.datetime | None = None
+        for value, key in ((meta, keys.meta), (order, self.layout.order(name))):
+            if value is None or identifiers is not None:
+                continue
+            try:
+                data = _decode(value.data, key)
+                parsed = parse_identifiers(data["identifiers"])
+                if value is meta:
+                    serial = str(data["serial"])
+                    not_after = _instant(data["not_after"], "not_after")
+            except (KeyError, TypeError, ValueError, AcmeCertsError):
+                serial = not_after = None
+                continue
+            identifiers = parsed
+        return StoredFiles(
+            meta_version=None if meta is None else meta.version,
+            attempts_version=None if attempts is None else attempts.version,
+            order_version=None if order is None else order.version,
+            identifiers=identifiers,
+            serial=serial,
+            not_after=not_after,
+        )
+
+    async def delete_retired_files(self, name: str, entry: RetiredEntry) -> list[str]:
+        """Delete the files ``entry`` recorded for ``name``; the keys kept are returned.
+
+        ``meta.json`` goes first (a certificate without it does not load), then the
+        chain and the key, then the attempt state and the order record. A file is only
+        deleted while it is at the version recorded at retirement (absent then: only
+        leftovers of a save that never completed); what changed since belongs to whoever
+        manages the name now and is kept. Safe to repeat after a crash.
+        """
+        keys = self.layout.certificate(name)
+        kept: list[str] = []
+        if await self._delete_if_unchanged(keys.meta, entry.meta_version):
+            await self.storage.delete(keys.cert)
+            await self.storage.delete(keys.privkey)
+        else:
+            kept.append(keys.meta)
+        for key, version in (
+            (self.layout.attempt_state(name), entry.attempts_version),
+            (self.layout.order(name), entry.order_version),
+        ):
+            if not await self._delete_if_unchanged(key, version):
+                kept.append(key)
+        return kept
+
+    async def _delete_if_unchanged(self, key: str, version: str | None) -> bool:
+        """Delete ``key`` if it is at ``version``; whether ``key`` is gone now."""
+        if version is not None:
+            try:
+                await self.storage.delete(key, expect_version=version)
+                return True
+            except VersionConflict:
+                pass  # gone already (a purge that was interrupted), or written since
+        return await self.storage.load(key) is None

@@ -18,6 +18,7 @@ operator or taken from DNS names) are turned into segments here, and only here::
     <ca>/accounts/<account>/certificates/<cert>/meta.json    what was issued, and when
     <ca>/accounts/<account>/orders/<cert>.json               order in flight
     <ca>/accounts/<account>/attempts/<cert>.json             attempt / backoff state
+    <ca>/accounts/<account>/retired/<identifier set>.json    certificates no longer managed
 
     locks: <ca>/accounts/<account>/account
            <ca>/accounts/<account>/certificates/<cert>
@@ -35,6 +36,7 @@ import dataclasses
 import hashlib
 import re
 import urllib.parse
+from collections.abc import Iterable
 
 from acmecerts.errors import InvalidInput
 
@@ -248,6 +250,24 @@ class KeyLayout:
     def attempt_state(self, name: str) -> str:
         """Certificate ``name``'s attempt and backoff state (JSON)."""
         return f"{self._account_prefix}attempts/{certificate_slug(name)}.json"
+
+    def retired_prefix(self) -> str:
+        """The prefix under which retired (no longer managed) certificates are recorded."""
+        return f"{self._account_prefix}retired/"
+
+    def retired(self, identifiers: Iterable[str]) -> str:
+        """The record of the retired certificates for one exact identifier set (JSON).
+
+        ``identifiers`` are typed values (``dns:www.example.com``, ``ip:192.0.2.1``);
+        their order and repetitions do not matter. The key is a hash of the sorted set,
+        so a certificate retired under one name is found by the identifiers another
+        name asks for, with one read.
+        """
+        values = sorted(set(identifiers))
+        if not values or not all(isinstance(v, str) and v for v in values):
+            raise InvalidInput("a retired record needs at least one identifier")
+        digest = _short_hash("\n".join(values), 32)
+        return f"{self.retired_prefix()}{digest}.json"
 
     def ledger(self) -> str:
         """The CA's rate-limit ledger (JSON), shared by every account on the CA."""

@@ -45,6 +45,13 @@ def test_layout_names_everything_under_the_ca_and_account() -> None:
     )
     assert cert.prefix.startswith(layout.certificates_prefix())
     assert layout.order("x").startswith(layout.orders_prefix())
+    retired = layout.retired(["dns:b.example", "dns:a.example", "dns:a.example"])
+    assert retired.startswith(f"{base}retired/")
+    assert retired.startswith(layout.retired_prefix())
+    assert retired == layout.retired(["dns:a.example", "dns:b.example"])  # a set
+    assert retired != layout.retired(["dns:a.example"])
+    with pytest.raises(InvalidInput):
+        layout.retired([])
 
 
 def test_every_name_is_a_valid_key() -> None:
@@ -56,6 +63,7 @@ def test_every_name_is_a_valid_key() -> None:
         layout.ledger(),
         layout.order("*.example.com"),
         layout.attempt_state("*.example.com"),
+        layout.retired(["dns:*.example.com", "ip:192.0.2.1"]),
         layout.account_lock(),
         layout.certificate_lock("*.example.com"),
         cert.cert,
@@ -73,6 +81,7 @@ def test_the_layout_never_makes_a_key_the_prefix_of_another() -> None:
         layout.ledger(),
         layout.order("a"),
         layout.attempt_state("a"),
+        layout.retired(["dns:a"]),
         layout.certificate("a").cert,
         layout.certificate("a").privkey,
         layout.certificate("a").meta,
