@@ -18,8 +18,8 @@ tests, asyncio and trio, and never blocks the loop of the test. Every request is
 
 Faults: :class:`Respond` (answer without forwarding, e.g. 429/503 with ``Retry-After``),
 :class:`BadNonce`, :class:`Reset` (RST without answering), :class:`Stall` (wait, then forward),
-:class:`Truncate` (a body shorter than its ``Content-Length``, then close) and
-:class:`SlowBody` (dribble the body).
+:class:`Truncate` (a body shorter than its ``Content-Length``, then close),
+:class:`SlowBody` (dribble the body) and :class:`Hold` (wait for the test's go, then forward).
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ __all__ = [
     "BadNonce",
     "Fault",
     "FaultProxy",
+    "Hold",
     "Match",
     "RecordedRequest",
     "Reset",
@@ -158,6 +159,19 @@ class Stall(Fault):
 
 
 @dataclass(frozen=True)
+class Hold(Fault):
+    """Wait until ``release`` is set (at most ``timeout`` seconds), then forward.
+
+    The request is recorded at once (its ``status`` stays ``None`` while it waits), so a
+    test can see what is held, let the upstream reach a state first, and then release it.
+    The wait also ends when the proxy stops.
+    """
+
+    release: threading.Event
+    timeout: float = 30.0
+
+
+@dataclass(frozen=True)
 class Truncate(Fault):
     """Forward, but send only part of the body under a ``Content-Length`` promising more,
     then close the connection."""
@@ -199,7 +213,8 @@ class RecordedRequest:
     the monotonic time the response was complete (``None`` likewise). ``fault`` is the fault
     applied, ``None`` when the request was simply forwarded. ``connection`` numbers the client
     connections (from 1, in accept order): requests sharing it came over one kept-alive
-    connection. ``headers`` and ``body`` are the request as received.
+    connection. ``headers`` and ``body`` are the request as received; ``response_headers``
+    and ``response_body`` what was sent back (empty until the answer is complete).
     """
 
     method: str
@@ -212,6 +227,8 @@ class RecordedRequest:
     connection: int
     headers: tuple[tuple[str, str], ...]
     body: bytes
+    response_headers: tuple[tuple[str, str], ...] = ()
+    response_body: bytes = b""
 
 
 @dataclass
@@ -226,6 +243,8 @@ class _Entry:
     body: bytes
     status: int | None = None
     responded: float | None = None
+    response_headers: tuple[tuple[str, str], ...] = ()
+    response_body: bytes = b""
 
     def freeze(self) -> RecordedRequest:
         return RecordedRequest(
@@ -239,6 +258,8 @@ class _Entry:
             connection=self.connection,
             headers=self.headers,
             body=self.body,
+            response_headers=self.response_headers,
+            response_body=self.response_body,
         )
 
 
@@ -580,6 +601,8 @@ class FaultProxy:
             return
         if isinstance(fault, Stall):
             await asyncio.sleep(fault.seconds)
+        if isinstance(fault, Hold):
+            await self._hold(fault)
 
         upstream = await self._forward(head, target, body)
         if isinstance(fault, Truncate):
@@ -588,6 +611,15 @@ class FaultProxy:
             await self._send(conn, writer, entry, head.method, upstream, fault.bytes_per_second)
         else:
             await self._send(conn, writer, entry, head.method, upstream, None)
+
+    async def _hold(self, fault: Hold) -> None:
+        """Wait for ``fault.release`` (a thread's event: polled), the timeout or the stop."""
+        stop = self._stop_event
+        deadline = time.monotonic() + fault.timeout
+        while not fault.release.is_set() and time.monotonic() < deadline:
+            if stop is not None and stop.is_set():
+                return
+            await asyncio.sleep(0.01)
 
     def _pick_fault(self, method: str, path: str) -> Fault | None:
         for rule in self._rules:
@@ -708,9 +740,14 @@ class FaultProxy:
         # The record is updated before the bytes that complete the response are written, so
         # a client that has its answer always finds the request recorded as answered.
         body = b"" if method == b"HEAD" or upstream.status in (204, 304) else upstream.body
-        final = conn.send(self._response_head(method, upstream, len(body))) or b""
+        head = self._response_head(method, upstream, len(body))
+        final = conn.send(head) or b""
         with self._lock:
             entry.status = upstream.status
+            entry.response_headers = tuple(
+                (k.decode("latin-1"), v.decode("latin-1")) for k, v in head.headers
+            )
+            entry.response_body = body
         if body and bytes_per_second is not None and bytes_per_second > 0:
             writer.write(final)
             await writer.drain()
