@@ -28,7 +28,7 @@ import anyio.abc
 from cryptography import x509
 
 from acmecerts._issued import IssuedCertificate
-from acmecerts._time import Clock
+from acmecerts._time import Clock, as_seconds
 from acmecerts.client import AcmeClient, OrderHook
 from acmecerts.errors import (
     AcmeCertsError,
@@ -137,6 +137,8 @@ class CertificateManager:
         layout: Key names in ``storage`` (default: per the client's directory URL).
         limiter: A ``CapacityLimiter`` shared with other managers (one per CA): an attempt
             needs a slot of both, so ``concurrency`` bounds each CA and ``limiter`` all.
+        lock_lease: The lease of a certificate's lock in ``storage`` (renewed while held):
+            how long a process that died keeps others from resuming its work.
 
     Use it as an async context manager; while inside, it issues and renews in the
     background. :meth:`issue_many` also works outside (no background work then).
@@ -155,6 +157,7 @@ class CertificateManager:
         storage: Storage | None = None,
         layout: KeyLayout | None = None,
         limiter: anyio.CapacityLimiter | None = None,
+        lock_lease: float | _dt.timedelta = 120.0,
     ) -> None:
         if not solvers:
             raise InvalidInput("the manager needs at least one solver")
@@ -192,6 +195,11 @@ class CertificateManager:
         self._task_group: anyio.abc.TaskGroup | None = None
         self._wake = anyio.Event()
         self._store: CertificateStore | None = None
+        self._lock_lease = as_seconds(lock_lease)
+        if not 0 < self._lock_lease < float("inf"):
+            raise InvalidInput(
+                f"lock_lease must be a positive number of seconds, not {lock_lease!r}"
+            )
         if storage is not None:
             self._store = CertificateStore(
                 storage, layout or KeyLayout(client.transport.directory_url)
@@ -450,7 +458,7 @@ class CertificateManager:
                     return CancelledResult(name, entry.cancelled or "cancelled")
                 if self._store is None:
                     return await self._issue(entry, renewal=renewal, force=force)
-                async with self._store.lock(name):
+                async with self._store.lock(name, lease=self._lock_lease):
                     return await self._issue(entry, renewal=renewal, force=force)
         return CancelledResult(name, entry.cancelled or "cancelled")
 
