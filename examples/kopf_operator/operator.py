@@ -13,6 +13,10 @@
   background. Each certificate issued (or renewed) is written to the Secret
   ``spec.secretName`` (default ``<name>-tls``, type ``kubernetes.io/tls``, owned by the
   resource), and its serial and expiry to ``status.certificate``.
+* A certificate that cannot be issued is reported on its ``Certificate``: one Warning
+  ``Event`` (reason ``CertificateFailed``) per distinct failure, however many replicas
+  see it, and ``status.conditions`` (``Ready`` false, with the reason). Bad input (a
+  malformed name, a wildcard with http-01) is not retried until the spec changes.
 * A ``Certificate`` deleted is *unmanaged*: in-flight work for it is cancelled at once,
   its pending authorizations are deactivated at the CA, and once the delete handler
   returns nothing more is sent for it. The manager also asks an *owner guard* before
@@ -21,8 +25,10 @@
 Configuration (environment): ``ACMECERTS_DIRECTORY`` (default Let's Encrypt staging),
 ``ACMECERTS_CA_BUNDLE``, ``ACMECERTS_HTTP_PORT`` (default 80), ``ACMECERTS_EMAIL``,
 ``ACMECERTS_STORE_NAMESPACE`` (where the store lives; default the kubeconfig's or the
-pod's namespace) and, for demonstrations, ``ACMECERTS_RENEWAL_FRACTION`` (renew when this
-fraction of the lifetime remains; default a third). The Kubernetes credentials come from
+pod's namespace), ``ACMECERTS_LOCK_LEASE`` (seconds a replica that dies keeps holding a
+certificate's lock; default the manager's) and, for demonstrations,
+``ACMECERTS_RENEWAL_FRACTION`` (renew when this fraction of the lifetime remains; default a
+third). The Kubernetes credentials come from
 ``$KUBECONFIG`` or the pod's service account.
 """
 
@@ -31,6 +37,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import datetime as dt
+import hashlib
 import logging
 import os
 from typing import Any
@@ -38,12 +46,20 @@ from typing import Any
 import kopf
 from lightkube import ApiError, AsyncClient
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
-from lightkube.resources.core_v1 import Secret
+from lightkube.resources.core_v1 import Event, Secret
 from lightkube.types import PatchType
 
 from acmecerts import AcmeClient, Http01Server, IssuedCertificate
-from acmecerts.manager import CertificateEvent, CertificateManager, CertificateObtained
+from acmecerts.errors import InvalidInput
+from acmecerts.manager import (
+    CertificateEvent,
+    CertificateFailed,
+    CertificateLoaded,
+    CertificateManager,
+    CertificateObtained,
+)
 from acmecerts.storage import (
     KeyLayout,
     load_account_url,
@@ -153,6 +169,62 @@ async def publish(kube: AsyncClient, owner: Owner, cert: IssuedCertificate) -> N
             raise
 
 
+async def report_failure(
+    kube: AsyncClient, owner: Owner, message: str, next_attempt: dt.datetime | None = None
+) -> None:
+    """Tell the owner why its certificate failed: one Event per distinct failure, and status.
+
+    The Event's name is derived from the resource and the message, so the same failure
+    seen by several replicas (or again after a restart) is one Event, not one per sighting.
+    """
+    reason = "CertificateFailed"
+    digest = hashlib.sha256(f"{owner.uid}\n{reason}\n{message}".encode()).hexdigest()[:16]
+    now = dt.datetime.now(dt.UTC)
+    event = Event(
+        metadata=ObjectMeta(name=f"{owner.name}.{digest}", namespace=owner.namespace),
+        involvedObject=ObjectReference(
+            apiVersion=f"{GROUP}/{VERSION}",
+            kind="Certificate",
+            name=owner.name,
+            namespace=owner.namespace,
+            uid=owner.uid,
+        ),
+        reason=reason,
+        message=message[:1024],
+        type="Warning",
+        count=1,
+        firstTimestamp=now,
+        lastTimestamp=now,
+        source=EventSource(component=FIELD_MANAGER),
+        reportingComponent=FIELD_MANAGER,
+    )
+    try:
+        await kube.create(event)
+    except ApiError as exc:
+        if exc.status.code != 409:  # 409: this failure was reported already
+            raise
+    condition = {
+        "type": "Ready",
+        "status": "False",
+        "reason": reason,
+        "message": message[:1024],
+        "lastTransitionTime": now.isoformat(),
+    }
+    if next_attempt is not None:
+        condition["nextAttempt"] = next_attempt.isoformat()
+    try:
+        await kube.patch(
+            CertificateResource.Status,
+            owner.name,
+            {"status": {"conditions": [condition]}},
+            namespace=owner.namespace,
+            patch_type=PatchType.MERGE,
+        )
+    except ApiError as exc:
+        if exc.status.code != 404:
+            raise
+
+
 async def run_manager(operator: Operator) -> None:
     """The manager and what it needs, for the operator's lifetime (one task)."""
     directory = os.environ.get("ACMECERTS_DIRECTORY", STAGING)
@@ -174,16 +246,38 @@ async def run_manager(operator: Operator) -> None:
             account_url=await load_account_url(storage, layout, account_key=account_key),
             contact=[f"mailto:{email}"] if email else [],
         )
+        lease = os.environ.get("ACMECERTS_LOCK_LEASE")
         manager = CertificateManager(
-            client, solvers=[solver], storage=storage, layout=layout, renewal_fraction=fraction
+            client,
+            solvers=[solver],
+            storage=storage,
+            layout=layout,
+            renewal_fraction=fraction,
+            **({"lock_lease": float(lease)} if lease else {}),
         )
 
         async def on_event(event: CertificateEvent) -> None:
             owner = operator.owners.get(event.name)
-            if isinstance(event, CertificateObtained) and event.certificate and owner:
+            if owner is None:
+                return
+            # issued here, or read from the store (a restart, another replica, re-applied)
+            if isinstance(event, CertificateObtained | CertificateLoaded) and event.certificate:
                 await publish(operator.kube, owner, event.certificate)
                 serial = event.certificate.serial
                 log.info("%s: certificate %s in Secret %s", event.name, serial, owner.secret_name)
+            elif isinstance(event, CertificateFailed):
+                log.warning(
+                    "%s: failed: %s (next attempt %s)",
+                    event.name,
+                    event.error,
+                    event.next_attempt_at,
+                )
+                try:
+                    await report_failure(
+                        operator.kube, owner, str(event.error), event.next_attempt_at
+                    )
+                except Exception as exc:  # the API server may be what failed
+                    log.warning("%s: could not report the failure: %r", event.name, exc)
 
         manager.subscribe(on_event)
         manager.on_cancel(lambda name, reason: log.info("cancelled %s: %s", name, reason))
@@ -207,7 +301,14 @@ async def start(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any) -> N
     if not operator.ready.is_set():
         ready.cancel()
         await operator.task  # raises why it could not start
+    operator.task.add_done_callback(manager_ended)
     memo.operator = operator
+
+
+def manager_ended(task: asyncio.Task[None]) -> None:
+    """A manager that stops on its own is an outage: say so loudly (a liveness probe's cue)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.critical("the certificate manager stopped: %r", task.exception())
 
 
 @kopf.on.cleanup()
@@ -232,9 +333,14 @@ async def manage(
     owner = Owner(namespace, name, uid, spec.get("secretName") or f"{name}-tls")
     operator.owners[cert_name] = owner
     # idempotent; new dnsNames re-issue; issued and renewed in the background from here
-    operator.manager.manage(
-        cert_name, list(spec["dnsNames"]), owner=owner_guard(operator.kube, owner)
-    )
+    try:
+        operator.manager.manage(
+            cert_name, list(spec["dnsNames"]), owner=owner_guard(operator.kube, owner)
+        )
+    except InvalidInput as exc:  # e.g. a malformed name: retrying will not help
+        log.warning("%s: failed: %s (next attempt None)", cert_name, exc)
+        await report_failure(operator.kube, owner, str(exc))
+        raise kopf.PermanentError(str(exc)) from exc
     return {"managed": cert_name}
 
 
