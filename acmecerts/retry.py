@@ -330,6 +330,10 @@ class AttemptState:
     last_error: str | None = None
     #: The :class:`~acmecerts.errors.ErrorKind` value of the last failure.
     last_error_kind: str | None = None
+    #: Set when the input itself was found invalid: a fingerprint of that input (e.g.
+    #: :attr:`CertificateSpec.fingerprint <acmecerts.manager.CertificateSpec.fingerprint>`).
+    #: No attempt is made while the input is the same; another input starts afresh.
+    parked: str | None = None
 
     def __post_init__(self) -> None:
         if type(self.attempts) is not int or self.attempts < 0:
@@ -342,6 +346,8 @@ class AttemptState:
             )
         if self.last_error is not None and not isinstance(self.last_error, str):
             raise InvalidInput(f"last_error must be a str, got {self.last_error!r}")
+        if self.parked is not None and not isinstance(self.parked, str):
+            raise InvalidInput(f"parked must be a str, got {self.parked!r}")
         if self.last_error_kind is not None and (
             not isinstance(self.last_error_kind, str) or self.last_error_kind not in _KINDS
         ):
@@ -358,6 +364,7 @@ class AttemptState:
             ),
             "last_error": self.last_error,
             "last_error_kind": self.last_error_kind,
+            **({"parked": self.parked} if self.parked is not None else {}),
         }
 
     @classmethod
@@ -391,6 +398,7 @@ class AttemptState:
                 next_attempt_at=next_attempt_at,
                 last_error=data.get("last_error"),
                 last_error_kind=data.get("last_error_kind"),
+                parked=data.get("parked"),
             )
         except (InvalidInput, OverflowError) as exc:
             raise StorageError(f"corrupt attempt state: {exc}") from exc

@@ -37,12 +37,14 @@ from acmecerts.errors import (
     InvalidInput,
     RateLimitDeferred,
     RateLimited,
+    StorageError,
 )
 from acmecerts.manager._events import (
     CertificateCancelled,
     CertificateDeferred,
     CertificateEvent,
     CertificateFailed,
+    CertificateLoaded,
     CertificateObtained,
     CertificateObtaining,
     CertificateRateLimited,
@@ -63,6 +65,7 @@ from acmecerts.protocol.ari import cert_id, choose_renewal_time
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.protocol.keys import KeyType, PrivateKey, load_private_key, private_key_pem
 from acmecerts.protocol.resources import Order
+from acmecerts.ratelimit import IssuanceRequest
 from acmecerts.retry import AttemptSchedule, AttemptState
 from acmecerts.solvers._base import Solver
 from acmecerts.storage import KeyLayout, Storage
@@ -116,6 +119,15 @@ class _Entry:
     seq: int = 0
     #: The token of this entry's valid item in the schedule queue (``None``: not queued).
     queued: int | None = None
+    #: Failures of our own side in a row (owner check, storage, no progress): each one
+    #: holds the certificate back on the manager's ``error_backoff``.
+    hiccups: int = 0
+    #: No work before this instant (the current hiccup's backoff), ``None``: no hold.
+    hold_until: _dt.datetime | None = None
+    #: Why the last hiccup happened, for people (``status()``).
+    hold_reason: str | None = None
+    #: The spec changed: ``state`` was reset here and is newer than the stored one.
+    state_changed: bool = False
 
 
 class CertificateManager:
@@ -139,6 +151,15 @@ class CertificateManager:
             needs a slot of both, so ``concurrency`` bounds each CA and ``limiter`` all.
         lock_lease: The lease of a certificate's lock in ``storage`` (renewed while held):
             how long a process that died keeps others from resuming its work.
+        error_backoff: Spacing of retries after a failure on our side (the owner guard
+            raised, the store failed, work made no progress): default exponential from
+            5 s doubling to 5 min, jittered ±20 %. The CA's ``Retry-After``, the attempt
+            schedule and the ledger still win when they say later.
+
+    Every managed certificate always has an explicit next instant (see
+    :meth:`status`): its renewal, its next attempt, the end of a hold, or none at all
+    when it is parked (its input is invalid: it waits until its spec changes),
+    cancelled, or its schedule is exhausted. Nothing is ever retried "now" in a loop.
 
     Use it as an async context manager; while inside, it issues and renews in the
     background. :meth:`issue_many` also works outside (no background work then).
@@ -158,6 +179,7 @@ class CertificateManager:
         layout: KeyLayout | None = None,
         limiter: anyio.CapacityLimiter | None = None,
         lock_lease: float | _dt.timedelta = 120.0,
+        error_backoff: AttemptSchedule | None = None,
     ) -> None:
         if not solvers:
             raise InvalidInput("the manager needs at least one solver")
@@ -168,6 +190,9 @@ class CertificateManager:
         self.client = client
         self.solvers = list(solvers)
         self.schedule = schedule or AttemptSchedule()
+        self.error_backoff = error_backoff or AttemptSchedule.exponential(
+            base=5.0, multiplier=2.0, cap=300.0, jitter=0.2
+        )
         self.renewal_fraction = renewal_fraction
         self.clock: Clock = clock or client.clock
         self._rng = rng or random.Random()
@@ -191,6 +216,10 @@ class CertificateManager:
         )
         self._flights_by_ids: dict[frozenset[Identifier], _Flight] = {}
         self._events = EventBus()
+        #: Entries on their way to an order that have not passed the budget gate yet
+        #: (loading, waiting for a slot, asking the owner); see :meth:`_budget_gate`.
+        self._contending: set[_Entry] = set()
+        self._contention = anyio.Event()
         self._cancellation_hooks: list[CancellationHook] = []
         self._task_group: anyio.abc.TaskGroup | None = None
         self._wake = anyio.Event()
@@ -270,6 +299,11 @@ class CertificateManager:
         elif entry.spec != spec or entry.spec.owner is not spec.owner:
             if entry.spec.identifier_set != spec.identifier_set:
                 entry.stale = True
+            if entry.spec.fingerprint != spec.fingerprint:
+                # another request: its own schedule (a wait the CA imposed still holds)
+                entry.state = _after_spec_change(entry.state)
+                entry.state_changed = True
+                entry.hiccups, entry.hold_until, entry.hold_reason = 0, None, None
             entry.spec = spec
         self._changed(entry)
         return spec
@@ -408,10 +442,12 @@ class CertificateManager:
         ids = entry.spec.identifier_set
         entry.flight = flight
         self._flights_by_ids[ids] = flight
+        self._contending.add(entry)
         result: IssueResult = CancelledResult(entry.spec.name, "interrupted")
         try:
             result = await self._attempt(entry, flight, renewal=renewal, force=force)
         finally:
+            self._stop_contending(entry)
             flight.result = result
             entry.flight = None
             if self._flights_by_ids.get(ids) is flight:
@@ -419,6 +455,65 @@ class CertificateManager:
             flight.done.set()
             self._changed(entry)  # the scheduler plans what comes next (renewal, retry)
         return result
+
+    def _stop_contending(self, entry: _Entry) -> None:
+        if entry in self._contending:
+            self._contending.discard(entry)
+            self._contention.set()
+
+    def _needs_order(self, entry: _Entry) -> bool:
+        """Whether ``entry`` (its stored state read) is on its way to an order now."""
+        if entry.cancelled is not None or self._parked(entry):
+            return False
+        if self._store is not None and not entry.loaded:
+            return False
+        return not self._current(entry)
+
+    async def _budget_gate(self, entry: _Entry) -> _dt.datetime | None:
+        """Priority reserves quota: ``None`` to order now, else when ``entry``'s turn comes.
+
+        Without a ledger, or with no contender of higher priority, it answers at once.
+        Otherwise it waits until every higher-priority contender's stored state is read
+        (they may be current and need nothing), then plans the contenders that need an
+        order with the ledger (:meth:`RateLimitLedger.plan`, highest priority first):
+        if the budget runs out before ``entry``'s turn, ``entry`` waits for the instant
+        it fits, and the higher-priority ones spend it.
+        """
+        self._stop_contending(entry)
+        ledger = self.client.ledger
+        account = self.client.account_url
+        if ledger is None or account is None:
+            return None
+        priority = entry.spec.priority
+        while True:
+            higher = [e for e in self._contending if e.spec.priority > priority]
+            if not higher:
+                return None
+            if all(self._store is None or e.loaded for e in higher):
+                break
+            self._contention = anyio.Event()
+            await self._contention.wait()
+        ahead = [e for e in higher if self._needs_order(e)]
+        if not ahead:
+            return None
+        requests = [self._issuance_request(e) for e in (*ahead, entry)]
+        planned = await ledger.plan(requests, account=account)
+        mine = next(p for p in planned if p.request is requests[-1])
+        if mine.at is None or mine.at <= self.clock.now():
+            return None
+        return mine.at
+
+    def _issuance_request(self, entry: _Entry) -> IssuanceRequest:
+        """``entry``'s next order as the ledger's planner sees it."""
+        current = entry.certificate
+        return IssuanceRequest(
+            entry.spec.identifiers,
+            expires_at=current.not_after if current is not None else None,
+            renewal_of=current.identifiers if current is not None else None,
+            replaces=current is not None and self._replaces(entry) is not None,
+            priority=entry.spec.priority,
+            name=entry.spec.name,
+        )
 
     async def _owner_present(self, spec: CertificateSpec) -> bool | None:
         if spec.owner is None:
@@ -432,10 +527,28 @@ class CertificateManager:
     async def _attempt(
         self, entry: _Entry, flight: _Flight, *, renewal: bool, force: bool = False
     ) -> IssueResult:
+        try:
+            return await self._attempt_once(entry, flight, renewal=renewal, force=force)
+        except StorageError as exc:
+            # the store failed (read, lock, write): ours to retry, on the error backoff
+            name = entry.spec.name
+            until = self._hiccup(entry, f"{type(exc).__name__}: {exc}")
+            log.warning("%s: storage failed (%s); next try at %s", name, exc, until)
+            await self._publish(
+                CertificateFailed(name, self.clock.now(), error=exc, next_attempt_at=until)
+            )
+            return FailedResult(name, exc, until)
+
+    async def _attempt_once(
+        self, entry: _Entry, flight: _Flight, *, renewal: bool, force: bool = False
+    ) -> IssueResult:
         spec = entry.spec
         name = spec.name
         generation = entry.generation
         await self._load(entry)
+        if self._parked(entry) and not force:
+            assert entry.state.last_error is not None
+            return FailedResult(name, InvalidInput(entry.state.last_error))
         now = self.clock.now()
         if not self.schedule.ready(entry.state, now) and entry.state.next_attempt_at is not None:
             return DeferredResult(name, entry.state.next_attempt_at, "backoff after a failure")
@@ -452,8 +565,14 @@ class CertificateManager:
                     await self._cancelled(name, _OWNER_GONE)
                     return CancelledResult(name, _OWNER_GONE)
                 if owner is None:
-                    retry_at = self.clock.now() + _dt.timedelta(minutes=1)
-                    return DeferredResult(name, retry_at, "owner guard failed")
+                    # unknown is not "gone" and not "present": ask again after a backoff
+                    until = self._hiccup(entry, "the owner guard failed")
+                    await self._publish(
+                        CertificateDeferred(
+                            name, self.clock.now(), until=until, reason="the owner guard failed"
+                        )
+                    )
+                    return DeferredResult(name, until, "the owner guard failed")
                 if entry.cancelled is not None or entry.generation != generation:
                     return CancelledResult(name, entry.cancelled or "cancelled")
                 if self._store is None:
@@ -466,13 +585,31 @@ class CertificateManager:
         spec = entry.spec
         name = spec.name
         if self._store is not None:
-            # under the store's lock: another process may have issued it meanwhile
+            # under the store's lock: another process may have issued it meanwhile, or
+            # failed with it (its attempt state says when to try again, or that the
+            # input is invalid)
             await self._load(entry, again=True)
             await self._forget_finished_order(entry)
             if not force and self._current(entry):
                 assert entry.certificate is not None
                 return IssuedResult(name, self._issued(entry.certificate))
+            if not force and self._parked(entry):
+                assert entry.state.last_error is not None
+                return FailedResult(name, InvalidInput(entry.state.last_error))
+            retry_at = entry.state.next_attempt_at
+            if not force and retry_at is not None and retry_at > self.clock.now():
+                return DeferredResult(name, retry_at, "another process's attempt failed")
             renewal = renewal or (entry.certificate is not None and not entry.stale)
+        fits_at = await self._budget_gate(entry)
+        if fits_at is not None:
+            deferred = RateLimitDeferred(
+                "certificates of higher priority take the rate-limit budget until then",
+                retry_after=fits_at,
+                limit=None,
+            )
+            result = await self._failed(entry, deferred)
+            await self._save_state(entry)
+            return result
         await self._publish(
             CertificateObtaining(
                 name, self.clock.now(), renewal=renewal, attempt=entry.state.attempts + 1
@@ -489,9 +626,11 @@ class CertificateManager:
                 log.info("%s: the CA refused replaces=%s; ordering without it", name, replaces)
                 certificate = await self._client_issue(entry, None, renewal_of)
         except AcmeCertsError as exc:
+            self._steady(entry)
             result = await self._failed(entry, exc)
             await self._save_state(entry)
             return result
+        self._steady(entry)
         entry.certificate = self._hold(certificate)
         entry.stale = False
         entry.state = self.schedule.after_success(entry.state)
@@ -577,6 +716,7 @@ class CertificateManager:
             return
         name = entry.spec.name
         stored = await store.load_certificate(name)
+        loaded: IssuedCertificate | None = None
         if stored is not None and (
             entry.certificate is None or stored.serial != entry.certificate.serial
         ):
@@ -584,14 +724,20 @@ class CertificateManager:
                 entry.certificate = self._hold(stored)
                 entry.stale = False
                 await self._plan_renewal(entry)
+                loaded = stored
             elif entry.certificate is None:
                 entry.certificate = self._hold(stored)
                 entry.stale = True  # managed with other identifiers now: issue again
-        if not entry.loaded:
-            state = await store.load_attempt_state(name)
-            if state is not None:
-                entry.state = state
+        if not entry.state_changed:
+            # the stored state is the truth: a replica may have failed (or succeeded)
+            entry.state = await store.load_attempt_state(name) or AttemptState()
         entry.loaded = True
+        if loaded is not None and self.clock.now() < loaded.not_after:
+            await self._publish(
+                CertificateLoaded(
+                    name, self.clock.now(), certificate=loaded, renew_at=entry.renew_at
+                )
+            )
 
     async def _forget_finished_order(self, entry: _Entry) -> None:
         """Delete the order record of a certificate that is already saved.
@@ -611,6 +757,26 @@ class CertificateManager:
     async def _save_state(self, entry: _Entry) -> None:
         if self._store is not None:
             await self._store.save_attempt_state(entry.spec.name, entry.state)
+        entry.state_changed = False
+
+    def _hiccup(self, entry: _Entry, reason: str) -> _dt.datetime:
+        """Hold ``entry`` back after a failure on our side; returns the end of the hold.
+
+        The n-th hiccup in a row waits the n-th step of :attr:`error_backoff` (5 s
+        doubling to 5 min by default, jittered). Only progress (an attempt that reached
+        an outcome, a successful read) resets the count (:meth:`_steady`).
+        """
+        entry.hiccups += 1
+        delay = self.error_backoff.delay(entry.hiccups, rng=self._rng)
+        until = self.clock.now() + _dt.timedelta(seconds=delay)
+        entry.hold_until = until
+        entry.hold_reason = reason
+        return until
+
+    @staticmethod
+    def _steady(entry: _Entry) -> None:
+        """Progress was made for ``entry``: forget its hiccups."""
+        entry.hiccups, entry.hold_until, entry.hold_reason = 0, None, None
 
     def _current(self, entry: _Entry) -> bool:
         """Whether ``entry`` has a certificate that is not stale and not yet due."""
@@ -622,15 +788,24 @@ class CertificateManager:
     async def _failed(self, entry: _Entry, error: AcmeCertsError) -> IssueResult:
         name = entry.spec.name
         if isinstance(error, InvalidInput):
-            # bad input is not retried on a schedule: it will not get better
+            # bad input will not get better by waiting: parked until the spec changes
             entry.state = dataclasses.replace(
                 entry.state,
                 next_attempt_at=None,
                 last_error=f"{type(error).__name__}: {error}",
                 last_error_kind=error.kind.value,
+                parked=entry.spec.fingerprint,
             )
+            log.warning("%s: invalid input, parked until its spec changes: %s", name, error)
             await self._publish(CertificateFailed(name, self.clock.now(), error=error))
             return FailedResult(name, error)
+        if isinstance(error, RateLimitDeferred) and error.retry_after is None:
+            # the ledger named no instant (a pause): hold on our own backoff, never "now"
+            until = self._hiccup(entry, f"{type(error).__name__}: {error}")
+            await self._publish(
+                CertificateDeferred(name, self.clock.now(), until=until, reason=str(error))
+            )
+            return DeferredResult(name, until, str(error))
         if isinstance(error, RateLimitDeferred):
             # predicted by the ledger, nothing was sent: not a failure, no escalation
             entry.state = dataclasses.replace(
@@ -697,20 +872,35 @@ class CertificateManager:
         entry.renew_at = choose_renewal_time(result.info, now=now, rng=self._rng)
         entry.ari_recheck_at = result.retry_after
 
+    def _parked(self, entry: _Entry) -> bool:
+        """Whether ``entry``'s input was found invalid and has not changed since."""
+        return entry.state.parked is not None and entry.state.parked == entry.spec.fingerprint
+
     def _due_at(self, entry: _Entry, now: _dt.datetime | None = None) -> _dt.datetime | None:
-        """When ``entry`` next needs work (``now`` for a new certificate), or ``None``."""
+        """When ``entry`` next needs work (``now`` for a new certificate), or ``None``.
+
+        ``None`` means no work at all: cancelled, parked (invalid input, until the spec
+        changes) or the attempt schedule is exhausted. Otherwise the latest of what
+        holds it back wins: the renewal time or ARI re-check, the attempt schedule (and
+        the CA's ``Retry-After`` or the ledger, recorded in it), and a hiccup's hold.
+        """
         now = now or self.clock.now()
-        if entry.cancelled is not None:
+        if entry.cancelled is not None or self._parked(entry):
             return None
         if self.schedule.exhausted(entry.state):
             return None
         retry_at = entry.state.next_attempt_at
         if entry.certificate is None or entry.stale:
-            return retry_at or now
-        due = entry.renew_at or entry.certificate.not_after
-        if entry.ari_recheck_at is not None:
-            due = min(due, entry.ari_recheck_at)
-        return max(due, retry_at) if retry_at is not None else due
+            due = retry_at or now
+        else:
+            due = entry.renew_at or entry.certificate.not_after
+            if entry.ari_recheck_at is not None:
+                due = min(due, entry.ari_recheck_at)
+            if retry_at is not None:
+                due = max(due, retry_at)
+        if entry.hold_until is not None:
+            due = max(due, entry.hold_until)
+        return due
 
     # -- background scheduling ----------------------------------------------------------
 
@@ -740,8 +930,12 @@ class CertificateManager:
         due = self._due_at(entry, now)
         if due is None:
             return None
-        if (entry.certificate is None or entry.stale) and entry.state.next_attempt_at is None:
-            return _AT_ONCE  # due whenever asked: "now" at every tick
+        if (
+            (entry.certificate is None or entry.stale)
+            and entry.state.next_attempt_at is None
+            and entry.hold_until is None
+        ):
+            return _AT_ONCE  # never tried: due whenever asked, before timed work
         return due
 
     def _enqueue(self, entry: _Entry, now: _dt.datetime) -> None:
@@ -817,17 +1011,42 @@ class CertificateManager:
         return ready
 
     async def _background(self, entry: _Entry) -> None:
+        before = _progress_mark(entry)
         try:
             if entry in self._loading:
+                self._contending.add(entry)
                 try:
                     await self._load(entry)
+                    self._steady(entry)
                 finally:
                     self._loading.discard(entry)
+                    self._stop_contending(entry)
                 due = self._due_at(entry)
                 if due is None or due > self.clock.now():
                     return  # a stored certificate that is current: nothing to do yet
             await self._work(entry)
+        except AcmeCertsError as exc:
+            # reading the store (or the ARI re-check) failed outside an attempt
+            until = self._hiccup(entry, f"{type(exc).__name__}: {exc}")
+            log.warning("%s: %s; next try at %s", entry.spec.name, exc, until)
+            await self._publish(
+                CertificateFailed(
+                    entry.spec.name, self.clock.now(), error=exc, next_attempt_at=until
+                )
+            )
+        except Exception as exc:  # a bug (ours or a plugin's) must not stop the others
+            until = self._hiccup(entry, f"unexpected error: {exc!r}")
+            log.exception("%s: unexpected error; next try at %s", entry.spec.name, until)
         finally:
+            if (
+                self._entries.get(entry.spec.name) is entry
+                and entry.flight is None
+                and _progress_mark(entry) == before
+            ):
+                due = self._due_at(entry)
+                if due is not None and due <= self.clock.now():
+                    # nothing moved and it would start again at once: never a hot loop
+                    self._hiccup(entry, "no progress")
             self._changed(entry)
 
     async def _work(self, entry: _Entry) -> None:
@@ -863,6 +1082,31 @@ class CertificateManager:
 
     async def _publish(self, event: CertificateEvent) -> None:
         await self._events.publish(event)
+
+
+def _progress_mark(entry: _Entry) -> tuple[object, ...]:
+    """What changes when work for ``entry`` made progress (compared before and after)."""
+    return (
+        entry.certificate,
+        entry.state,
+        entry.stale,
+        entry.renew_at,
+        entry.ari_recheck_at,
+        entry.hold_until,
+        entry.cancelled,
+    )
+
+
+def _after_spec_change(state: AttemptState) -> AttemptState:
+    """The attempt state for a changed spec: fresh, but a wait the CA imposed holds."""
+    imposed = state.last_error_kind in (ErrorKind.RATE_LIMITED.value, ErrorKind.SERVER_BUSY.value)
+    if imposed and state.next_attempt_at is not None:
+        return AttemptState(
+            next_attempt_at=state.next_attempt_at,
+            last_error=state.last_error,
+            last_error_kind=state.last_error_kind,
+        )
+    return AttemptState()
 
 
 def _leaf(certificate: HeldCertificate | IssuedCertificate) -> x509.Certificate:

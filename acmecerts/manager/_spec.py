@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import hashlib
+import json
 from collections.abc import Awaitable, Callable, Iterable
 
 from acmecerts._issued import IssuedCertificate
@@ -64,6 +66,22 @@ class CertificateSpec:
     def identifier_set(self) -> frozenset[Identifier]:
         """The identifiers as a set (the "exact set" single-flight key)."""
         return frozenset(self.identifiers)
+
+    @property
+    def fingerprint(self) -> str:
+        """A short digest of what is ordered (identifiers, key type, profile, chain).
+
+        Two specs with the same fingerprint ask the CA for the same thing: input found
+        invalid for one is invalid for the other (the manager parks it until it changes).
+        """
+        what = {
+            "identifiers": sorted(i.value for i in self.identifiers),
+            "key_type": str(self.key_type.value),
+            "profile": self.profile,
+            "preferred_chain": self.preferred_chain,
+        }
+        text = json.dumps(what, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
