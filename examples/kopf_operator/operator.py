@@ -345,20 +345,42 @@ async def manage(
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
-async def unmanage(name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
+async def unmanage(spec: kopf.Spec, name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
     operator: Operator = memo.operator
     assert operator.manager is not None
     cert_name = certificate_name(namespace, name)
     # cancels in-flight work (pending authorizations are deactivated at the CA);
     # when it returns, nothing more is sent for this certificate
     await operator.manager.unmanage(cert_name)
-    owner = operator.owners.pop(cert_name, None)
-    if owner is not None:  # the owner reference does this too where a GC runs
-        try:
-            await operator.kube.delete(Secret, owner.secret_name, namespace=namespace)
-        except ApiError as exc:
-            if exc.status.code != 404:
-                raise
+    operator.owners.pop(cert_name, None)
+    try:  # the owner reference does this too where a GC runs
+        await operator.kube.delete(
+            Secret, spec.get("secretName") or f"{name}-tls", namespace=namespace
+        )
+    except ApiError as exc:
+        if exc.status.code != 404:
+            raise
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def deleted_anywhere(
+    event: kopf.RawEvent, name: str, namespace: str, memo: kopf.Memo, **_: Any
+) -> None:
+    """Every replica stops the work of a deleted resource, wherever its handler ran.
+
+    Replicas share one finalizer: the first whose delete handler returns removes it,
+    and the others may only ever see the resource gone. Raw events reach them all.
+    """
+    meta = (event.get("object") or {}).get("metadata") or {}
+    operator: Operator | None = getattr(memo, "operator", None)
+    if operator is None or operator.manager is None:
+        return
+    if event.get("type") == "DELETED" or meta.get("deletionTimestamp"):
+        cert_name = certificate_name(namespace, name)
+        owner = operator.owners.get(cert_name)
+        if owner is None or owner.uid == meta.get("uid"):  # not a newer one of that name
+            await operator.manager.unmanage(cert_name)
+            operator.owners.pop(cert_name, None)
 
 
 # --8<-- [end:handlers]
