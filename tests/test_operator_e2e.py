@@ -531,8 +531,15 @@ class Script:
         now = self.marks[what] = time.monotonic()
         return now
 
-    def wait(self, what: str, check: Callable[[], Any], timeout: float) -> bool:
-        """Poll ``check`` until true; on timeout record what was waited for, and go on."""
+    def wait(
+        self,
+        what: str,
+        check: Callable[[], Any],
+        timeout: float,
+        detail: Callable[[], object] | None = None,
+    ) -> bool:
+        """Poll ``check`` until true; on timeout record what was waited for (and ``detail``:
+        what was seen), and go on."""
         limit = min(time.monotonic() + timeout, self.deadline)
         while True:
             if check():
@@ -541,7 +548,8 @@ class Script:
                 break
             time.sleep(0.2)
         seconds = time.monotonic() - self.began
-        self.failures.append(f"at {seconds:.0f} s: timed out waiting for {what}")
+        seen = f" (saw: {detail()})" if detail is not None else ""
+        self.failures.append(f"at {seconds:.0f} s: timed out waiting for {what}{seen}")
         return False
 
     def logs(self) -> str:
@@ -594,6 +602,7 @@ def test_two_replicas_under_churn(world: World) -> None:
         f"Pebble's validations of {len(DELETED_IN_FLIGHT)} certificates to be held at the router",
         lambda: held_at_router(DELETED_IN_FLIGHT),
         10,
+        w.router.waiting,
     )
 
     # -- 2. delete 8 while their validation is in flight -----------------------------------
@@ -613,6 +622,7 @@ def test_two_replicas_under_churn(world: World) -> None:
         f"the deactivations of the {len(DELETED_IN_FLIGHT)} deleted to reach the CA proxy",
         lambda: len(held_deactivations()) >= len(DELETED_IN_FLIGHT),
         8,
+        lambda: sorted(held_deactivations()),
     )
     held_ids = {p.rsplit("/", 1)[-1] for p in held_deactivations()}
     w.router.release(host_of(n) for n in DELETED_IN_FLIGHT)
@@ -687,6 +697,12 @@ def test_two_replicas_under_churn(world: World) -> None:
         "the validations to finish and an order poll of each to be held at the CA proxy",
         lambda: authz_ids <= validated_authzs(w.pebble) and held_polls() >= order_paths,
         10,
+        lambda: (
+            f"orders {sorted(map(str, order_paths))}, "
+            f"authzs not validated {sorted(authz_ids - validated_authzs(w.pebble))}, "
+            "order polls "
+            + str([(r.path, r.status, r.fault) for r in w.proxy.requests if r.path in order_paths])
+        ),
     )
     downloads_before = len(w.proxy.requests_to("/certZ/", "POST"))
     w.forwarder.cut()
@@ -752,9 +768,39 @@ def test_two_replicas_under_churn(world: World) -> None:
     summary["problems"] = problems
     text = json.dumps(summary, indent=1, sort_keys=True)
     (w.workdir / "e2e-summary.json").write_text(text)
+    dump_records(w, s)
     print("E2E-SUMMARY", text)
     if problems:
         pytest.fail("\n".join(["the end-to-end run fell short:", *problems, s.logs()]))
+
+
+def dump_records(w: World, s: Script) -> None:
+    """What the CA proxy and the router saw, one JSON line each, for a post-mortem."""
+    with (w.workdir / "ca-requests.jsonl").open("w") as out:
+        for r in w.proxy.requests:
+            payload = jws_payload(r.body) if r.path == "/order-plz" else None
+            line = {
+                "t": round(r.arrival - s.began, 3),
+                "done": None if r.responded is None else round(r.responded - s.began, 3),
+                "method": r.method,
+                "path": r.path,
+                "status": r.status,
+                "fault": type(r.fault).__name__ if r.fault else None,
+                "connection": r.connection,
+                "names": [i["value"] for i in payload["identifiers"]] if payload else None,
+            }
+            out.write(json.dumps(line) + "\n")
+    with (w.workdir / "router-requests.jsonl").open("w") as out:
+        for q in w.router.requests:
+            line = {
+                "t": round(q.arrival - s.began, 3),
+                "done": None if q.answered is None else round(q.answered - s.began, 3),
+                "host": q.host,
+                "held": q.held,
+                "status": q.status,
+                "backend": q.backend,
+            }
+            out.write(json.dumps(line) + "\n")
 
 
 def is_deactivation_of(method: str, path: str, body: bytes) -> bool:
