@@ -26,7 +26,7 @@ Configuration (environment): ``ACMECERTS_DIRECTORY`` (default Let's Encrypt stag
 ``ACMECERTS_CA_BUNDLE``, ``ACMECERTS_HTTP_PORT`` (default 80), ``ACMECERTS_EMAIL``,
 ``ACMECERTS_STORE_NAMESPACE`` (where the store lives; default the kubeconfig's or the
 pod's namespace), ``ACMECERTS_LOCK_LEASE`` (seconds a replica that dies keeps holding a
-certificate's lock; default the manager's) and, for demonstrations,
+certificate's lock; default 120) and, for demonstrations,
 ``ACMECERTS_RENEWAL_FRACTION`` (renew when this fraction of the lifetime remains; default a
 third). The Kubernetes credentials come from
 ``$KUBECONFIG`` or the pod's service account.
@@ -246,14 +246,13 @@ async def run_manager(operator: Operator) -> None:
             account_url=await load_account_url(storage, layout, account_key=account_key),
             contact=[f"mailto:{email}"] if email else [],
         )
-        lease = os.environ.get("ACMECERTS_LOCK_LEASE")
         manager = CertificateManager(
             client,
             solvers=[solver],
             storage=storage,
             layout=layout,
             renewal_fraction=fraction,
-            **({"lock_lease": float(lease)} if lease else {}),
+            lock_lease=float(os.environ.get("ACMECERTS_LOCK_LEASE", "120")),
         )
 
         async def on_event(event: CertificateEvent) -> None:

@@ -24,7 +24,8 @@ import contextlib
 import socket
 import struct
 import threading
-from typing import TYPE_CHECKING, Self
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -120,11 +121,10 @@ class TcpForwarder:
 
     # -- the loop ----------------------------------------------------------------------
 
-    def _call(self, action: object) -> None:
+    def _call(self, action: Callable[[], Coroutine[Any, Any, None]]) -> None:
         loop = self._loop
         if loop is None:
             raise RuntimeError("TcpForwarder is not running")
-        assert callable(action)
         future = asyncio.run_coroutine_threadsafe(action(), loop)
         future.result(timeout=10)
 

@@ -25,7 +25,7 @@ import contextlib
 import dataclasses
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Self
 
 import h11
@@ -99,14 +99,24 @@ class ChallengeRouter:
         names = {h.lower() for h in hosts}
         with self._lock:
             self._held_hosts |= names
-        self._call(lambda: [self._gate(h).clear() for h in names])
+
+        def close_gates() -> None:
+            for host in names:
+                self._gate(host).clear()
+
+        self._call(close_gates)
 
     def release(self, hosts: Iterable[str] | None = None) -> None:
         """Deliver the held answers for ``hosts`` (all when ``None``) and stop holding them."""
         with self._lock:
             names = set(self._held_hosts) if hosts is None else {h.lower() for h in hosts}
             self._held_hosts -= names
-        self._call(lambda: [self._gate(h).set() for h in names])
+
+        def open_gates() -> None:
+            for host in names:
+                self._gate(host).set()
+
+        self._call(open_gates)
 
     def start(self) -> None:
         """Listen (in a background thread); returns once the port is bound."""
@@ -147,11 +157,10 @@ class ChallengeRouter:
 
     # -- the loop ----------------------------------------------------------------------
 
-    def _call(self, action: object) -> None:
+    def _call(self, action: Callable[[], None]) -> None:
         loop = self._loop
         if loop is None:
             raise RuntimeError("ChallengeRouter is not running")
-        assert callable(action)
         done = threading.Event()
 
         def run() -> None:
@@ -268,7 +277,7 @@ class ChallengeRouter:
         for port in list(self.backends):
             try:
                 status, body = await asyncio.wait_for(
-                    _get(port, path, request.headers), _BACKEND_TIMEOUT
+                    _get(port, path, list(request.headers)), _BACKEND_TIMEOUT
                 )
             except (OSError, TimeoutError, ValueError):
                 continue  # a backend that is down or broken: ask the next
