@@ -590,15 +590,26 @@ class AcmeClient:
     ) -> None:
         if self.ledger is None or self.account_url is None:
             return
-        await self.ledger.attempt_ended(
-            idents,
-            account=self.account_url,
-            renewal_of=renewal_of,
-            replaces=bool(replaces),
-            authorized=order.status in ("ready", "processing", "valid"),
-            finalized=order.status in ("processing", "valid"),
-            error=error,
-        )
+        try:
+            await self.ledger.attempt_ended(
+                idents,
+                account=self.account_url,
+                renewal_of=renewal_of,
+                replaces=bool(replaces),
+                authorized=order.status in ("ready", "processing", "valid"),
+                finalized=order.status in ("processing", "valid"),
+                error=error,
+            )
+        except AcmeCertsError as exc:
+            # bookkeeping must not undo the attempt: raised here (in the attempt's
+            # cleanup), it would drop a certificate already downloaded or hide the error
+            # the attempt failed with (e.g. a store-backed ledger whose store is down)
+            log.warning(
+                "the ledger could not record the attempt for %s (%s): %s",
+                ", ".join(i.value for i in idents),
+                "failed" if error is not None else "issued",
+                exc,
+            )
 
     async def find_unfinished_order(self, identifiers: Iterable[Identifier | str]) -> Order | None:
         """An order of this account for exactly ``identifiers`` that is pending or ready.

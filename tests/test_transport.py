@@ -418,6 +418,42 @@ async def test_a_cold_burst_never_reuses_a_nonce() -> None:
     assert len(set(used)) == len(used)
 
 
+async def test_a_stalled_answer_holds_up_other_requests_only_for_the_bounded_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A CA that takes its time with one request (seen end to end: an order poll held for
+    # seconds) must not stall the client's other requests until it answers: after the
+    # bounded wait for that answer's nonce, they ask newNonce.
+    import anyio
+
+    import acmecerts.transport._http as http_module
+
+    monkeypatch.setattr(http_module, "_NONCE_WAIT", 0.05)
+    release = anyio.Event()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"ok": True}, headers={"Replay-Nonce": rec.next_nonce()})
+
+    rec = Recorder(handler)
+
+    async def stalled(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/slow":
+            await release.wait()
+        return rec(request)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(stalled))
+    transport = AcmeTransport(f"{BASE}/dir", client=client, clock=FakeClock(T0))
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(post, transport, "/slow")  # newNonce, then a POST the CA sits on
+        await anyio.sleep(0.02)
+        with anyio.fail_after(5):
+            await post(transport)  # waits 0.05 s for the stalled answer's nonce, no longer
+        assert rec.paths().count("POST /thing") == 1
+        assert rec.paths().count("HEAD /nonce") == 2
+        release.set()
+    await client.aclose()
+
+
 async def test_a_cancelled_waiter_no_longer_counts_as_waiting() -> None:
     import anyio
 

@@ -80,7 +80,8 @@ class ManagerOptions(TypedDict, total=False):
     """The :class:`~acmecerts.manager.CertificateManager` arguments passed through.
 
     Each means what it means to the manager (``concurrency``, ``schedule``,
-    ``renewal_fraction``, ``rng``, ``limiter``); its clock is the client's.
+    ``renewal_fraction``, ``rng``, ``limiter``, ``error_backoff``, ``retention``,
+    ``lock_lease``); its clock is the client's.
     """
 
     concurrency: int
@@ -88,6 +89,9 @@ class ManagerOptions(TypedDict, total=False):
     renewal_fraction: float
     rng: random.Random | None
     limiter: anyio.CapacityLimiter | None
+    error_backoff: AttemptSchedule | None
+    retention: float | _dt.timedelta | None
+    lock_lease: float | _dt.timedelta
 
 
 class OpenOptions(ClientOptions, ManagerOptions, total=False):

@@ -28,7 +28,7 @@ import anyio.abc
 from cryptography import x509
 
 from acmecerts._issued import IssuedCertificate
-from acmecerts._time import Clock
+from acmecerts._time import Clock, as_seconds
 from acmecerts.client import AcmeClient, OrderHook
 from acmecerts.errors import (
     AcmeCertsError,
@@ -154,6 +154,8 @@ class CertificateManager:
         layout: Key names in ``storage`` (default: per the client's directory URL).
         limiter: A ``CapacityLimiter`` shared with other managers (one per CA): an attempt
             needs a slot of both, so ``concurrency`` bounds each CA and ``limiter`` all.
+        lock_lease: The lease of a certificate's lock in ``storage`` (renewed while held):
+            how long a process that died keeps others from resuming its work.
         error_backoff: Spacing of retries after a failure on our side (the owner guard
             raised, the store failed, work made no progress): default exponential from
             5 s doubling to 5 min, jittered ±20 %. The CA's ``Retry-After``, the attempt
@@ -188,6 +190,7 @@ class CertificateManager:
         storage: Storage | None = None,
         layout: KeyLayout | None = None,
         limiter: anyio.CapacityLimiter | None = None,
+        lock_lease: float | _dt.timedelta = 120.0,
         error_backoff: AttemptSchedule | None = None,
         retention: float | _dt.timedelta | None = DEFAULT_RETENTION,
     ) -> None:
@@ -236,6 +239,11 @@ class CertificateManager:
         self._task_group: anyio.abc.TaskGroup | None = None
         self._wake = anyio.Event()
         self._store: CertificateStore | None = None
+        self._lock_lease = as_seconds(lock_lease)
+        if not 0 < self._lock_lease < float("inf"):
+            raise InvalidInput(
+                f"lock_lease must be a positive number of seconds, not {lock_lease!r}"
+            )
         if storage is not None:
             self._store = CertificateStore(
                 storage, layout or KeyLayout(client.transport.directory_url)
@@ -654,7 +662,7 @@ class CertificateManager:
                     return CancelledResult(name, entry.cancelled or "cancelled")
                 if self._store is None:
                     return await self._issue(entry, renewal=renewal, force=force)
-                async with self._store.lock(name):
+                async with self._store.lock(name, lease=self._lock_lease):
                     return await self._issue(entry, renewal=renewal, force=force)
         return CancelledResult(name, entry.cancelled or "cancelled")
 

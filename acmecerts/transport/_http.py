@@ -588,18 +588,22 @@ class AcmeTransport:
         return await self._nonce(retry=True)
 
     async def _nonce(self, *, retry: bool) -> str:
+        patient = True
         while True:
             nonce = self.nonces.take()
             if nonce is not None:
                 return nonce
             waiting = len(self._nonce_waiters)
-            if self._promised <= waiting and self._promised < self.nonce_circulation:
+            if not patient or (
+                self._promised <= waiting and self._promised < self.nonce_circulation
+            ):
                 break
             # A nonce is on its way that no other request waits for: an answer to a POST
             # in flight, or the POST of a request whose newNonce is in flight. Waiting for
-            # it takes no longer than a newNonce round-trip of our own would (bounded, in
-            # case that request fails), and spares the CA a request.
-            handed = await self._wait_for_nonce()
+            # it takes no longer than a newNonce round-trip of our own would, and spares
+            # the CA a request. The wait is bounded once: an answer that is slow to come
+            # (a CA that takes its time with one request) must not hold up the others.
+            handed, patient = await self._wait_for_nonce()
             if handed is not None:
                 return handed
         self._promised += 1
@@ -611,13 +615,19 @@ class AcmeTransport:
         finally:
             self._promised -= 1
 
-    async def _wait_for_nonce(self) -> str | None:
-        """Wait (bounded) for a nonce handed over by an answer; ``None`` to look again."""
+    async def _wait_for_nonce(self) -> tuple[str | None, bool]:
+        """Wait (bounded) for a nonce handed over by an answer.
+
+        Returns the nonce (``None`` to look again) and whether to keep waiting for
+        answers: ``False`` once the bound ran out, so the caller asks ``newNonce``.
+        """
         waiter = _NonceWaiter()
         self._nonce_waiters.append(waiter)
+        patient = True
         try:
-            with anyio.move_on_after(_NONCE_WAIT):
+            with anyio.move_on_after(_NONCE_WAIT) as scope:
                 await waiter.event.wait()
+            patient = not scope.cancelled_caught
         finally:
             if not waiter.event.is_set():
                 # timed out or cancelled: nothing may be handed to it now, and it no longer
@@ -627,7 +637,7 @@ class AcmeTransport:
             nonce, waiter.nonce = waiter.nonce, None
             if nonce is not None:
                 self._promised -= 1  # the caller signs and sends it without a pause
-        return nonce
+        return nonce, patient
 
     async def _fetch_nonce(self, *, retry: bool) -> str:
         directory = await self.directory()

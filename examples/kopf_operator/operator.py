@@ -15,6 +15,10 @@
   or issued by another replica) is written to the Secret
   ``spec.secretName`` (default ``<name>-tls``, type ``kubernetes.io/tls``, owned by the
   resource), and its serial and expiry to ``status.certificate``.
+* A certificate that cannot be issued is reported on its ``Certificate``: one Warning
+  ``Event`` (reason ``CertificateFailed``) per distinct failure, however many replicas
+  see it, and ``status.conditions`` (``Ready`` false, with the reason). Bad input (a
+  malformed name, a wildcard with http-01) is not retried until the spec changes.
 * A ``Certificate`` deleted is *unmanaged*: in-flight work for it is cancelled at once,
   its pending authorizations are deactivated at the CA, and once the delete handler
   returns nothing more is sent for it. The manager also asks an *owner guard* before
@@ -23,9 +27,10 @@
 Configuration (environment): ``ACMECERTS_DIRECTORY`` (default Let's Encrypt staging),
 ``ACMECERTS_CA_BUNDLE``, ``ACMECERTS_HTTP_PORT`` (default 80), ``ACMECERTS_EMAIL``,
 ``ACMECERTS_STORE_NAMESPACE`` (where the store lives; default the kubeconfig's or the
-pod's namespace) and, for demonstrations, ``ACMECERTS_RENEWAL_FRACTION`` (renew when this
-fraction of the lifetime remains; default a third). The Kubernetes credentials come from
-``$KUBECONFIG`` or the pod's service account.
+pod's namespace), ``ACMECERTS_LOCK_LEASE`` (seconds a replica that dies keeps holding a
+certificate's lock; default 120) and, for demonstrations, ``ACMECERTS_RENEWAL_FRACTION``
+(renew when this fraction of the lifetime remains; default a third). The Kubernetes
+credentials come from ``$KUBECONFIG`` or the pod's service account.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import datetime as dt
+import hashlib
 import logging
 import os
 from typing import Any
@@ -40,13 +47,16 @@ from typing import Any
 import kopf
 from lightkube import ApiError, AsyncClient
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta, OwnerReference
-from lightkube.resources.core_v1 import Secret
+from lightkube.resources.core_v1 import Event, Secret
 from lightkube.types import PatchType
 
 from acmecerts import Http01Server, IssuedCertificate
+from acmecerts.errors import InvalidInput
 from acmecerts.manager import (
     CertificateEvent,
+    CertificateFailed,
     CertificateLoaded,
     CertificateManager,
     CertificateObtained,
@@ -156,21 +166,85 @@ async def publish(kube: AsyncClient, owner: Owner, cert: IssuedCertificate) -> N
             raise
 
 
+async def report_failure(
+    kube: AsyncClient, owner: Owner, message: str, next_attempt: dt.datetime | None = None
+) -> None:
+    """Tell the owner why its certificate failed: one Event per distinct failure, and status.
+
+    The Event's name is derived from the resource and the message, so the same failure
+    seen by several replicas (or again after a restart) is one Event, not one per sighting.
+    """
+    reason = "CertificateFailed"
+    digest = hashlib.sha256(f"{owner.uid}\n{reason}\n{message}".encode()).hexdigest()[:16]
+    now = dt.datetime.now(dt.UTC)
+    event = Event(
+        metadata=ObjectMeta(name=f"{owner.name}.{digest}", namespace=owner.namespace),
+        involvedObject=ObjectReference(
+            apiVersion=f"{GROUP}/{VERSION}",
+            kind="Certificate",
+            name=owner.name,
+            namespace=owner.namespace,
+            uid=owner.uid,
+        ),
+        reason=reason,
+        message=message[:1024],
+        type="Warning",
+        count=1,
+        firstTimestamp=now,
+        lastTimestamp=now,
+        source=EventSource(component=FIELD_MANAGER),
+        reportingComponent=FIELD_MANAGER,
+    )
+    try:
+        await kube.create(event)
+    except ApiError as exc:
+        if exc.status.code != 409:  # 409: this failure was reported already
+            raise
+    condition = {
+        "type": "Ready",
+        "status": "False",
+        "reason": reason,
+        "message": message[:1024],
+        "lastTransitionTime": now.isoformat(),
+    }
+    if next_attempt is not None:
+        condition["nextAttempt"] = next_attempt.isoformat()
+    try:
+        await kube.patch(
+            CertificateResource.Status,
+            owner.name,
+            {"status": {"conditions": [condition]}},
+            namespace=owner.namespace,
+            patch_type=PatchType.MERGE,
+        )
+    except ApiError as exc:
+        if exc.status.code != 404:
+            raise
+
+
 def publisher(operator: Operator) -> Subscriber:
-    """The manager's subscriber: every certificate to its owner's Secret.
+    """The manager's subscriber: every certificate to its owner's Secret, failures to it.
 
     A certificate issued or renewed here (``CertificateObtained``), and one read from the
     store (``CertificateLoaded``: after a restart, or issued by another replica).
     """
 
     async def on_event(event: CertificateEvent) -> None:
-        if not isinstance(event, CertificateObtained | CertificateLoaded):
-            return
         owner = operator.owners.get(event.name)
-        if owner is not None and event.certificate is not None:
+        if owner is None:
+            return
+        if isinstance(event, CertificateObtained | CertificateLoaded) and event.certificate:
             await publish(operator.kube, owner, event.certificate)
             serial = event.certificate.serial
             log.info("%s: certificate %s in Secret %s", event.name, serial, owner.secret_name)
+        elif isinstance(event, CertificateFailed):
+            log.warning(
+                "%s: failed: %s (next attempt %s)", event.name, event.error, event.next_attempt_at
+            )
+            try:
+                await report_failure(operator.kube, owner, str(event.error), event.next_attempt_at)
+            except Exception as exc:  # the API server may be what failed
+                log.warning("%s: could not report the failure: %r", event.name, exc)
 
     return on_event
 
@@ -193,6 +267,7 @@ async def run_manager(operator: Operator) -> None:
             contact=[f"mailto:{email}"] if email else [],
             ca_bundle=os.environ.get("ACMECERTS_CA_BUNDLE"),
             renewal_fraction=fraction,
+            lock_lease=float(os.environ.get("ACMECERTS_LOCK_LEASE", "120")),
         ) as manager,
     ):
         manager.subscribe(publisher(operator))
@@ -213,7 +288,14 @@ async def start(memo: kopf.Memo, settings: kopf.OperatorSettings, **_: Any) -> N
     if not operator.ready.is_set():
         ready.cancel()
         await operator.task  # raises why it could not start
+    operator.task.add_done_callback(manager_ended)
     memo.operator = operator
+
+
+def manager_ended(task: asyncio.Task[None]) -> None:
+    """A manager that stops on its own is an outage: say so loudly (a liveness probe's cue)."""
+    if not task.cancelled() and task.exception() is not None:
+        log.critical("the certificate manager stopped: %r", task.exception())
 
 
 @kopf.on.cleanup()
@@ -238,27 +320,54 @@ async def manage(
     owner = Owner(namespace, name, uid, spec.get("secretName") or f"{name}-tls")
     operator.owners[cert_name] = owner
     # idempotent; new dnsNames re-issue; issued and renewed in the background from here
-    operator.manager.manage(
-        cert_name, list(spec["dnsNames"]), owner=owner_guard(operator.kube, owner)
-    )
+    try:
+        operator.manager.manage(
+            cert_name, list(spec["dnsNames"]), owner=owner_guard(operator.kube, owner)
+        )
+    except InvalidInput as exc:  # e.g. a malformed name: retrying will not help
+        log.warning("%s: failed: %s (next attempt None)", cert_name, exc)
+        await report_failure(operator.kube, owner, str(exc))
+        raise kopf.PermanentError(str(exc)) from exc
     return {"managed": cert_name}
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL)
-async def unmanage(name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
+async def unmanage(spec: kopf.Spec, name: str, namespace: str, memo: kopf.Memo, **_: Any) -> None:
     operator: Operator = memo.operator
     assert operator.manager is not None
     cert_name = certificate_name(namespace, name)
     # cancels in-flight work (pending authorizations are deactivated at the CA);
     # when it returns, nothing more is sent for this certificate
     await operator.manager.unmanage(cert_name)
-    owner = operator.owners.pop(cert_name, None)
-    if owner is not None:  # the owner reference does this too where a GC runs
-        try:
-            await operator.kube.delete(Secret, owner.secret_name, namespace=namespace)
-        except ApiError as exc:
-            if exc.status.code != 404:
-                raise
+    operator.owners.pop(cert_name, None)
+    try:  # the owner reference does this too where a GC runs
+        await operator.kube.delete(
+            Secret, spec.get("secretName") or f"{name}-tls", namespace=namespace
+        )
+    except ApiError as exc:
+        if exc.status.code != 404:
+            raise
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def deleted_anywhere(
+    event: kopf.RawEvent, name: str, namespace: str, memo: kopf.Memo, **_: Any
+) -> None:
+    """Every replica stops the work of a deleted resource, wherever its handler ran.
+
+    Replicas share one finalizer: the first whose delete handler returns removes it,
+    and the others may only ever see the resource gone. Raw events reach them all.
+    """
+    meta = (event.get("object") or {}).get("metadata") or {}
+    operator: Operator | None = getattr(memo, "operator", None)
+    if operator is None or operator.manager is None:
+        return
+    if event.get("type") == "DELETED" or meta.get("deletionTimestamp"):
+        cert_name = certificate_name(namespace, name)
+        owner = operator.owners.get(cert_name)
+        if owner is None or owner.uid == meta.get("uid"):  # not a newer one of that name
+            await operator.manager.unmanage(cert_name)
+            operator.owners.pop(cert_name, None)
 
 
 # --8<-- [end:handlers]

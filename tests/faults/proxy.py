@@ -19,7 +19,8 @@ tests, asyncio and trio, and never blocks the loop of the test. Every request is
 Faults: :class:`Respond` (answer without forwarding, e.g. 429/503 with ``Retry-After``),
 :class:`BadNonce`, :class:`Reset` (RST without answering), :class:`Stall` (wait, then forward),
 :class:`Truncate` (a body shorter than its ``Content-Length``, then close),
-:class:`SlowBody` (dribble the body) and :class:`AriAnswer` (a RenewalInfo object).
+:class:`SlowBody` (dribble the body), :class:`Hold` (wait for the test's go, then forward)
+and :class:`AriAnswer` (a RenewalInfo object).
 
 A :class:`Match` can also look into the request: ``Match("/order-plz", "POST",
 payload_has="replaces")`` matches only the ``newOrder`` requests whose JWS payload has a
@@ -68,6 +69,7 @@ __all__ = [
     "BadNonce",
     "Fault",
     "FaultProxy",
+    "Hold",
     "Match",
     "RecordedRequest",
     "Reset",
@@ -210,6 +212,19 @@ class Stall(Fault):
 
 
 @dataclass(frozen=True)
+class Hold(Fault):
+    """Wait until ``release`` is set (at most ``timeout`` seconds), then forward.
+
+    The request is recorded at once (its ``status`` stays ``None`` while it waits), so a
+    test can see what is held, let the upstream reach a state first, and then release it.
+    The wait also ends when the proxy stops.
+    """
+
+    release: threading.Event
+    timeout: float = 30.0
+
+
+@dataclass(frozen=True)
 class Truncate(Fault):
     """Forward, but send only part of the body under a ``Content-Length`` promising more,
     then close the connection."""
@@ -286,7 +301,8 @@ class RecordedRequest:
     applied, ``None`` when the request was simply forwarded. ``connection`` numbers the client
     connections (from 1, in accept order): requests sharing it came over one kept-alive
     connection. ``headers`` and ``body`` are the request as received; :attr:`payload`
-    decodes a JWS body.
+    decodes a JWS body; ``response_headers`` and ``response_body`` are what was sent back
+    (empty until the answer is complete).
     """
 
     method: str
@@ -299,6 +315,8 @@ class RecordedRequest:
     connection: int
     headers: tuple[tuple[str, str], ...]
     body: bytes
+    response_headers: tuple[tuple[str, str], ...] = ()
+    response_body: bytes = b""
 
     @property
     def payload(self) -> Any:
@@ -318,6 +336,8 @@ class _Entry:
     body: bytes
     status: int | None = None
     responded: float | None = None
+    response_headers: tuple[tuple[str, str], ...] = ()
+    response_body: bytes = b""
 
     def freeze(self) -> RecordedRequest:
         return RecordedRequest(
@@ -331,6 +351,8 @@ class _Entry:
             connection=self.connection,
             headers=self.headers,
             body=self.body,
+            response_headers=self.response_headers,
+            response_body=self.response_body,
         )
 
 
@@ -700,6 +722,8 @@ class FaultProxy:
             return
         if isinstance(fault, Stall):
             await asyncio.sleep(fault.seconds)
+        if isinstance(fault, Hold):
+            await self._hold(fault)
 
         upstream = await self._forward(head, target, body)
         if method == "GET" and path == self._directory_path:
@@ -710,6 +734,15 @@ class FaultProxy:
             await self._send(conn, writer, entry, head.method, upstream, fault.bytes_per_second)
         else:
             await self._send(conn, writer, entry, head.method, upstream, None)
+
+    async def _hold(self, fault: Hold) -> None:
+        """Wait for ``fault.release`` (a thread's event: polled), the timeout or the stop."""
+        stop = self._stop_event
+        deadline = time.monotonic() + fault.timeout
+        while not fault.release.is_set() and time.monotonic() < deadline:
+            if stop is not None and stop.is_set():
+                return
+            await asyncio.sleep(0.01)
 
     def _pick_fault(self, method: str, path: str, body: bytes) -> Fault | None:
         for rule in self._rules:
@@ -880,9 +913,14 @@ class FaultProxy:
         # The record is updated before the bytes that complete the response are written, so
         # a client that has its answer always finds the request recorded as answered.
         body = b"" if method == b"HEAD" or upstream.status in (204, 304) else upstream.body
-        final = conn.send(self._response_head(method, upstream, len(body))) or b""
+        head = self._response_head(method, upstream, len(body))
+        final = conn.send(head) or b""
         with self._lock:
             entry.status = upstream.status
+            entry.response_headers = tuple(
+                (k.decode("latin-1"), v.decode("latin-1")) for k, v in head.headers
+            )
+            entry.response_body = body
         if body and bytes_per_second is not None and bytes_per_second > 0:
             writer.write(final)
             await writer.drain()

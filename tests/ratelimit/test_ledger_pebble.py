@@ -33,11 +33,14 @@ from acmecerts import (
     RateLimitDeferred,
     RateLimited,
 )
+from acmecerts.errors import StorageError, Unauthorized
 from acmecerts.ratelimit import LETS_ENCRYPT, IssuanceRequest, RateLimitLedger
 from acmecerts.storage import FileStorage, KeyLayout
 from acmecerts.testing import PebbleServer
 from tests.faults.limits import CertificatesPerDomain
-from tests.faults.proxy import FaultProxy
+from tests.faults.proxy import FaultProxy, Match, Respond
+
+UNAUTHORIZED = "urn:ietf:params:acme:error:unauthorized"
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
 
@@ -215,3 +218,30 @@ async def test_the_ledger_learns_a_429_it_could_not_predict(
     assert deferred.value.retry_after == retry_after
     assert answered_429(proxy) == 1
     assert len(proxy.requests_to("/order-plz", "POST")) == 3
+
+
+async def test_a_ledger_that_cannot_record_an_outcome_does_not_undo_the_attempt(
+    pebble: PebbleServer, proxy: FaultProxy, http01: Http01Server
+) -> None:
+    # A store-backed ledger whose store is unreachable when the attempt ends (seen end to
+    # end: the API server cut off while certificates were being downloaded) must neither
+    # drop the certificate just downloaded nor hide why an attempt failed.
+    ledger = RateLimitLedger(LETS_ENCRYPT, clock=FakeClock())
+    recorded: list[BaseException | None] = []
+
+    async def unreachable(*args: object, error: BaseException | None, **kwargs: object) -> None:
+        recorded.append(error)
+        raise StorageError("cannot reach the store")
+
+    ledger.attempt_ended = unreachable  # type: ignore[method-assign]
+    async with AcmeClient(
+        proxy.directory_url, ca_bundle=pebble.ca_bundle, poll=FAST_POLL, ledger=ledger
+    ) as c:
+        issued = await c.issue(["kept.ledger-down.example.org"], solver=http01)
+        proxy.add_rule(Match("/chalZ/", "POST"), Respond(403, UNAUTHORIZED, "no"), times=1)
+        with pytest.raises(Unauthorized) as failed:
+            await c.issue(["failed.ledger-down.example.org"], solver=http01)
+    assert issued.chain.leaf.serial_number > 0
+    assert len(recorded) == 2  # the ledger was asked both times (and failed both times)
+    assert recorded[0] is None
+    assert recorded[1] is failed.value  # what the caller sees, not the ledger's error

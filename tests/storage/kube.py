@@ -3,13 +3,17 @@
 ``KubeApiServer(workdir).start()`` runs Debian's ``etcd`` and a ``kube-apiserver`` built
 from Debian's ``kubernetes`` source package (``bash scripts/kube-apiserver.sh`` builds and
 caches it) on free loopback ports, waits for ``/readyz``, and writes a kubeconfig with an
-admin token. ``stop()`` ends both by PID. There is no controller-manager: namespaces never
+admin token. ``stop()`` ends both by PID. With ``audit=True`` the API server writes an
+audit log (one JSON line per request, at ``ResponseComplete``, with the user, verb and
+resource): :meth:`KubeApiServer.audit_events` reads it, so a test can count requests by
+client. There is no controller-manager: namespaces never
 finish deleting, so tests use fresh namespaces and object names instead of cleaning up.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -20,6 +24,7 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 from cryptography.hazmat.primitives import serialization
@@ -69,8 +74,10 @@ def _tail(path: Path, lines: int = 30) -> str:
 class KubeApiServer:
     """etcd + kube-apiserver on 127.0.0.1, for one test session."""
 
-    def __init__(self, workdir: Path, *, binary: str | None = None) -> None:
+    def __init__(self, workdir: Path, *, binary: str | None = None, audit: bool = False) -> None:
         self.workdir = workdir
+        #: Where the audit log goes (``None``: no audit log).
+        self.audit_log: Path | None = workdir / "audit.log" if audit else None
         self.binary = binary or find_kube_apiserver()
         self.token = secrets.token_hex(16)
         #: A user that authenticates but has no RBAC permissions (for 403 tests).
@@ -193,6 +200,7 @@ class KubeApiServer:
                 "--endpoint-reconciler-type=none",
                 "--profiling=false",
                 "--v=0",
+                *self._audit_args(),
             ],
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -227,6 +235,38 @@ class KubeApiServer:
                     f"{_tail(log_path)}"
                 )
             time.sleep(0.25)
+
+    def _audit_args(self) -> list[str]:
+        if self.audit_log is None:
+            return []
+        policy = self.workdir / "audit-policy.yaml"
+        policy.write_text(
+            "apiVersion: audit.k8s.io/v1\n"
+            "kind: Policy\n"
+            "omitStages: [RequestReceived, ResponseStarted]\n"
+            "rules:\n"
+            "- level: Metadata\n"
+        )
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
+        ]
+
+    def audit_events(self) -> list[dict[str, Any]]:
+        """Every audit event logged so far (one per completed request), oldest first."""
+        if self.audit_log is None:
+            raise KubeSetupError("this API server was started without audit=True")
+        try:
+            lines = self.audit_log.read_text(encoding="utf-8", errors="replace").splitlines()
+        except FileNotFoundError:
+            return []
+        events = []
+        for line in lines:
+            with contextlib.suppress(ValueError):  # a line being written
+                events.append(json.loads(line))
+        return events
 
     def _ssl_context(self) -> ssl.SSLContext:
         return ssl.create_default_context(cafile=str(self.ca_file))
