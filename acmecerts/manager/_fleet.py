@@ -39,6 +39,7 @@ from acmecerts.errors import InvalidInput
 from acmecerts.manager._manager import CertificateManager
 from acmecerts.protocol.keys import KeyType
 from acmecerts.ratelimit import RateLimitLedger, RateLimitModel, model_for_directory
+from acmecerts.ratelimit._throttle import RatesTable
 from acmecerts.retry import AttemptSchedule, RequestRetry
 from acmecerts.solvers._base import Solver
 from acmecerts.storage import (
@@ -48,7 +49,7 @@ from acmecerts.storage import (
     load_or_create_account_key,
     save_account_url,
 )
-from acmecerts.transport import AcmeTransport, RequestHook, UrlPolicy
+from acmecerts.transport import AcmeTransport, RequestHook, RequestThrottle, UrlPolicy
 
 __all__ = ["ClientOptions", "ManagerOptions", "OpenOptions", "open_manager"]
 
@@ -72,6 +73,7 @@ class ClientOptions(TypedDict, total=False):
     poll: PollPolicy | None
     http2: bool
     transport: AcmeTransport | None
+    request_rates: RatesTable | RateLimitModel | RequestThrottle | Literal["auto"] | None
     on_request: RequestHook | None
     url_policy: UrlPolicy | None
 

@@ -641,30 +641,48 @@ class CertificateManager:
             if entry.cancelled is not None:
                 scope.cancel()
             async with self._limiter, self._global_limiter or _NO_LIMIT:
-                # the owner may have gone while this waited for a slot
-                owner = await self._owner_present(spec)
-                if owner is False:
-                    entry.cancelled = _OWNER_GONE
-                    entry.generation += 1
-                    await self._cancelled(name, _OWNER_GONE)
-                    await self._retire(name, entry)
-                    return CancelledResult(name, _OWNER_GONE)
-                if owner is None:
-                    # unknown is not "gone" and not "present": ask again after a backoff
-                    until = self._hiccup(entry, "the owner guard failed")
-                    await self._publish(
-                        CertificateDeferred(
-                            name, self.clock.now(), until=until, reason="the owner guard failed"
-                        )
-                    )
-                    return DeferredResult(name, until, "the owner guard failed")
-                if entry.cancelled is not None or entry.generation != generation:
-                    return CancelledResult(name, entry.cancelled or "cancelled")
                 if self._store is None:
-                    return await self._issue(entry, renewal=renewal, force=force)
-                async with self._store.lock(name, lease=self._lock_lease):
-                    return await self._issue(entry, renewal=renewal, force=force)
+                    result = await self._owned_issue(entry, generation, renewal, force)
+                else:
+                    # the owner is asked under the lock: a deletion seen while another
+                    # replica held it still stops this order
+                    async with self._store.lock(name, lease=self._lock_lease):
+                        result = await self._owned_issue(entry, generation, renewal, force)
+                if isinstance(result, CancelledResult) and result.reason == _OWNER_GONE:
+                    await self._retire(name, entry)  # (outside the lock: a purge takes it)
+                return result
         return CancelledResult(name, entry.cancelled or "cancelled")
+
+    async def _owned_issue(
+        self, entry: _Entry, generation: int, renewal: bool, force: bool
+    ) -> IssueResult:
+        """Ask the owner, then issue (under the store's lock when there is a store)."""
+        refused = await self._ask_owner(entry)
+        if refused is not None:
+            return refused
+        if entry.cancelled is not None or entry.generation != generation:
+            return CancelledResult(entry.spec.name, entry.cancelled or "cancelled")
+        return await self._issue(entry, renewal=renewal, force=force)
+
+    async def _ask_owner(self, entry: _Entry) -> IssueResult | None:
+        """Ask the owner guard before an order: ``None`` to go on, else the outcome.
+
+        Gone: the certificate is cancelled (nothing more is sent). Unknown (the guard
+        raised): held on the error backoff, then asked again; never taken for "gone".
+        """
+        name = entry.spec.name
+        owner = await self._owner_present(entry.spec)
+        if owner is True:
+            return None
+        if owner is False:
+            entry.cancelled = _OWNER_GONE
+            entry.generation += 1
+            await self._cancelled(name, _OWNER_GONE)
+            return CancelledResult(name, _OWNER_GONE)
+        until = self._hiccup(entry, "the owner guard failed")
+        reason = "the owner guard failed"
+        await self._publish(CertificateDeferred(name, self.clock.now(), until=until, reason=reason))
+        return DeferredResult(name, until, reason)
 
     async def _issue(self, entry: _Entry, *, renewal: bool, force: bool = False) -> IssueResult:
         spec = entry.spec
@@ -705,28 +723,28 @@ class CertificateManager:
                     # next one looking for an unrecorded order
                     await self._store.delete_order(name)
                 # a new order: the owner may have gone meanwhile, so ask before it again
-                owner = await self._owner_present(spec)
-                if owner is False:
-                    entry.cancelled = _OWNER_GONE
-                    entry.generation += 1
-                    await self._cancelled(name, _OWNER_GONE)
-                    return CancelledResult(name, _OWNER_GONE)
-                if owner is None:
-                    retry_at = self.clock.now() + _dt.timedelta(minutes=1)
-                    return DeferredResult(name, retry_at, "owner guard failed")
+                refused = await self._ask_owner(entry)
+                if refused is not None:
+                    return refused
                 certificate = await self._client_issue(entry, None, renewal_of)
+        except StorageError:
+            raise  # our store, not the CA: the error backoff (see _attempt), not the schedule
         except AcmeCertsError as exc:
             self._steady(entry)
             result = await self._failed(entry, exc)
             await self._save_state(entry)
             return result
         self._steady(entry)
+        if self._store is not None:
+            # saved before it counts as held: if the store fails here, the attempt is
+            # retried on the error backoff and resumes the order (recorded) instead of
+            # keeping an unsaved certificate that nobody would ever publish
+            await self._store.save_certificate(name, certificate)
+            await self._store.delete_order(name)
         entry.certificate = self._hold(certificate)
         entry.stale = False
         entry.state = self.schedule.after_success(entry.state)
         if self._store is not None:
-            await self._store.save_certificate(name, certificate)
-            await self._store.delete_order(name)
             await self._save_state(entry)
         await self._plan_renewal(entry)
         await self._publish(

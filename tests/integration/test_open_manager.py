@@ -15,6 +15,7 @@ import anyio
 import pytest
 
 from acmecerts import AcmeClient, Http01Server, InvalidInput, RateLimited
+from acmecerts.errors import RateLimitDeferred
 from acmecerts.manager import (
     CertificateManager,
     ClientOptions,
@@ -167,7 +168,7 @@ async def test_without_a_ledger(proxy: FaultProxy, pebble: PebbleServer, tmp_pat
     assert await FileStorage(tmp_path).load(KeyLayout(proxy.directory_url).ledger()) is None
 
 
-async def test_a_refused_registration_closes_everything_and_the_next_open_registers(
+async def test_a_refused_registration_closes_everything_and_the_ledger_remembers_it(
     pebble: PebbleServer, proxy: FaultProxy, tmp_path: Path
 ) -> None:
     proxy.add_rule(
@@ -177,26 +178,43 @@ async def test_a_refused_registration_closes_everything_and_the_next_open_regist
     layout = KeyLayout(proxy.directory_url)
     made: list[CountingTransport] = []
     async with FileStorage(tmp_path) as storage, Http01Server(port=0) as solver:
-        for _ in range(2):
+        for attempt in range(3):
             made.append(CountingTransport(proxy.directory_url, ca_bundle=pebble.ca_bundle))
             opening = open_manager(
-                storage, proxy.directory_url, solvers=[solver], transport=made[-1]
+                storage,
+                proxy.directory_url,
+                solvers=[solver],
+                transport=made[-1],
+                # the third open has no ledger: only the CA decides then
+                rate_limits="auto" if attempt < 2 else None,
             )
-            if len(made) == 1:
+            if attempt == 0:
                 with pytest.raises(RateLimited) as refused:
                     async with opening:
                         pytest.fail("opened without an account")
                 assert refused.value.retry_after is not None
-                assert made[0].closed == 1
                 # the key stays (the next try registers it), no URL was stored
                 assert await storage.load(layout.account_key()) is not None
                 assert await storage.load(layout.account_meta()) is None
+            elif attempt == 1:
+                # the stored ledger learned the CA's answer: nothing that creates an
+                # account is sent before its instant (only a look-up of the key)
+                with pytest.raises(RateLimitDeferred) as deferred:
+                    async with opening:
+                        pytest.fail("opened without an account")
+                assert deferred.value.retry_after is not None
+                assert deferred.value.retry_after >= refused.value.retry_after
             else:
                 async with opening as manager:
                     assert manager.client.account_url is not None
-                assert made[1].closed == 1
-    assert len(proxy.requests_to(NEW_ACCOUNT, "POST")) == 2
+            assert made[-1].closed == 1
     assert created_accounts(proxy) == 1
+    creating = [
+        r
+        for r in proxy.requests_to(NEW_ACCOUNT, "POST")
+        if r.payload and not r.payload.get("onlyReturnExisting")
+    ]
+    assert len(creating) == 2  # the refused one and the one that created the account
 
 
 async def test_an_open_cancelled_while_registering_closes_the_client_and_frees_the_lock(

@@ -230,10 +230,14 @@ def test_derived_models_keep_or_replace_the_rates() -> None:
         ("https://acme-staging-v02.api.letsencrypt.org/directory", NO_LIMITS),
         ("https://127.0.0.1:14000/dir", NO_LIMITS),
         ("https://ca.example/acme-v02.api.letsencrypt.org/directory", NO_LIMITS),
-        ("https://[bad/dir", NO_LIMITS),
     ],
 )
 def test_the_model_is_chosen_by_the_directory(directory: str, model: RateLimitModel) -> None:
     assert model_for_directory(directory) is model
     # the CLI's --rate-limits auto makes the same choice
     assert _rate_limit_model("auto", directory) is model
+
+
+def test_a_directory_that_is_no_url_is_refused() -> None:
+    with pytest.raises(InvalidInput, match="invalid directory URL"):
+        model_for_directory("https://[bad/dir")
