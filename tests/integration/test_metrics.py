@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import cast
 
+import anyio
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -314,3 +315,52 @@ async def test_a_stored_ledger_budget_follows_the_store(
         assert _budget(metrics)[PER_DOMAIN] == 3  # not read again yet (budget_refresh)
         await metrics.refresh()
         assert _budget(metrics)[PER_DOMAIN] == 2
+
+
+async def test_after_a_restart_the_gauges_are_restored_from_the_store(
+    pebble: PebbleServer, http01: Http01Server, tmp_path: Path
+) -> None:
+    """A restarted operator: expiry, renewal and budget gauges without a single order."""
+    names = ["one.restart-metrics.example.test", "two.restart-metrics.example.test"]
+    layout = KeyLayout(pebble.directory_url)
+    async with FileStorage(tmp_path) as storage:
+        ledger = RateLimitLedger(MODEL, storage=storage, key=layout.ledger())
+        async with AcmeClient(
+            pebble.directory_url, ca_bundle=pebble.ca_bundle, ledger=ledger
+        ) as client:
+            first = CertificateManager(client, solvers=[http01], storage=storage)
+            issued = await first.issue_many(names)
+        assert all(isinstance(result, IssuedResult) for result in issued)
+
+        orders: list[str] = []
+        ledger = RateLimitLedger(MODEL, storage=storage, key=layout.ledger())
+        async with AcmeClient(
+            pebble.directory_url,
+            ca_bundle=pebble.ca_bundle,
+            ledger=ledger,
+            on_request=lambda m, u: orders.append(u) if u.endswith("/order-plz") else None,
+        ) as client:
+            restarted = CertificateManager(client, solvers=[http01], storage=storage)
+            metrics = PrometheusMetrics()
+            metrics.attach(restarted)
+            await metrics.refresh()
+            loaded: list[object] = []
+            restarted.subscribe(loaded.append)
+            for name in names:
+                restarted.manage(name)
+            async with restarted:
+                for _ in range(3000):  # the scheduler reads the store: up to 30 s
+                    if len(loaded) >= len(names):
+                        break
+                    await anyio.sleep(0.01)
+                else:
+                    raise AssertionError(f"30 s and only {len(loaded)} events: {loaded}")
+    assert orders == []
+    for result in issued:
+        assert isinstance(result, IssuedResult)
+        plan = restarted.renewal_at(result.name)
+        assert plan is not None
+        assert _gauge(metrics, "expiry", result.name) == result.certificate.not_after.timestamp()
+        assert _gauge(metrics, "renewal", result.name) == plan.timestamp()
+    # the stored ledger's spends of the first run show in the restarted process's gauge
+    assert _budget(metrics)[PER_DOMAIN] == 5 - 2
