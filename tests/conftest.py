@@ -21,6 +21,7 @@ docs/contributing.md, "The test bed").
 
 from __future__ import annotations
 
+import logging
 import shutil
 import signal
 from typing import TYPE_CHECKING, Any, Protocol
@@ -101,6 +102,31 @@ def _session_pebble_answers(request: pytest.FixtureRequest) -> None:
             yellow=True,
         )
     assert _PROBE.answers(server) is None, "the replaced session Pebble does not answer"
+
+
+#: Loggers whose level or handlers a test may change, directly or through the CLI's
+#: set-up when it runs in-process (``acmecerts.cli._common`` configures logging).
+_LOGGERS = ("", "acmecerts", "acmecerts.manager", "httpx")
+
+
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """Give every test the logging configuration the previous one found.
+
+    The CLI sets levels (``acmecerts.manager`` to ERROR) and adds a root handler; run
+    in-process by one test, that silenced the warnings another test, run later in random
+    order, asserted with ``caplog``.
+    """
+    saved = [
+        (logger, logger.level, list(logger.handlers))
+        for logger in (logging.getLogger(name) for name in _LOGGERS)
+    ]
+    yield
+    for logger, level, handlers in saved:
+        logger.setLevel(level)
+        for handler in [h for h in logger.handlers if h not in handlers]:
+            if not type(handler).__module__.startswith("_pytest"):  # pytest's own stay
+                logger.removeHandler(handler)
 
 
 #: What the health check found, one line per replaced session Pebble.
