@@ -145,12 +145,12 @@ async def test_a_500_certificate_burst_keeps_to_the_rates_and_completes(
     # it completes: every certificate issued, nothing left waiting
     assert sorted(issued) == sorted(f"burst{i}.example.test" for i in range(BURST))
     assert all(s.queued == 0 for s in stats.values())
-    # and the throttle bound: it did hold requests back (how many depends on how fast
-    # this machine sends them: about 2,500 of 3,000 "other" requests waited at load 3 to
-    # 5 on 2 cores, fewer newOrders when other work starves the client), and below every
-    # window of grants keeps to burst + rate * W exactly
+    # and the throttle bound: it did hold newOrders back (500 of them come at once, far
+    # above 30 a second), and below every window of grants keeps to burst + rate * W
+    # exactly. Whether "other" requests had to wait depends on how fast this machine
+    # sends them: about 2,500 of 3,000 waited at load 3 to 5 on 2 cores, none under the
+    # stress run (bench/stress.py), where the starved client stays below 150 a second.
     assert stats[EndpointClass.NEW_ORDER].waited > 0, stats
-    assert stats[EndpointClass.OTHER].waited > 0, stats
     assert len(granted[EndpointClass.NEW_ORDER]) == BURST
     assert len(granted[EndpointClass.OTHER]) >= 6 * BURST
 
