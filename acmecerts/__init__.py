@@ -27,6 +27,7 @@ from acmecerts.errors import (
     IssuanceError,
     OrderFailed,
     ProblemType,
+    ProxyError,
     RateLimitDeferred,
     RateLimited,
     RequestTimeout,
@@ -52,7 +53,7 @@ from acmecerts.solvers import (
     Solver,
     TlsAlpn01Server,
 )
-from acmecerts.transport import UrlPolicy
+from acmecerts.transport import ProxyConfig, UrlPolicy
 
 __all__ = [
     "AccountDoesNotExist",
@@ -92,6 +93,8 @@ __all__ = [
     "PollPolicy",
     "ProblemType",
     "PropagationCheck",
+    "ProxyConfig",
+    "ProxyError",
     "RateLimitDeferred",
     "RateLimited",
     "RenewalDecision",

@@ -81,6 +81,7 @@ from acmecerts.solvers._base import ChallengeTask, Solver
 from acmecerts.transport import (
     AcmeResponse,
     AcmeTransport,
+    ProxySetting,
     RequestHook,
     RequestThrottle,
     UrlPolicy,
@@ -205,6 +206,16 @@ class AcmeClient:
             ...}``), a :class:`~acmecerts.transport.RequestThrottle` shared with other
             clients, or ``None``: no throttle. With ``transport``, configure the
             throttle on the transport instead.
+        proxy: The HTTP proxy to the CA: ``"env"`` (the default) honours
+            ``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY`` and ``NO_PROXY`` (and their
+            lower-case forms) as curl does, read once when the client is made; a proxy
+            URL (``"http://[USER:PASSWORD@]proxy.example:3128"``) sends every request
+            through that proxy whatever the environment says; a
+            :class:`~acmecerts.ProxyConfig` sets proxies per scheme with ``no_proxy``
+            exceptions; ``None`` connects directly whatever the environment says. A
+            proxy that cannot be reached or refuses the tunnel raises
+            :class:`~acmecerts.ProxyError`. With ``transport``, configure the proxy on
+            the transport instead.
     """
 
     def __init__(
@@ -231,6 +242,7 @@ class AcmeClient:
         | RequestThrottle
         | Literal["auto"]
         | None = "auto",
+        proxy: ProxySetting = "env",
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.ledger = ledger
@@ -239,6 +251,11 @@ class AcmeClient:
                 raise InvalidInput(
                     "request_rates cannot be given with transport: give it to the "
                     "AcmeTransport (AcmeTransport(..., request_rates=...))"
+                )
+            if not (isinstance(proxy, str) and proxy == "env"):
+                raise InvalidInput(
+                    "proxy cannot be given with transport: give it to the AcmeTransport "
+                    "(AcmeTransport(..., proxy=...))"
                 )
             self.transport = transport
         else:
@@ -252,6 +269,7 @@ class AcmeClient:
                 on_request=on_request,
                 url_policy=url_policy,
                 request_rates=_request_rates(request_rates, directory_url, ledger),
+                proxy=proxy,
             )
         self.account_key = account_key or AccountKey.generate()
         self.account_url = account_url

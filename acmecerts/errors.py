@@ -12,6 +12,7 @@ with ``raise Ours(...) from exc``.
     │   └── UnsupportedChallenge         e.g. a wildcard with http-01
     ├── TransportError                   the CA could not be reached or did not answer in time
     │   ├── ConnectError
+    │   │   └── ProxyError               the HTTP proxy could not be reached or refused the tunnel
     │   └── RequestTimeout
     ├── BadServerResponse                the CA answered something that is not valid ACME
     │   └── UnsafeUrl                    the CA named a URL the UrlPolicy forbids (nothing sent)
@@ -70,6 +71,7 @@ __all__ = [
     "OrderFailed",
     "OrderNotReady",
     "ProblemType",
+    "ProxyError",
     "RateLimitDeferred",
     "RateLimited",
     "RejectedIdentifier",
@@ -182,6 +184,30 @@ class TransportError(AcmeCertsError):
 
 class ConnectError(TransportError):
     """No connection to the CA could be made (refused, reset, DNS, TLS handshake)."""
+
+
+class ProxyError(ConnectError):
+    """The HTTP proxy in between could not be reached, or refused the tunnel to the CA.
+
+    ``proxy`` names it (``http://host:port``, never with credentials) and
+    ``status_code`` is its answer to ``CONNECT`` when it gave one (407: credentials
+    wanted or refused; 403: destination or port not allowed). Nothing reached the CA.
+    A refusal (4xx) is permanent: retrying does not change the proxy's mind.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str | None = None,
+        proxy: str | None = None,
+        status_code: int | None = None,
+    ) -> None:
+        super().__init__(message, url=url, reached_ca=False)
+        self.proxy = proxy
+        self.status_code = status_code
+        if status_code is not None and 400 <= status_code < 500 and status_code not in (408, 429):
+            self.kind = ErrorKind.PERMANENT
 
 
 class RequestTimeout(TransportError):

@@ -9,6 +9,10 @@
   one stuck server must not fail every test after the one that broke it.
 * ``pebble_factory``: ``pebble_factory(**kwargs)`` starts a dedicated server with the given
   :class:`~acmecerts.testing.PebbleServer` options; all are stopped when the test ends.
+* ``proxy_factory``: ``proxy_factory(**kwargs)`` starts a real HTTP proxy (Debian's
+  ``tinyproxy``, :class:`proxy_server.TinyProxy`) on loopback; stopped when the test ends.
+* Every test starts without the machine's proxy variables (``HTTPS_PROXY``, ``NO_PROXY``,
+  ...): acmecerts honours them by default, and a test sets the ones it means.
 
 Pebble is a hard requirement: without the binaries these fixtures fail, they never skip.
 
@@ -28,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 from pebble_health import PebbleProbe
+from proxy_server import TinyProxy
 
 from acmecerts.testing import PebbleServer
 
@@ -39,6 +44,12 @@ def pytest_configure(config: pytest.Config) -> None:
     """Children start with SIGINT at its default, as from a terminal, however pytest was run."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+class ProxyFactory(Protocol):
+    """Starts a :class:`TinyProxy` with the given options (see its constructor)."""
+
+    def __call__(self, **kwargs: Any) -> TinyProxy: ...
 
 
 class PebbleFactory(Protocol):
@@ -158,3 +169,42 @@ def pebble_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PebbleF
     finally:
         for server in servers:
             server.stop()
+
+
+#: The environment variables that send acmecerts (and curl, httpx...) through a proxy.
+PROXY_VARIABLES = tuple(
+    name
+    for base in ("https_proxy", "http_proxy", "all_proxy", "no_proxy")
+    for name in (base, base.upper())
+)
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy_from_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test inherits the machine's proxy settings (a test sets the ones it means)."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def proxy_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ProxyFactory]:
+    """Start real HTTP proxies (tinyproxy on loopback), e.g. ``proxy_factory(basic_auth=...)``."""
+    if shutil.which("tinyproxy") is None:
+        pytest.fail(
+            "tinyproxy not found on PATH: run `bash scripts/test.sh` (installs it) or "
+            "`apt-get install -y tinyproxy`.",
+            pytrace=False,
+        )
+    proxies: list[TinyProxy] = []
+
+    def start(**kwargs: Any) -> TinyProxy:
+        proxy = TinyProxy(tmp_path_factory.mktemp("tinyproxy"), **kwargs)
+        proxies.append(proxy)
+        proxy.start()
+        return proxy
+
+    try:
+        yield start
+    finally:
+        for proxy in proxies:
+            proxy.stop()

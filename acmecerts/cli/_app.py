@@ -94,6 +94,17 @@ CaBundle = Annotated[
         show_default=False,
     ),
 ]
+Proxy = Annotated[
+    str | None,
+    _opt(
+        "proxy",
+        metavar="URL",
+        help="HTTP proxy to the CA, http://[USER:PASSWORD@]HOST:PORT (HTTPS goes through a "
+        "CONNECT tunnel; NO_PROXY still applies); `none`: connect directly "
+        "[default: $HTTPS_PROXY or $ALL_PROXY (or lower case), except $NO_PROXY hosts].",
+        show_default=False,
+    ),
+]
 StateDir = Annotated[
     Path | None,
     _opt(
@@ -340,6 +351,7 @@ def _common(
     timeout: float,
     json_output: bool,
     verbose: int,
+    proxy: str | None = None,
 ) -> CommonArgs:
     return CommonArgs(
         directory=directory,
@@ -349,6 +361,7 @@ def _common(
         timeout=timeout,
         json=json_output,
         verbose=verbose,
+        proxy=proxy,
     )
 
 
@@ -433,6 +446,7 @@ def issue_command(
     eab_hmac_key: EabHmacKey = None,
     directory: Directory = LETS_ENCRYPT,
     ca_bundle: CaBundle = None,
+    proxy: Proxy = None,
     state_dir: StateDir = None,
     rate_limits: RateLimits = "auto",
     timeout: Timeout = 1800.0,
@@ -457,7 +471,7 @@ def issue_command(
             concurrency=concurrency,
             max_wait=max_wait,
         ),
-        _common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
+        _common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose, proxy),
         AccountArgs(emails=tuple(email or ()), eab_kid=eab_kid, eab_hmac_key=eab_hmac_key),
         ChallengeOptions(
             challenge=challenge,
@@ -505,6 +519,7 @@ def renew_command(
     eab_hmac_key: EabHmacKey = None,
     directory: Directory = LETS_ENCRYPT,
     ca_bundle: CaBundle = None,
+    proxy: Proxy = None,
     state_dir: StateDir = None,
     rate_limits: RateLimits = "auto",
     timeout: Timeout = 1800.0,
@@ -524,7 +539,9 @@ def renew_command(
         force=force,
         concurrency=concurrency,
         max_wait=max_wait,
-        common=_common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
+        common=_common(
+            directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose, proxy
+        ),
         account=AccountArgs(emails=tuple(email or ()), eab_kid=eab_kid, eab_hmac_key=eab_hmac_key),
         challenge=ChallengeOptions(
             challenge=challenge,
@@ -573,6 +590,7 @@ def revoke_command(
     ] = None,
     directory: Directory = LETS_ENCRYPT,
     ca_bundle: CaBundle = None,
+    proxy: Proxy = None,
     state_dir: StateDir = None,
     rate_limits: RateLimits = "auto",
     timeout: Timeout = 1800.0,
@@ -585,7 +603,9 @@ def revoke_command(
         target,
         reason=reason,
         cert_key=cert_key,
-        common=_common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
+        common=_common(
+            directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose, proxy
+        ),
     )
     raise typer.Exit(code)
 
@@ -602,6 +622,7 @@ def status_command(
     ] = False,
     directory: Directory = LETS_ENCRYPT,
     ca_bundle: CaBundle = None,
+    proxy: Proxy = None,
     state_dir: StateDir = None,
     rate_limits: RateLimits = "auto",
     timeout: Timeout = 1800.0,
@@ -617,7 +638,9 @@ def status_command(
     """
     code = run_status(
         ari=ari,
-        common=_common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
+        common=_common(
+            directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose, proxy
+        ),
     )
     raise typer.Exit(code)
 
@@ -626,6 +649,7 @@ def status_command(
 def account_show(
     directory: Directory = LETS_ENCRYPT,
     ca_bundle: CaBundle = None,
+    proxy: Proxy = None,
     state_dir: StateDir = None,
     rate_limits: RateLimits = "auto",
     timeout: Timeout = 1800.0,
@@ -636,7 +660,9 @@ def account_show(
     """Show the stored account and what the CA says about it."""
     code = run_account(
         "show",
-        common=_common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
+        common=_common(
+            directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose, proxy
+        ),
     )
     raise typer.Exit(code)
 
@@ -657,6 +683,7 @@ def account_create(
     eab_hmac_key: EabHmacKey = None,
     directory: Directory = LETS_ENCRYPT,
     ca_bundle: CaBundle = None,
+    proxy: Proxy = None,
     state_dir: StateDir = None,
     rate_limits: RateLimits = "auto",
     timeout: Timeout = 1800.0,
@@ -667,7 +694,9 @@ def account_create(
     """Register the account (idempotent: an existing one is shown; --email updates it)."""
     code = run_account(
         "create",
-        common=_common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
+        common=_common(
+            directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose, proxy
+        ),
         account=AccountArgs(emails=tuple(email or ()), eab_kid=eab_kid, eab_hmac_key=eab_hmac_key),
         key_type=key_type,
     )
@@ -687,6 +716,7 @@ def account_rollover(
     ] = "ec256",
     directory: Directory = LETS_ENCRYPT,
     ca_bundle: CaBundle = None,
+    proxy: Proxy = None,
     state_dir: StateDir = None,
     rate_limits: RateLimits = "auto",
     timeout: Timeout = 1800.0,
@@ -701,7 +731,9 @@ def account_rollover(
     """
     code = run_account(
         "rollover",
-        common=_common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
+        common=_common(
+            directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose, proxy
+        ),
         key_type=key_type,
     )
     raise typer.Exit(code)
@@ -717,6 +749,7 @@ def account_deactivate(
     ] = False,
     directory: Directory = LETS_ENCRYPT,
     ca_bundle: CaBundle = None,
+    proxy: Proxy = None,
     state_dir: StateDir = None,
     rate_limits: RateLimits = "auto",
     timeout: Timeout = 1800.0,
@@ -731,7 +764,9 @@ def account_deactivate(
     """
     code = run_account(
         "deactivate",
-        common=_common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
+        common=_common(
+            directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose, proxy
+        ),
         confirmed=yes,
     )
     raise typer.Exit(code)

@@ -41,9 +41,11 @@ from acmecerts.protocol.keys import AccountKey, KeyType
 from acmecerts.ratelimit import LETS_ENCRYPT as LETS_ENCRYPT_LIMITS
 from acmecerts.ratelimit import NO_LIMITS, RateLimitModel, model_for_directory
 from acmecerts.retry import RequestRetry
+from acmecerts.transport import ProxyConfig
 
 from ._display import LiveView, NullView, PlainView, QuietView, View
 from ._engine import Board, TrackingClient, problem_of
+from ._proxy import cli_proxy
 from ._state import State, default_state_dir, directory_slug
 
 __all__ = [
@@ -100,6 +102,8 @@ class CommonArgs:
     timeout: float = 1800.0
     json: bool = False
     verbose: int = 0
+    #: ``--proxy`` as given (``None``: the environment's; may hold credentials: no repr).
+    proxy: str | None = dataclasses.field(default=None, repr=False)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, repr=False)
@@ -123,6 +127,9 @@ class CaPlan:
     contact: tuple[str, ...] = ()
     eab: ExternalAccountBinding | None = None
     max_wait: float = 120.0
+    #: The proxies to the CA (``None``: direct), worked out from ``--proxy`` and the
+    #: environment once.
+    proxy: ProxyConfig | None = None
 
 
 def _contacts(emails: Sequence[str]) -> tuple[str, ...]:
@@ -188,6 +195,7 @@ def plan_ca(
         contact=_contacts(account.emails),
         eab=eab,
         max_wait=_seconds(max_wait, "--max-wait", allow_zero=True),
+        proxy=cli_proxy(common.proxy),
     )
 
 
@@ -368,6 +376,7 @@ async def open_client(
         attempt_timeout=ca.timeout,
         request_retry=RequestRetry(max_wait=min(ca.max_wait, _REQUEST_MAX_WAIT)),
         ledger=state.ledger(ca.model),
+        proxy=ca.proxy,
     )
     stored_url = client.account_url
     async with client:

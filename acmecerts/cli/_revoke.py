@@ -79,7 +79,10 @@ def run_revoke(target: str, *, reason: str, cert_key: Path | None, common: Commo
             info = certificate_info(chain.leaf)
             if certificate_key is not None:
                 async with AcmeClient(
-                    ca.directory, ca_bundle=ca.ca_bundle, attempt_timeout=ca.timeout
+                    ca.directory,
+                    ca_bundle=ca.ca_bundle,
+                    attempt_timeout=ca.timeout,
+                    proxy=ca.proxy,
                 ) as client:
                     await client.revoke(
                         chain.pem, reason=reason_code, certificate_key=certificate_key

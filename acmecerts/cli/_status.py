@@ -54,7 +54,7 @@ def run_status(*, ari: bool, common: CommonArgs) -> int:
             async with contextlib.AsyncExitStack() as stack:
                 if ari:
                     client = await stack.enter_async_context(
-                        AcmeClient(ca.directory, ca_bundle=ca.ca_bundle)
+                        AcmeClient(ca.directory, ca_bundle=ca.ca_bundle, proxy=ca.proxy)
                     )
                     if (await client.directory()).renewal_info is None:
                         log.warning(

@@ -49,7 +49,13 @@ from acmecerts.storage import (
     load_or_create_account_key,
     save_account_url,
 )
-from acmecerts.transport import AcmeTransport, RequestHook, RequestThrottle, UrlPolicy
+from acmecerts.transport import (
+    AcmeTransport,
+    ProxySetting,
+    RequestHook,
+    RequestThrottle,
+    UrlPolicy,
+)
 
 __all__ = ["ClientOptions", "ManagerOptions", "OpenOptions", "open_manager"]
 
@@ -76,6 +82,7 @@ class ClientOptions(TypedDict, total=False):
     request_rates: RatesTable | RateLimitModel | RequestThrottle | Literal["auto"] | None
     on_request: RequestHook | None
     url_policy: UrlPolicy | None
+    proxy: ProxySetting
 
 
 class ManagerOptions(TypedDict, total=False):
@@ -226,7 +233,7 @@ async def open_manager(
         lock_timeout: How long to wait for another replica holding the account lock
             (seconds; ``None``: forever), else :class:`~acmecerts.storage.LockTimeout`.
         **options: Passed to :class:`~acmecerts.AcmeClient` (:class:`ClientOptions`:
-            ``contact``, ``eab``, ``ca_bundle``, ``clock``, timeouts...) and to
+            ``contact``, ``eab``, ``ca_bundle``, ``clock``, ``proxy``, timeouts...) and to
             :class:`CertificateManager` (:class:`ManagerOptions`: ``concurrency``,
             ``schedule``, ``renewal_fraction``, ``limiter``...).
 

@@ -4,6 +4,7 @@ from acmecerts.transport._h1 import Http11Pool, ResponseTooLarge
 from acmecerts.transport._http import USER_AGENT, AcmeResponse, AcmeTransport, RequestHook
 from acmecerts.transport._nonces import NoncePool
 from acmecerts.transport._policy import UrlPolicy
+from acmecerts.transport._proxy import ProxyConfig, ProxyFailed, ProxySetting
 from acmecerts.transport._throttle import RequestThrottle, ThrottleStats
 
 __all__ = [
@@ -12,6 +13,9 @@ __all__ = [
     "AcmeTransport",
     "Http11Pool",
     "NoncePool",
+    "ProxyConfig",
+    "ProxyFailed",
+    "ProxySetting",
     "RequestHook",
     "RequestThrottle",
     "ResponseTooLarge",

@@ -38,6 +38,7 @@ from acmecerts.errors import (
     BadServerResponse,
     ErrorKind,
     InvalidInput,
+    ProxyError,
     RateLimited,
     RequestTimeout,
     TransportError,
@@ -54,6 +55,13 @@ from acmecerts.transport._policy import (
     UrlPolicy,
     connect_error,
     warn_if_tls_unverified,
+)
+from acmecerts.transport._proxy import (
+    ProxyConfig,
+    ProxyFailed,
+    ProxyRouter,
+    ProxySetting,
+    resolve_proxy,
 )
 from acmecerts.transport._throttle import RequestThrottle
 
@@ -236,6 +244,17 @@ class AcmeTransport:
             the directory, ``newNonce``, ``newAccount``, ``newOrder``, ``revokeCert``,
             ``renewalInfo`` (and the URLs below it), or "other". ``None`` (the default)
             or no rates: no throttle, and nothing is spent on one.
+        proxy: The HTTP proxy to the CA. ``"env"`` (the default): the environment's
+            ``HTTPS_PROXY``/``HTTP_PROXY``/``ALL_PROXY`` and ``NO_PROXY`` (and their
+            lower-case forms), read once here, as curl and httpx read them. A proxy URL
+            (``"http://[USER:PASSWORD@]proxy.example:3128"``): every request through it,
+            whatever the environment says. A :class:`ProxyConfig`: per scheme, with
+            ``no_proxy`` exceptions. ``None``: no proxy, whatever the environment says.
+            ``https`` requests go through a ``CONNECT`` tunnel (TLS end to end, the CA's
+            certificate verified as without a proxy); a proxy that cannot be reached or
+            refuses raises :class:`~acmecerts.errors.ProxyError`. Not with ``client``
+            (configure its proxy there); other environment settings (``SSL_CERT_FILE``,
+            ...) are not read.
     """
 
     def __init__(
@@ -253,6 +272,7 @@ class AcmeTransport:
         url_policy: UrlPolicy | None = None,
         nonce_circulation: int = 32,
         request_rates: RequestThrottle | RatesTable | None = None,
+        proxy: ProxySetting = "env",
     ) -> None:
         try:
             parsed = httpx.URL(directory_url)
@@ -295,16 +315,35 @@ class AcmeTransport:
         self._pool: Http11Pool | None = None
         seconds = as_seconds(timeout)
         self._timeouts = {"connect": seconds, "read": seconds, "write": seconds, "pool": seconds}
+        #: The proxies requests go through (``None``: none; with ``client``, its own).
+        self.proxy: ProxyConfig | None = None
         if client is None:
+            self.proxy = resolve_proxy(proxy)
             ctx = _ssl_context(ca_bundle)
+            transport: httpx.AsyncBaseTransport | None = None
             if not http2:
                 self._pool = Http11Pool(
-                    ssl_context=ctx, max_connections=max_connections, max_body=_MAX_BODY
+                    ssl_context=ctx,
+                    max_connections=max_connections,
+                    max_body=_MAX_BODY,
+                    proxy=self.proxy,
                 )
+                transport = self._pool
+            elif self.proxy is not None:
+                limits = httpx.Limits(
+                    max_connections=max_connections, max_keepalive_connections=max_connections
+                )
+
+                def make(via: httpx.Proxy | None) -> httpx.AsyncHTTPTransport:
+                    return httpx.AsyncHTTPTransport(
+                        verify=ctx, http2=True, limits=limits, proxy=via
+                    )
+
+                transport = ProxyRouter(self.proxy, make)
             self._client = httpx.AsyncClient(
                 verify=ctx,
                 http2=http2,
-                transport=self._pool,
+                transport=transport,
                 timeout=seconds,
                 headers={"User-Agent": USER_AGENT},
                 limits=httpx.Limits(
@@ -315,6 +354,11 @@ class AcmeTransport:
             )
             self._owns_client = True
         else:
+            if not (isinstance(proxy, str) and proxy == "env"):
+                raise InvalidInput(
+                    "proxy cannot be given with client: configure the proxy on the "
+                    "httpx.AsyncClient (its settings win)"
+                )
             self._client = client
             self._owns_client = False
             warn_if_tls_unverified(client)
@@ -445,9 +489,12 @@ class AcmeTransport:
             return await self._client.request(
                 method, url, content=content, headers=headers, follow_redirects=False
             )
+        except httpx.ProxyError as exc:
+            raise _proxy_error(url, exc) from exc
         except httpx.ConnectTimeout as exc:
+            via = f" ({exc})" if self.proxy is not None else ""  # which proxy, which step
             raise RequestTimeout(
-                f"connecting to {url} timed out", url=url, reached_ca=False
+                f"connecting to {url} timed out{via}", url=url, reached_ca=False
             ) from exc
         except httpx.PoolTimeout as exc:
             raise RequestTimeout(
@@ -690,6 +737,15 @@ class AcmeTransport:
 
     def __repr__(self) -> str:
         return f"AcmeTransport({self.directory_url!r})"
+
+
+def _proxy_error(url: str, exc: httpx.ProxyError) -> ProxyError:
+    """The :class:`~acmecerts.errors.ProxyError` for a proxy that failed a request to ``url``."""
+    if isinstance(exc, ProxyFailed):
+        return ProxyError(
+            f"{exc} (requesting {url})", url=url, proxy=exc.proxy, status_code=exc.status_code
+        )
+    return ProxyError(f"the proxy failed a request to {url}: {exc}", url=url)
 
 
 def _throttle(
