@@ -3,7 +3,8 @@
 #
 # On a fresh Debian bookworm machine (as root, or with sudo) it installs what the tests need
 # and runs pytest in a project virtualenv:
-#   1. the Debian package `pebble` (pebble + pebble-challtestsrv) if /usr/bin/pebble is absent;
+#   1. the Debian package `pebble` (pebble + pebble-challtestsrv) if /usr/bin/pebble is absent,
+#      and `tinyproxy` (the real HTTP proxy of the egress-proxy tests) if it is absent;
 #   2. a virtualenv in .venv (python3 -m venv) if absent or broken;
 #   3. `pip install -e '.[test,kubernetes]'` into it (skipped when pyproject.toml is unchanged
 #      since the last successful install; set ACMECERTS_REINSTALL=1 to force it);
@@ -46,6 +47,11 @@ apt_install() {
 # 1. Pebble, the real ACME server the tests run against.
 if [ ! -x /usr/bin/pebble ] || [ ! -x /usr/bin/pebble-challtestsrv ]; then
     apt_install pebble
+fi
+# 1a. tinyproxy, a real CONNECT proxy for the HTTPS_PROXY/NO_PROXY tests (tests/proxy_server.py
+#     starts it in the foreground on loopback; the Debian package's own service is not used).
+if ! command -v tinyproxy >/dev/null 2>&1; then
+    apt_install tinyproxy
 fi
 # 1b. BIND 9 for the dns-01 tests: named (bind9, bind9-utils) and nsupdate, which Debian 12
 #     ships in bind9-dnsutils, not bind9-utils.

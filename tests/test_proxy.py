@@ -243,13 +243,14 @@ async def test_issuance_goes_through_the_environments_proxy(
 ) -> None:
     proxy = proxy_factory()
     monkeypatch.setenv(variable, proxy.url)
+    name = f"via-{variable.lower().replace('_', '-')}.example.test"
     async with AcmeClient(pebble.directory_url, ca_bundle=pebble.ca_bundle) as client:
-        issued = await client.issue([f"via-{variable.lower().replace('_', '-')}.example.test"], solver=http01)
+        issued = await client.issue([name], solver=http01)
         pool = client.transport._pool
         assert pool is not None
         opened = pool.connections_opened
         sent = client.transport.request_count
-    assert issued.names == (f"via-{variable.lower().replace('_', '-')}.example.test",)
+    assert issued.names == (name,)
     connects = proxy.connects()
     # every connection the pool opened is one CONNECT to Pebble, and only to Pebble
     assert connects == [_pebble_authority(pebble)] * opened, proxy.log_text()
