@@ -9,7 +9,9 @@ or that none did.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import ssl
 from typing import TYPE_CHECKING
 
@@ -455,6 +457,109 @@ async def test_plain_http_goes_to_the_proxy_in_absolute_form(
     assert answer.status_code == 404  # our solver answered, through the proxy
     assert proxy.requests() == [("GET", f"http://127.0.0.1:{pebble.http_port}/nothing-here")]
     assert pool.connections_opened == 1
+
+
+@pebble_tests
+@pytest.mark.anyio
+async def test_tunnelled_and_direct_connections_are_pooled_apart(
+    pebble: PebbleServer, proxy_factory: ProxyFactory
+) -> None:
+    proxy = proxy_factory()
+    port = httpx.URL(pebble.directory_url).port
+    ctx = ssl.create_default_context(cafile=str(pebble.ca_bundle))
+    # the same server by two names: 127.0.0.1 through the proxy, localhost directly
+    pool = Http11Pool(ssl_context=ctx, proxy=ProxyConfig(proxy.url, no_proxy="localhost"))
+    async with httpx.AsyncClient(transport=pool) as client:
+        for _ in range(3):
+            for host in ("127.0.0.1", "localhost"):
+                answer = await client.get(f"https://{host}:{port}/dir")
+                assert answer.status_code == 200
+        assert pool.connections_opened == 2  # one each, each kept alive and reused
+        assert pool.open_connections == 2
+    assert proxy.connects() == [f"127.0.0.1:{port}"]
+
+
+@pebble_tests
+@pytest.mark.anyio
+async def test_the_pools_httpx_fallback_goes_through_the_proxy_too(
+    pebble: PebbleServer, proxy_factory: ProxyFactory
+) -> None:
+    """Under trio the pool hands requests to httpx's transport: the same proxies apply."""
+    proxy = proxy_factory()
+    ctx = ssl.create_default_context(cafile=str(pebble.ca_bundle))
+    pool = Http11Pool(ssl_context=ctx, proxy=ProxyConfig(proxy.url))
+    fallback = pool._fallback_transport()
+    request = httpx.Request("GET", pebble.directory_url)
+    answer = await fallback.handle_async_request(request)
+    await answer.aread()
+    assert answer.status_code == 200
+    await pool.aclose()
+    assert proxy.connects() == [_pebble_authority(pebble)]
+    refusing = proxy_factory(connect_ports=[443])
+    pool = Http11Pool(ssl_context=ctx, proxy=ProxyConfig(refusing.url))
+    with pytest.raises(ProxyFailed, match="403") as caught:
+        await pool._fallback_transport().handle_async_request(request)
+    await pool.aclose()
+    assert caught.value.proxy == refusing.url
+    assert caught.value.status_code == 403
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("answer", "words"),
+    [
+        (b"", "closed the connection without answering CONNECT"),
+        (b"HTTP/1.1 200 OK\r\n\r\n\x16\x03\x01early", "sent data into the tunnel"),
+        (b"HTTP/1.1 200 Connection established\r\nBad Header\r\n\r\n", "malformed"),
+        (b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n", "502 Bad Gateway"),
+        (None, "did not answer CONNECT"),
+    ],
+    ids=["closed", "early-data", "malformed", "502", "silent"],
+)
+async def test_a_proxy_that_answers_connect_wrongly_is_a_proxy_failure(
+    answer: bytes | None, words: str
+) -> None:
+    """A fake proxy at the socket seam: what the pool makes of a bad answer to CONNECT."""
+    asked: list[bytes] = []
+    served = asyncio.Event()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            asked.append(await reader.readuntil(b"\r\n\r\n"))
+            if answer is None:
+                await reader.read()  # say nothing until the client gives up
+            else:
+                writer.write(answer)
+                await writer.drain()
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+            served.set()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    pool = Http11Pool(
+        ssl_context=ssl.create_default_context(),
+        proxy=ProxyConfig(f"http://u:s3cret@127.0.0.1:{port}"),
+    )
+    timeouts = {"connect": 1.0, "read": 1.0, "write": 1.0, "pool": 1.0}
+    try:
+        assert pool.serves_here()
+        with pytest.raises(ProxyFailed, match=words) as caught:
+            await pool.exchange("GET", httpx.URL("https://ca.example/dir"), [], b"", timeouts)
+    finally:
+        await pool.aclose()
+        server.close()
+        await server.wait_closed()
+    await asyncio.wait_for(served.wait(), 10)  # the fake proxy's side is closed too
+    assert caught.value.proxy == f"http://127.0.0.1:{port}"
+    assert "s3cret" not in str(caught.value)
+    assert pool.open_connections == 0
+    (request,) = asked
+    assert request.startswith(b"CONNECT ca.example:443 HTTP/1.1\r\n")
+    assert b"Host: ca.example:443\r\n" in request
+    assert b"Proxy-Authorization: Basic " + base64.b64encode(b"u:s3cret") in request
 
 
 @pytest.mark.anyio

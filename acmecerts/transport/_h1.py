@@ -490,7 +490,7 @@ class Http11Pool(httpx.AsyncBaseTransport):
         assert self.proxy is not None
         if len(self._routes) >= _MAX_ROUTES:
             self._routes.clear()
-        key = (scheme, host, port, self.proxy.route(scheme.decode("ascii"), host, port))
+        key = (scheme, host, port, self.proxy._decide(scheme.decode("ascii"), host, port))
         self._routes[(scheme, host, port)] = key
         return key
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import ipaddress
+import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -42,6 +43,8 @@ __all__ = [
     "ProxySetting",
     "resolve_proxy",
 ]
+
+log = logging.getLogger("acmecerts.transport")
 
 _IP = ipaddress.IPv4Address | ipaddress.IPv6Address
 _NETWORK = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -348,6 +351,16 @@ class ProxyConfig:
                 return None
         return proxy
 
+    def _decide(self, scheme: str, host: str, port: int) -> _Proxy | None:
+        """:meth:`route`, logged (the pools call it once per origin)."""
+        proxy = self.route(scheme, host, port)
+        shown = f"[{host}]" if ":" in host else host
+        if proxy is None:
+            log.debug("%s://%s:%d: directly (no proxy for it)", scheme, shown, port)
+        else:
+            log.debug("%s://%s:%d: through proxy %s", scheme, shown, port, proxy.shown)
+        return proxy
+
     def __bool__(self) -> bool:
         """Whether any request can go through a proxy."""
         return not self._everything and (self._https is not None or self._http is not None)
@@ -432,7 +445,7 @@ class ProxyRouter(httpx.AsyncBaseTransport):
         else:
             if len(self._routes) >= _MAX_ROUTES:
                 self._routes.clear()
-            proxy = self._routes[origin] = self.config.route(*origin)
+            proxy = self._routes[origin] = self.config._decide(*origin)
         transport = self._transports.get(proxy)
         if transport is None:
             shape = None if proxy is None else httpx.Proxy(proxy.url)
