@@ -462,11 +462,19 @@ async def test_plain_http_goes_to_the_proxy_in_absolute_form(
 @pebble_tests
 @pytest.mark.anyio
 async def test_tunnelled_and_direct_connections_are_pooled_apart(
-    pebble: PebbleServer, proxy_factory: ProxyFactory
+    pebble: PebbleServer, proxy_factory: ProxyFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     proxy = proxy_factory()
     port = httpx.URL(pebble.directory_url).port
     ctx = ssl.create_default_context(cafile=str(pebble.ca_bundle))
+    decided: list[tuple[str, str, int]] = []
+    route = ProxyConfig.route
+
+    def counted(self: ProxyConfig, scheme: str, host: str, port: int) -> object:
+        decided.append((scheme, host, port))
+        return route(self, scheme, host, port)
+
+    monkeypatch.setattr(ProxyConfig, "route", counted)
     # the same server by two names: 127.0.0.1 through the proxy, localhost directly
     pool = Http11Pool(ssl_context=ctx, proxy=ProxyConfig(proxy.url, no_proxy="localhost"))
     async with httpx.AsyncClient(transport=pool) as client:
@@ -477,6 +485,10 @@ async def test_tunnelled_and_direct_connections_are_pooled_apart(
         assert pool.connections_opened == 2  # one each, each kept alive and reused
         assert pool.open_connections == 2
     assert proxy.connects() == [f"127.0.0.1:{port}"]
+    # the proxy decision is made once per origin, not per request
+    assert decided == [("https", "127.0.0.1", port), ("https", "localhost", port)]
+    # and a configuration that proxies nothing costs nothing: the pool has no proxy
+    assert Http11Pool(ssl_context=ctx, proxy=ProxyConfig(proxy.url, no_proxy="*")).proxy is None
 
 
 @pebble_tests
