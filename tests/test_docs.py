@@ -17,7 +17,8 @@ The convention, also described for writers in ``docs/contributing.md``:
   place but is not shown (set-up a fragment needs: a ``clock``, an ``error``...).
 * **sh**/**console** blocks: every command runs. ``acmecerts ...`` runs the CLI as a
   subprocess against Pebble (``ACMECERTS_DIRECTORY``, ``ACMECERTS_CA_BUNDLE``,
-  ``ACMECERTS_STATE_DIR`` set; ``issue`` answers http-01 where Pebble validates), and
+  ``ACMECERTS_STATE_DIR`` set, ``--staging`` dropped: Pebble stands in for Let's
+  Encrypt's staging; ``issue`` answers http-01 where Pebble validates), and
   ``python examples/...`` an example (``ACMECERTS_HTTP_PORT`` set too); both must exit
   0. ``pip install 'acmecerts[extra]'`` checks that the extras exist. Any other command
   needs a not-run marker.
@@ -243,7 +244,9 @@ def _extras() -> set[str]:
 def run_shell(block: Block, target: Target, env: dict[str, str]) -> None:
     for command in shell_commands(rewrite(block.body, target)):
         if command[0] == "acmecerts":
-            args = command[1:]
+            # --staging is Let's Encrypt's staging directory; here Pebble's stands in for it
+            # (ACMECERTS_DIRECTORY), as it does for the directory URLs of python blocks.
+            args = [a for a in command[1:] if a != "--staging"]
             if (
                 args
                 and args[0] == "issue"
