@@ -46,7 +46,6 @@ from test_cli_support import (
     serial_of,
     stored_account,
 )
-from waits import finish
 
 from acmecerts.cli._firstcontact import LETS_ENCRYPT_STAGING
 from acmecerts.storage import KeyLayout
