@@ -371,10 +371,12 @@ async def open_client(
             f"no account for {ca.directory} in {state.root}: create one with "
             "`acmecerts account create` (issuing a certificate creates one too)"
         )
+    # Read without a key too: a corrupt account.json stops the command before any request.
+    url = await state.load_account_url(key)
     client = TrackingClient(
         ca.directory,
         account_key=key,  # None: a throwaway key until the terms are agreed to
-        account_url=await state.load_account_url(key) if key is not None else None,
+        account_url=url if key is not None else None,
         contact=ca.contact,
         eab=ca.eab,
         ca_bundle=ca.ca_bundle,
@@ -382,6 +384,7 @@ async def open_client(
         request_retry=RequestRetry(max_wait=min(ca.max_wait, _REQUEST_MAX_WAIT)),
         ledger=state.ledger(ca.model),
     )
+    client.terms_agreed = ca.agree_tos
     stored_url = client.account_url
     async with client:
         try:

@@ -355,8 +355,11 @@ class State:
             return key
         return await load_or_create_account_key(self.storage, self.layout, key_type=key_type)
 
-    async def load_account_url(self, key: AccountKey) -> str | None:
-        """The account URL stored for ``key`` (``None``: unknown, or stored for another key)."""
+    async def load_account_url(self, key: AccountKey | None) -> str | None:
+        """The account URL stored for ``key`` (``None``: unknown, or stored for another key).
+
+        Without ``key``: the stored URL whatever its key (the file is checked all the same).
+        """
         try:
             return await load_account_url(self.storage, self.layout, account_key=key)
         except StorageError as exc:
