@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import select
+import shutil
 import socket
 import ssl
 import subprocess
@@ -394,6 +395,17 @@ def test_webroot_issues_through_a_running_web_server_and_renew_uses_it(
         assert challenge_fetches(log) >= fetched + 2
         assert serial_of(out) != first_serial
         assert list((root / ".well-known" / "acme-challenge").iterdir()) == []
+
+    # The stored webroot is gone: renew fails the certificate before ordering it (exit 2).
+    shutil.rmtree(root)
+    seen = len(ca_server.requests_seen())
+    refused = run_cli("renew", "--force", "--json", *ca_args(ca_server, state), env=env)
+    assert refused.returncode == 2, refused.stderr
+    (certificate,) = one_json(refused)["certificates"]
+    assert certificate["status"] == "failed"
+    assert "--webroot" in certificate["error"]
+    assert "nothing was ordered" in certificate["error"]
+    assert count(ca_server, seen, NEW_ORDER) == 0
 
 
 @pytest.mark.parametrize(

@@ -165,13 +165,13 @@ def check_out_dir(path: Path, *, option: str = "--out") -> None:
         raise InvalidInput(f"{option} {path} is unusable: {reason}")
 
 
-def check_webroot(root: Path) -> Path:
+def check_webroot(root: Path, *, option: str = "--webroot") -> Path:
     """The absolute ``--webroot``; raises :class:`InvalidInput` when files cannot go there."""
     absolute = root.expanduser().absolute()
     if not absolute.is_dir():
         what = "is not a directory" if absolute.exists() else "does not exist"
-        raise InvalidInput(f"--webroot {root} {what} (give the web server's document root)")
+        raise InvalidInput(f"{option} {root} {what} (give the web server's document root)")
     reason = _usable_dir(absolute / ".well-known" / "acme-challenge")
     if reason is not None:
-        raise InvalidInput(f"--webroot {root}: cannot write .well-known/acme-challenge: {reason}")
+        raise InvalidInput(f"{option} {root}: cannot write .well-known/acme-challenge: {reason}")
     return absolute

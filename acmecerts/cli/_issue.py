@@ -510,7 +510,7 @@ def refuse_unusable(jobs: Sequence[Job]) -> tuple[list[Job], list[Outcome]]:
         try:
             check_out_dir(job.out, option="the output directory")
             if job.webroot is not None:
-                check_webroot(job.webroot)
+                check_webroot(job.webroot, option="the stored --webroot")
         except InvalidInput as exc:
             reason = f"{exc}; nothing was ordered for it"
             refused.append(Outcome(job, "failed", reason=reason, error=exc))
