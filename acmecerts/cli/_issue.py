@@ -462,6 +462,7 @@ def run_renew(
                 )
             )
         plan = plan_challenge(challenge, [i for job in jobs for i in job.spec.identifiers])
+        position = {job.name: index for index, job in enumerate(jobs)}
         jobs, refused = refuse_unusable(jobs)
         plan = routed_solvers(
             plan, ((j.webroot, j.spec.identifiers) for j in jobs if j.webroot is not None)
@@ -483,7 +484,8 @@ def run_renew(
                 ),
                 json_mode=report.json_mode,
             )
-        code = _batch_result(report, refused + outcomes, verb="Checked")
+        every = sorted([*refused, *outcomes], key=lambda o: position[o.job.name])
+        code = _batch_result(report, every, verb="Checked")
         return renew_exit_code(code, refused, outcomes)
 
     return guarded(report, work)
