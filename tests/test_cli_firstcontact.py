@@ -156,6 +156,41 @@ def test_agree_tos_sends_terms_agreed_true(
     assert new_account.status == 201
 
 
+def test_renew_needs_agreement_to_create_an_account_too(
+    pebble: PebbleServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clean_environment(tmp_path, monkeypatch)  # with ACMECERTS_AGREE_TOS=1
+    state = tmp_path / "state"
+    name = "renew.tos.example.test"
+    issued = run_main(
+        capsys,
+        "issue",
+        *http01_args(pebble),
+        "--out",
+        str(tmp_path / "out"),
+        *ca_args(pebble, state),
+        name,
+    )
+    assert issued.returncode == 0, issued.stderr
+    # The account is gone from the state directory (its certificate's records stay).
+    layout = KeyLayout(pebble.directory_url)
+    (state / layout.account_key()).unlink()
+    (state / layout.account_meta()).unlink()
+    monkeypatch.delenv("ACMECERTS_AGREE_TOS")
+    seen = len(pebble.requests_seen())
+
+    result = run_main(capsys, "renew", "--force", *http01_args(pebble), *ca_args(pebble, state))
+
+    line = assert_one_line_error(result, 2)
+    assert terms_of(pebble) in line
+    assert count(pebble, seen, NEW_ACCOUNT) == 0
+    assert count(pebble, seen, NEW_ORDER) == 0
+    assert stored_account(state, pebble.directory_url) == (None, None)
+
+
 def test_an_existing_account_needs_no_agreement(
     pebble: PebbleServer, proxy: FaultProxy, tmp_path: Path
 ) -> None:
