@@ -156,6 +156,26 @@ def test_agree_tos_sends_terms_agreed_true(
     assert new_account.status == 201
 
 
+def test_agreement_from_the_config_file(
+    pebble: PebbleServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    clean_environment(tmp_path, monkeypatch)
+    monkeypatch.delenv("ACMECERTS_AGREE_TOS")
+    config = tmp_path / "config.toml"
+    config.write_text("[account.create]\nagree-tos = true\n")
+    seen = len(pebble.requests_seen())
+
+    result = run_main(
+        capsys, "--config", str(config), "account", "create", *ca_args(pebble, tmp_path / "s")
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert count(pebble, seen, NEW_ACCOUNT) == 1
+
+
 def test_renew_needs_agreement_to_create_an_account_too(
     pebble: PebbleServer,
     tmp_path: Path,
