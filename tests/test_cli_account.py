@@ -13,6 +13,7 @@ import pytest
 from test_cli_support import (
     NEW_ACCOUNT,
     ca_args,
+    clean_environment,
     cli_env,
     http01_args,
     one_json,
@@ -167,7 +168,7 @@ def test_an_interrupted_rollover_is_finished_or_undone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A rollover stops after storing the new key: the next command settles it."""
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-config"))
+    clean_environment(tmp_path, monkeypatch)
     state = tmp_path / "state"
     ca = ca_args(pebble, state)
     layout = KeyLayout(pebble.directory_url)

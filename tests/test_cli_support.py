@@ -37,9 +37,14 @@ NEW_ORDER = ("POST", "/order-plz")
 
 
 def cli_env(tmp_path: Path | None = None, **extra: str) -> dict[str, str]:
-    """The test's environment without ACMECERTS_* settings, plus ``extra``."""
+    """The test's environment without ACMECERTS_* settings, plus ``extra``.
+
+    ``ACMECERTS_AGREE_TOS=1``: Pebble publishes terms of service, and an account is created
+    only after agreeing to them (the tests of that remove it).
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACMECERTS_")}
     env["XDG_CONFIG_HOME"] = str(tmp_path / "xdg-config") if tmp_path else "/nonexistent"
+    env["ACMECERTS_AGREE_TOS"] = "1"
     env.update(extra)
     return env
 
@@ -72,10 +77,14 @@ def run_main(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.Compl
 
 
 def clean_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """For in-process runs: no ACMECERTS_* settings and no config file from the machine."""
+    """For in-process runs: no ACMECERTS_* settings and no config file from the machine.
+
+    Except ``ACMECERTS_AGREE_TOS=1`` (see :func:`cli_env`).
+    """
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "no-config"))
     for variable in [v for v in os.environ if v.startswith("ACMECERTS_")]:
         monkeypatch.delenv(variable)
+    monkeypatch.setenv("ACMECERTS_AGREE_TOS", "1")
 
 
 def run_many(

@@ -17,7 +17,9 @@ The convention, also described for writers in ``docs/contributing.md``:
   place but is not shown (set-up a fragment needs: a ``clock``, an ``error``...).
 * **sh**/**console** blocks: every command runs. ``acmecerts ...`` runs the CLI as a
   subprocess against Pebble (``ACMECERTS_DIRECTORY``, ``ACMECERTS_CA_BUNDLE``,
-  ``ACMECERTS_STATE_DIR`` set; ``issue`` answers http-01 where Pebble validates), and
+  ``ACMECERTS_STATE_DIR`` set, ``--staging`` dropped: Pebble stands in for Let's
+  Encrypt's staging; ``issue`` answers http-01 where Pebble validates, or with
+  ``--webroot DIR`` a real web server serves DIR there), and
   ``python examples/...`` an example (``ACMECERTS_HTTP_PORT`` set too); both must exit
   0. ``pip install 'acmecerts[extra]'`` checks that the extras exist. Any other command
   needs a not-run marker.
@@ -34,14 +36,17 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import inspect
 import json
 import os
 import re
 import shlex
+import socket
 import ssl
 import subprocess
 import sys
+import time
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -73,7 +78,7 @@ LETS_ENCRYPT_URLS = (
     "https://acme-staging-v02.api.letsencrypt.org/directory",
 )
 #: Absolute paths in the docs that are moved under the page's temporary directory.
-STATE_PATHS = ("/var/lib/", "/etc/ssl/", "/etc/acmecerts/")
+STATE_PATHS = ("/var/lib/", "/etc/ssl/", "/etc/acmecerts/", "/var/www/")
 
 _FENCE = re.compile(
     r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n`]*)\n"
@@ -240,13 +245,55 @@ def _extras() -> set[str]:
     return set(pyproject["project"]["optional-dependencies"])
 
 
+def _option_value(args: list[str], option: str) -> str | None:
+    for index, arg in enumerate(args):
+        if arg == option and index + 1 < len(args):
+            return args[index + 1]
+        if arg.startswith(f"{option}="):
+            return arg.partition("=")[2]
+    return None
+
+
+@contextlib.contextmanager
+def _web_server(root: str | None, target: Target) -> Iterator[None]:
+    """For ``--webroot DIR``: a real web server serving DIR where Pebble validates http-01."""
+    if root is None:
+        yield
+        return
+    port = str(target.http_port)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "http.server", "--directory", root, "--bind", "127.0.0.1", port],
+        cwd=target.tmp,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", target.http_port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None, "the web server for --webroot exited"
+                assert time.monotonic() < deadline, "the web server for --webroot did not start"
+                time.sleep(0.05)
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 def run_shell(block: Block, target: Target, env: dict[str, str]) -> None:
     for command in shell_commands(rewrite(block.body, target)):
         if command[0] == "acmecerts":
-            args = command[1:]
+            # --staging is Let's Encrypt's staging directory; here Pebble's stands in for it
+            # (ACMECERTS_DIRECTORY), as it does for the directory URLs of python blocks.
+            args = [a for a in command[1:] if a != "--staging"]
+            webroot = _option_value(args, "--webroot")
             if (
                 args
                 and args[0] == "issue"
+                and webroot is None
                 and not any(a.startswith("--http-01-listen") for a in args)
             ):
                 args = [*args, "--http-01-listen", f"127.0.0.1:{target.http_port}"]
@@ -256,15 +303,16 @@ def run_shell(block: Block, target: Target, env: dict[str, str]) -> None:
                 else a
                 for a in args
             ]
-            result = subprocess.run(
-                [sys.executable, "-m", "acmecerts.cli", *args],
-                env=env,
-                cwd=target.tmp,
-                capture_output=True,
-                text=True,
-                timeout=120,
-                check=False,
-            )
+            with _web_server(webroot, target):
+                result = subprocess.run(
+                    [sys.executable, "-m", "acmecerts.cli", *args],
+                    env=env,
+                    cwd=target.tmp,
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                    check=False,
+                )
             assert result.returncode == 0, (
                 f"{block.where}: `{shlex.join(command)}` exited {result.returncode}\n"
                 f"{result.stdout}\n{result.stderr}"

@@ -9,7 +9,7 @@ import anyio.to_thread
 from rich.text import Text
 
 from acmecerts.client import AcmeClient
-from acmecerts.errors import AcmeCertsError, AcmeProblem, InvalidInput
+from acmecerts.errors import AccountDoesNotExist, AcmeCertsError, AcmeProblem, InvalidInput
 from acmecerts.protocol.keys import AccountKey, KeyType
 from acmecerts.protocol.resources import Account
 
@@ -70,7 +70,7 @@ def run_account(
                 had_key = await state.load_account_key() is not None
                 async with open_client(ca, create=True, key_type=kind) as client:
                     known = client.account_url is not None
-                    found = await client.register()
+                    found = await _existing_or_register(client)
                     if ca.contact and set(found.contact) != set(ca.contact):
                         found = await client.update_contact(ca.contact)
                     verb = "exists" if (had_key and known) else "registered"
@@ -115,6 +115,16 @@ def run_account(
         return EXIT_OK
 
     return guarded(report, work)
+
+
+async def _existing_or_register(client: AcmeClient) -> Account:
+    """The stored account as the CA has it; else register (the terms are checked then)."""
+    if client.account_url is not None:
+        try:
+            return await client.account()
+        except AccountDoesNotExist:  # the CA forgot it (a test CA restarted)
+            client.account_url = None
+    return await client.register()
 
 
 async def _rollover(ca: CaPlan, client: AcmeClient, kind: KeyType) -> dict[str, Any]:

@@ -31,7 +31,6 @@ from ._common import (
     EXIT_INPUT,
     EXIT_INTERRUPTED,
     EXIT_OK,
-    LETS_ENCRYPT,
     AccountArgs,
     CommonArgs,
     Report,
@@ -84,7 +83,25 @@ def _opt(name: str, *, panel: str = _CA, **kwargs: Any) -> Any:
 
 # -- shared options ---------------------------------------------------------------------------
 
-Directory = Annotated[str, _opt("directory", metavar="URL", help="The CA's ACME directory URL.")]
+Directory = Annotated[
+    str | None,
+    _opt(
+        "directory",
+        metavar="URL",
+        help="The CA's ACME directory URL [default: Let's Encrypt's production directory, "
+        "https://acme-v02.api.letsencrypt.org/directory].",
+        show_default=False,
+    ),
+]
+Staging = Annotated[
+    bool,
+    _opt(
+        "staging",
+        help="Use Let's Encrypt's staging directory "
+        "(https://acme-staging-v02.api.letsencrypt.org/directory: real validation, "
+        "untrusted certificates, high rate limits); try a set-up there first.",
+    ),
+]
 CaBundle = Annotated[
     Path | None,
     _opt(
@@ -183,6 +200,15 @@ EabHmacKey = Annotated[
         show_default=False,
     ),
 ]
+AgreeTos = Annotated[
+    bool,
+    _opt(
+        "agree-tos",
+        panel=_ACCOUNT,
+        help="Agree to the CA's terms of service when an account is created (without it, "
+        "a terminal asks; otherwise the command stops before creating the account).",
+    ),
+]
 Challenge = Annotated[
     str,
     _opt(
@@ -199,6 +225,18 @@ Http01Listen = Annotated[
         panel=_CHALLENGE,
         metavar="HOST:PORT",
         help="Where to answer http-01 challenges (the CA connects to port 80).",
+    ),
+]
+Webroot = Annotated[
+    Path | None,
+    _opt(
+        "webroot",
+        panel=_CHALLENGE,
+        metavar="DIR",
+        help="http-01 through the web server you run: write the challenge files into "
+        "DIR/.well-known/acme-challenge/ (DIR is its document root for the names, served on "
+        "port 80) instead of listening; stored with the certificate for `renew`.",
+        show_default=False,
     ),
 ]
 TlsAlpn01Listen = Annotated[
@@ -344,7 +382,8 @@ def _root(
 
 
 def _common(
-    directory: str,
+    directory: str | None,
+    staging: bool,
     ca_bundle: Path | None,
     state_dir: Path | None,
     rate_limits: str,
@@ -355,6 +394,7 @@ def _common(
 ) -> CommonArgs:
     return CommonArgs(
         directory=directory,
+        staging=staging,
         ca_bundle=ca_bundle,
         state_dir=state_dir,
         rate_limits=rate_limits,
@@ -433,6 +473,7 @@ def issue_command(
     max_wait: MaxWait = 120.0,
     challenge: Challenge = "http-01",
     http_01_listen: Http01Listen = "0.0.0.0:80",
+    webroot: Webroot = None,
     tls_alpn_01_listen: TlsAlpn01Listen = "0.0.0.0:443",
     dns_rfc2136_server: DnsServer = None,
     dns_tsig_key: DnsTsigKey = None,
@@ -444,7 +485,9 @@ def issue_command(
     email: Email = None,
     eab_kid: EabKid = None,
     eab_hmac_key: EabHmacKey = None,
-    directory: Directory = LETS_ENCRYPT,
+    agree_tos: AgreeTos = False,
+    directory: Directory = None,
+    staging: Staging = False,
     ca_bundle: CaBundle = None,
     proxy: Proxy = None,
     state_dir: StateDir = None,
@@ -471,11 +514,27 @@ def issue_command(
             concurrency=concurrency,
             max_wait=max_wait,
         ),
-        _common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose, proxy),
-        AccountArgs(emails=tuple(email or ()), eab_kid=eab_kid, eab_hmac_key=eab_hmac_key),
+        _common(
+            directory,
+            staging,
+            ca_bundle,
+            state_dir,
+            rate_limits,
+            timeout,
+            json_output,
+            verbose,
+            proxy,
+        ),
+        AccountArgs(
+            emails=tuple(email or ()),
+            eab_kid=eab_kid,
+            eab_hmac_key=eab_hmac_key,
+            agree_tos=agree_tos,
+        ),
         ChallengeOptions(
             challenge=challenge,
             http_01_listen=http_01_listen,
+            webroot=webroot,
             tls_alpn_01_listen=tls_alpn_01_listen,
             dns_rfc2136_server=dns_rfc2136_server,
             dns_tsig_key=dns_tsig_key,
@@ -506,6 +565,7 @@ def renew_command(
     max_wait: MaxWait = 120.0,
     challenge: Challenge = "http-01",
     http_01_listen: Http01Listen = "0.0.0.0:80",
+    webroot: Webroot = None,
     tls_alpn_01_listen: TlsAlpn01Listen = "0.0.0.0:443",
     dns_rfc2136_server: DnsServer = None,
     dns_tsig_key: DnsTsigKey = None,
@@ -517,7 +577,9 @@ def renew_command(
     email: Email = None,
     eab_kid: EabKid = None,
     eab_hmac_key: EabHmacKey = None,
-    directory: Directory = LETS_ENCRYPT,
+    agree_tos: AgreeTos = False,
+    directory: Directory = None,
+    staging: Staging = False,
     ca_bundle: CaBundle = None,
     proxy: Proxy = None,
     state_dir: StateDir = None,
@@ -540,12 +602,26 @@ def renew_command(
         concurrency=concurrency,
         max_wait=max_wait,
         common=_common(
-            directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose, proxy
+            directory,
+            staging,
+            ca_bundle,
+            state_dir,
+            rate_limits,
+            timeout,
+            json_output,
+            verbose,
+            proxy,
         ),
-        account=AccountArgs(emails=tuple(email or ()), eab_kid=eab_kid, eab_hmac_key=eab_hmac_key),
+        account=AccountArgs(
+            emails=tuple(email or ()),
+            eab_kid=eab_kid,
+            eab_hmac_key=eab_hmac_key,
+            agree_tos=agree_tos,
+        ),
         challenge=ChallengeOptions(
             challenge=challenge,
             http_01_listen=http_01_listen,
+            webroot=webroot,
             tls_alpn_01_listen=tls_alpn_01_listen,
             dns_rfc2136_server=dns_rfc2136_server,
             dns_tsig_key=dns_tsig_key,
@@ -588,7 +664,8 @@ def revoke_command(
             show_default=False,
         ),
     ] = None,
-    directory: Directory = LETS_ENCRYPT,
+    directory: Directory = None,
+    staging: Staging = False,
     ca_bundle: CaBundle = None,
     proxy: Proxy = None,
     state_dir: StateDir = None,
@@ -604,7 +681,15 @@ def revoke_command(
         reason=reason,
         cert_key=cert_key,
         common=_common(
-            directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose, proxy
+            directory,
+            staging,
+            ca_bundle,
+            state_dir,
+            rate_limits,
+            timeout,
+            json_output,
+            verbose,
+            proxy,
         ),
     )
     raise typer.Exit(code)
@@ -620,7 +705,8 @@ def status_command(
             "a third of the lifetime.",
         ),
     ] = False,
-    directory: Directory = LETS_ENCRYPT,
+    directory: Directory = None,
+    staging: Staging = False,
     ca_bundle: CaBundle = None,
     proxy: Proxy = None,
     state_dir: StateDir = None,
@@ -639,7 +725,15 @@ def status_command(
     code = run_status(
         ari=ari,
         common=_common(
-            directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose, proxy
+            directory,
+            staging,
+            ca_bundle,
+            state_dir,
+            rate_limits,
+            timeout,
+            json_output,
+            verbose,
+            proxy,
         ),
     )
     raise typer.Exit(code)
@@ -647,7 +741,8 @@ def status_command(
 
 @account_app.command("show", epilog=_EPILOG)
 def account_show(
-    directory: Directory = LETS_ENCRYPT,
+    directory: Directory = None,
+    staging: Staging = False,
     ca_bundle: CaBundle = None,
     proxy: Proxy = None,
     state_dir: StateDir = None,
@@ -661,7 +756,15 @@ def account_show(
     code = run_account(
         "show",
         common=_common(
-            directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose, proxy
+            directory,
+            staging,
+            ca_bundle,
+            state_dir,
+            rate_limits,
+            timeout,
+            json_output,
+            verbose,
+            proxy,
         ),
     )
     raise typer.Exit(code)
@@ -681,7 +784,9 @@ def account_create(
     email: Email = None,
     eab_kid: EabKid = None,
     eab_hmac_key: EabHmacKey = None,
-    directory: Directory = LETS_ENCRYPT,
+    agree_tos: AgreeTos = False,
+    directory: Directory = None,
+    staging: Staging = False,
     ca_bundle: CaBundle = None,
     proxy: Proxy = None,
     state_dir: StateDir = None,
@@ -695,9 +800,22 @@ def account_create(
     code = run_account(
         "create",
         common=_common(
-            directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose, proxy
+            directory,
+            staging,
+            ca_bundle,
+            state_dir,
+            rate_limits,
+            timeout,
+            json_output,
+            verbose,
+            proxy,
         ),
-        account=AccountArgs(emails=tuple(email or ()), eab_kid=eab_kid, eab_hmac_key=eab_hmac_key),
+        account=AccountArgs(
+            emails=tuple(email or ()),
+            eab_kid=eab_kid,
+            eab_hmac_key=eab_hmac_key,
+            agree_tos=agree_tos,
+        ),
         key_type=key_type,
     )
     raise typer.Exit(code)
@@ -714,7 +832,8 @@ def account_rollover(
             help="The key type of the new account key.",
         ),
     ] = "ec256",
-    directory: Directory = LETS_ENCRYPT,
+    directory: Directory = None,
+    staging: Staging = False,
     ca_bundle: CaBundle = None,
     proxy: Proxy = None,
     state_dir: StateDir = None,
@@ -732,7 +851,15 @@ def account_rollover(
     code = run_account(
         "rollover",
         common=_common(
-            directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose, proxy
+            directory,
+            staging,
+            ca_bundle,
+            state_dir,
+            rate_limits,
+            timeout,
+            json_output,
+            verbose,
+            proxy,
         ),
         key_type=key_type,
     )
@@ -747,7 +874,8 @@ def account_deactivate(
             "--yes", "-y", help="Do not ask for confirmation (needed without a terminal)."
         ),
     ] = False,
-    directory: Directory = LETS_ENCRYPT,
+    directory: Directory = None,
+    staging: Staging = False,
     ca_bundle: CaBundle = None,
     proxy: Proxy = None,
     state_dir: StateDir = None,
@@ -765,7 +893,15 @@ def account_deactivate(
     code = run_account(
         "deactivate",
         common=_common(
-            directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose, proxy
+            directory,
+            staging,
+            ca_bundle,
+            state_dir,
+            rate_limits,
+            timeout,
+            json_output,
+            verbose,
+            proxy,
         ),
         confirmed=yes,
     )

@@ -45,6 +45,7 @@ from acmecerts.transport import ProxyConfig
 
 from ._display import LiveView, NullView, PlainView, QuietView, View
 from ._engine import Board, TrackingClient, problem_of
+from ._firstcontact import agree_to_terms, can_prompt, resolve_directory
 from ._proxy import cli_proxy
 from ._state import State, default_state_dir, directory_slug
 
@@ -95,7 +96,8 @@ _REQUEST_MAX_WAIT = 2.0
 class CommonArgs:
     """Options every command has."""
 
-    directory: str = LETS_ENCRYPT
+    #: ``--directory`` as given (``None``: Let's Encrypt's, or its staging with ``staging``).
+    directory: str | None = None
     ca_bundle: Path | None = None
     state_dir: Path | None = None
     rate_limits: str = "auto"
@@ -104,6 +106,8 @@ class CommonArgs:
     verbose: int = 0
     #: ``--proxy`` as given (``None``: the environment's; may hold credentials: no repr).
     proxy: str | None = dataclasses.field(default=None, repr=False)
+    #: ``--staging``: Let's Encrypt's staging directory.
+    staging: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True, repr=False)
@@ -113,6 +117,8 @@ class AccountArgs:
     emails: tuple[str, ...] = ()
     eab_kid: str | None = None
     eab_hmac_key: str | None = None
+    #: ``--agree-tos``: agree to the CA's terms of service when an account is created.
+    agree_tos: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -130,6 +136,10 @@ class CaPlan:
     #: The proxies to the CA (``None``: direct), worked out from ``--proxy`` and the
     #: environment once.
     proxy: ProxyConfig | None = None
+    #: The user agreed to the CA's terms of service (``--agree-tos``).
+    agree_tos: bool = False
+    #: A question may be asked on the terminal (terms of service).
+    prompt: bool = False
 
 
 def _contacts(emails: Sequence[str]) -> tuple[str, ...]:
@@ -166,7 +176,8 @@ def plan_ca(
     common: CommonArgs, account: AccountArgs | None = None, *, max_wait: float = 120.0
 ) -> CaPlan:
     """Validate the CA options (raises :class:`InvalidInput`; touches nothing)."""
-    directory_slug(common.directory)  # InvalidInput for a URL a CA cannot have
+    directory = resolve_directory(common.directory, staging=common.staging)
+    directory_slug(directory)  # InvalidInput for a URL a CA cannot have
     timeout = _seconds(common.timeout, "--timeout")
     ca_bundle = common.ca_bundle.expanduser() if common.ca_bundle is not None else None
     if ca_bundle is not None:
@@ -187,15 +198,17 @@ def plan_ca(
         eab = ExternalAccountBinding(kid=account.eab_kid, hmac_key=account.eab_hmac_key)
     root = common.state_dir if common.state_dir is not None else default_state_dir()
     return CaPlan(
-        directory=common.directory,
+        directory=directory,
         ca_bundle=ca_bundle,
-        state=State(root, common.directory),
-        model=_rate_limit_model(common.rate_limits, common.directory),
+        state=State(root, directory),
+        model=_rate_limit_model(common.rate_limits, directory),
         timeout=timeout,
         contact=_contacts(account.emails),
         eab=eab,
         max_wait=_seconds(max_wait, "--max-wait", allow_zero=True),
         proxy=cli_proxy(common.proxy),
+        agree_tos=account.agree_tos,
+        prompt=can_prompt(json_mode=common.json),
     )
 
 
@@ -360,16 +373,18 @@ async def open_client(
     account lock, so that no command ever uses a key the CA no longer accepts.
     """
     state = ca.state
-    key = await (state.create_account_key(key_type) if create else state.load_account_key())
-    if key is None:
+    key = await state.load_account_key()
+    if key is None and not create:
         raise InvalidInput(
             f"no account for {ca.directory} in {state.root}: create one with "
             "`acmecerts account create` (issuing a certificate creates one too)"
         )
+    # Read without a key too: a corrupt account.json stops the command before any request.
+    url = await state.load_account_url(key)
     client = TrackingClient(
         ca.directory,
-        account_key=key,
-        account_url=await state.load_account_url(key),
+        account_key=key,  # None: a throwaway key until the terms are agreed to
+        account_url=url if key is not None else None,
         contact=ca.contact,
         eab=ca.eab,
         ca_bundle=ca.ca_bundle,
@@ -378,12 +393,26 @@ async def open_client(
         ledger=state.ledger(ca.model),
         proxy=ca.proxy,
     )
+    client.terms_agreed = ca.agree_tos
     stored_url = client.account_url
     async with client:
         try:
-            if await state.load_pending_key() is not None:
+            if key is not None and await state.load_pending_key() is not None:
                 await _recover_rollover(ca, client)
                 stored_url = client.account_url
+            if create and client.account_url is None:
+                # First contact: no account is created (nor a key stored) before the
+                # user agreed to the CA's terms of service, if it publishes any.
+                client.terms_agreed = await agree_to_terms(
+                    client,
+                    directory=ca.directory,
+                    agreed=ca.agree_tos,
+                    prompt=ca.prompt,
+                    has_key=key is not None,
+                )
+                if key is None:
+                    client.account_key = await state.create_account_key(key_type)
+                    client.account_url = await state.load_account_url(client.account_key)
             yield client
         finally:
             url = client.account_url

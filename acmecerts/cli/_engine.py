@@ -32,7 +32,7 @@ import anyio
 import anyio.to_thread
 
 from acmecerts._issued import IssuedCertificate
-from acmecerts.client import AcmeClient
+from acmecerts.client import AcmeClient, ExternalAccountBinding
 from acmecerts.errors import (
     AccountDoesNotExist,
     AcmeCertsError,
@@ -56,10 +56,11 @@ from acmecerts.manager import (
     IssueResult,
 )
 from acmecerts.protocol.identifiers import Identifier
-from acmecerts.protocol.resources import Authorization, Challenge, Order
+from acmecerts.protocol.resources import Account, Authorization, Challenge, Order
 from acmecerts.retry import AttemptSchedule
 from acmecerts.solvers import Solver
 
+from ._firstcontact import terms_refused
 from ._state import CertificateRecord, State, write_certificate_files
 
 __all__ = [
@@ -184,8 +185,31 @@ class TrackingClient(AcmeClient):
     """
 
     board: Board | None = None
+    #: The user agreed to the CA's terms of service (``--agree-tos`` or the prompt): only
+    #: then is ``termsOfServiceAgreed`` sent true, and an account created at a CA that
+    #: publishes terms (see :func:`~acmecerts.cli._firstcontact.agree_to_terms`).
+    terms_agreed: bool = False
     _names: dict[frozenset[str], str]
     _by_url: dict[str, str]
+
+    async def register(
+        self,
+        *,
+        contact: Sequence[str] | None = None,
+        terms_of_service_agreed: bool = True,
+        eab: ExternalAccountBinding | None = None,
+    ) -> Account:
+        """Register as the library does, but never at a CA whose terms were not agreed to.
+
+        Every path that may create an account comes here: the first order, ``account
+        create``, registering again when the CA forgot the stored account.
+        """
+        terms = (await self.directory()).terms_of_service
+        if terms is not None and not self.terms_agreed:
+            raise terms_refused(terms, self.transport.directory_url)
+        return await super().register(
+            contact=contact, terms_of_service_agreed=self.terms_agreed, eab=eab
+        )
 
     def track(self, board: Board, certificates: Iterable[tuple[str, Iterable[str]]]) -> None:
         self.board = board
@@ -249,6 +273,8 @@ class Job:
     out: Path
     force: bool = False
     record: CertificateRecord | None = None
+    #: ``--webroot`` answering its http-01 challenges (stored in the record).
+    webroot: Path | None = None
 
     @property
     def name(self) -> str:
@@ -317,6 +343,7 @@ def wanted_record(job: Job) -> CertificateRecord:
         key_type=job.spec.key_type.value,
         profile=job.spec.profile,
         preferred_chain=job.spec.preferred_chain,
+        webroot=str(job.webroot) if job.webroot is not None else None,
     )
 
 

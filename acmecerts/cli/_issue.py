@@ -36,8 +36,15 @@ from ._common import (
     when,
 )
 from ._engine import Board, Job, Outcome, execute, problem_of
+from ._firstcontact import check_out_dir, check_webroot
 from ._interrupt import run_interruptible
-from ._solvers import ChallengeOptions, ChallengePlan, plan_challenge, running_solvers
+from ._solvers import (
+    ChallengeOptions,
+    ChallengePlan,
+    plan_challenge,
+    routed_solvers,
+    running_solvers,
+)
 from ._state import CertificateRecord, StoredCertificate, certificate_name
 
 __all__ = ["IssueArgs", "parse_cert_file", "run_issue", "run_renew"]
@@ -251,6 +258,7 @@ async def _job(
     profile: str | None,
     preferred_chain: str | None,
     force: bool,
+    webroot: Path | None = None,
 ) -> Job:
     state = ca.state
     name = wanted.name
@@ -271,7 +279,10 @@ async def _job(
         profile=profile,
         preferred_chain=preferred_chain,
     )
-    return Job(spec=spec, out=out.absolute(), force=force, record=record)
+    out = out.absolute()
+    if wanted.out is None:  # a stored or default directory (--out was checked already)
+        check_out_dir(out, option="the output directory")
+    return Job(spec=spec, out=out, force=force, record=record, webroot=webroot)
 
 
 async def _run_jobs(
@@ -335,6 +346,10 @@ def run_issue(
             ]
         else:
             wanted = [_Wanted(parse_identifiers(args.names), out)]
+        # Nothing is spent on files that could not be written: checked before any order.
+        for w in wanted:
+            if w.out is not None:
+                check_out_dir(w.out)
         ca = plan_ca(common, account, max_wait=args.max_wait)
         plan = plan_challenge(challenge, [i for w in wanted for i in w.identifiers])
         single = args.from_file is None
@@ -348,6 +363,7 @@ def run_issue(
                     profile=args.profile,
                     preferred_chain=args.preferred_chain,
                     force=args.force,
+                    webroot=plan.webroot,
                 )
                 for w in wanted
             ]
@@ -436,23 +452,77 @@ def run_renew(
                 preferred_chain=record.preferred_chain if record else None,
             )
             out = Path(record.out) if record and record.out else state.default_out(name)
-            jobs.append(Job(spec=spec, out=out, force=force or revoked, record=record))
+            jobs.append(
+                Job(
+                    spec=spec,
+                    out=out,
+                    force=force or revoked,
+                    record=record,
+                    webroot=stored_webroot(challenge, record),
+                )
+            )
         plan = plan_challenge(challenge, [i for job in jobs for i in job.spec.identifiers])
-
-        outcomes = run_interruptible(
-            functools.partial(
-                _run_jobs,
-                ca,
-                plan,
-                jobs,
-                report,
-                concurrency=concurrency,
-                single=False,
-                eager=False,
-                title="Renewing: ",
-            ),
-            json_mode=report.json_mode,
+        position = {job.name: index for index, job in enumerate(jobs)}
+        jobs, refused = refuse_unusable(jobs)
+        plan = routed_solvers(
+            plan, ((j.webroot, j.spec.identifiers) for j in jobs if j.webroot is not None)
         )
-        return _batch_result(report, outcomes, verb="Checked")
+
+        outcomes: list[Outcome] = []
+        if jobs:
+            outcomes = run_interruptible(
+                functools.partial(
+                    _run_jobs,
+                    ca,
+                    plan,
+                    jobs,
+                    report,
+                    concurrency=concurrency,
+                    single=False,
+                    eager=False,
+                    title="Renewing: ",
+                ),
+                json_mode=report.json_mode,
+            )
+        every = sorted([*refused, *outcomes], key=lambda o: position[o.job.name])
+        code = _batch_result(report, every, verb="Checked")
+        return renew_exit_code(code, refused, outcomes)
 
     return guarded(report, work)
+
+
+def stored_webroot(challenge: ChallengeOptions, record: CertificateRecord | None) -> Path | None:
+    """The webroot a renewal answers with: ``--webroot`` now, else the stored one."""
+    if challenge.webroot is not None:
+        return challenge.webroot.expanduser().absolute()
+    if record is not None and record.webroot:
+        return Path(record.webroot)
+    return None
+
+
+def refuse_unusable(jobs: Sequence[Job]) -> tuple[list[Job], list[Outcome]]:
+    """Split off the certificates whose output directory or webroot became unusable.
+
+    They fail before anything is ordered for them (an order would be spent on files that
+    cannot be written, or a validation that cannot succeed); the others go on.
+    """
+    usable: list[Job] = []
+    refused: list[Outcome] = []
+    for job in jobs:
+        try:
+            check_out_dir(job.out, option="the output directory")
+            if job.webroot is not None:
+                check_webroot(job.webroot, option="the stored --webroot")
+        except InvalidInput as exc:
+            reason = f"{exc}; nothing was ordered for it"
+            refused.append(Outcome(job, "failed", reason=reason, error=exc))
+        else:
+            usable.append(job)
+    return usable, refused
+
+
+def renew_exit_code(code: int, refused: Sequence[Outcome], outcomes: Sequence[Outcome]) -> int:
+    """2 when certificates were refused as unusable and nothing was ordered at all."""
+    if refused and all(o.status == "current" for o in outcomes):
+        return EXIT_INPUT
+    return code

@@ -2,6 +2,10 @@
 
 * ``--challenge http-01`` (default): :class:`~acmecerts.Http01Server` on
   ``--http-01-listen`` (default ``0.0.0.0:80``).
+* ``--webroot DIR`` (http-01): :class:`~acmecerts.Http01Webroot` writes the responses into
+  ``DIR/.well-known/acme-challenge/`` of a web server already running on port 80; nothing
+  listens. It is stored with each certificate, and ``renew`` uses it for that certificate
+  (:func:`routed_solvers`).
 * ``--challenge tls-alpn-01``: :class:`~acmecerts.TlsAlpn01Server` on
   ``--tls-alpn-01-listen`` (default ``0.0.0.0:443``).
 * ``--challenge dns-01``: :class:`~acmecerts.Rfc2136Solver` (``--dns-rfc2136-server``,
@@ -21,19 +25,24 @@ import os
 import re
 import shlex
 import shutil
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
+from pathlib import Path
 from typing import Final
 
 from acmecerts.errors import InvalidInput
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.solvers import (
+    ChallengeTask,
     DnsHookSolver,
     Http01Server,
+    Http01Webroot,
     PropagationCheck,
     Rfc2136Solver,
     Solver,
     TlsAlpn01Server,
 )
+
+from ._firstcontact import check_webroot
 
 __all__ = [
     "CHALLENGES",
@@ -42,10 +51,12 @@ __all__ = [
     "parse_hostport",
     "parse_listen",
     "plan_challenge",
+    "routed_solvers",
     "running_solvers",
 ]
 
 CHALLENGES: Final = ("http-01", "dns-01", "tls-alpn-01")
+_DEFAULT_HTTP_01_LISTEN: Final = "0.0.0.0:80"
 _HOST = re.compile(r"[A-Za-z0-9.-]+")
 
 
@@ -54,7 +65,9 @@ class ChallengeOptions:
     """The challenge options as typed."""
 
     challenge: str = "http-01"
-    http_01_listen: str = "0.0.0.0:80"
+    http_01_listen: str = _DEFAULT_HTTP_01_LISTEN
+    #: ``--webroot``: answer http-01 by writing into this document root instead.
+    webroot: Path | None = None
     tls_alpn_01_listen: str = "0.0.0.0:443"
     dns_rfc2136_server: str | None = None
     dns_tsig_key: str | None = None
@@ -71,8 +84,13 @@ class ChallengePlan:
 
     challenge: str
     solver: Solver
-    #: ``"HOST:PORT"`` the solver listens on (``None`` for dns-01).
+    #: ``"HOST:PORT"`` the solver listens on (``None`` for dns-01 and ``--webroot``).
     listen: str | None
+    #: The absolute ``--webroot`` (stored with each certificate), if one was given.
+    webroot: Path | None = None
+    #: Solvers tried before ``solver``, each for some names only (see
+    #: :func:`routed_solvers`).
+    routed: tuple[Solver, ...] = ()
 
 
 def parse_hostport(value: str, *, option: str, default_port: int | None = None) -> tuple[str, int]:
@@ -189,6 +207,16 @@ def plan_challenge(options: ChallengeOptions, identifiers: Sequence[Identifier])
             )
         if ident.type == "ip" and challenge == "dns-01":
             raise InvalidInput(f"{ident.value}: dns-01 cannot validate an IP address")
+    if options.webroot is not None:
+        if challenge != "http-01":
+            raise InvalidInput(f"--webroot answers http-01 challenges, not --challenge {challenge}")
+        if options.http_01_listen.strip() != _DEFAULT_HTTP_01_LISTEN:
+            raise InvalidInput(
+                "--webroot and --http-01-listen exclude each other: with --webroot your web "
+                "server answers, nothing listens"
+            )
+        root = check_webroot(options.webroot)
+        return ChallengePlan(challenge, Http01Webroot(root), None, webroot=root)
     if challenge == "http-01":
         host, port = parse_listen(options.http_01_listen, "--http-01-listen")
         return ChallengePlan(challenge, Http01Server(host=host, port=port), f"{host}:{port}")
@@ -198,19 +226,58 @@ def plan_challenge(options: ChallengeOptions, identifiers: Sequence[Identifier])
     return ChallengePlan(challenge, _dns_solver(options), None)
 
 
+class _ForNames:
+    """A solver that answers for some identifiers only (the names of some certificates)."""
+
+    def __init__(self, solver: Solver, identifiers: Iterable[Identifier]) -> None:
+        self.solver = solver
+        self.challenge_type = solver.challenge_type
+        self.identifiers = frozenset(identifiers)
+
+    def __repr__(self) -> str:
+        return f"_ForNames({self.solver!r}, {len(self.identifiers)} names)"
+
+    def supports(self, identifier: Identifier) -> bool:
+        return identifier in self.identifiers and self.solver.supports(identifier)
+
+    async def present(self, task: ChallengeTask) -> None:
+        await self.solver.present(task)
+
+    async def cleanup(self, task: ChallengeTask) -> None:
+        await self.solver.cleanup(task)
+
+
+def routed_solvers(
+    plan: ChallengePlan, webroots: Iterable[tuple[Path, Iterable[Identifier]]]
+) -> ChallengePlan:
+    """``plan`` with a webroot solver first for the names of each certificate stored with one.
+
+    ``renew`` without ``--webroot`` answers a certificate issued with ``--webroot DIR`` by
+    writing into DIR again; the other certificates get the command's challenge options.
+    """
+    if plan.webroot is not None:  # --webroot given now: it answers for every certificate
+        return plan
+    by_root: dict[Path, set[Identifier]] = {}
+    for root, identifiers in webroots:
+        by_root.setdefault(root, set()).update(identifiers)
+    routed = tuple(_ForNames(Http01Webroot(root), ids) for root, ids in by_root.items())
+    return dataclasses.replace(plan, routed=plan.routed + routed)
+
+
 @contextlib.asynccontextmanager
 async def running_solvers(plan: ChallengePlan, *, eager: bool) -> AsyncIterator[list[Solver]]:
     """The solvers, started now (``eager``: a busy port is bad input before anything is
     sent) or on first use; stopped when the block ends, also on Ctrl-C."""
     solver = plan.solver
+    routed = list(plan.routed)
     if isinstance(solver, Http01Server | TlsAlpn01Server):
         if eager:
             async with solver:
-                yield [solver]
+                yield [*routed, solver]
             return
         try:
-            yield [solver]
+            yield [*routed, solver]
         finally:
             await solver.aclose()
         return
-    yield [solver]
+    yield [*routed, solver]

@@ -14,7 +14,8 @@ CLI issued, and the other way round::
     <state>/<ca>/accounts/default/orders/<cert>.json        order in flight (resumed)
     <state>/<ca>/accounts/default/cli/<cert>.json           the CLI's own record: export
                                                             directory, key type, profile,
-                                                            preferred chain, revoked serial
+                                                            preferred chain, revoked serial,
+                                                            webroot
     <state>/<ca>/accounts/default/key-rollover.pem          only during `account rollover`
     <state>/<ca>/accounts/default/deactivated/<when>.pem    keys of deactivated accounts
     <state>/certificates/<first name>/                      default --out: plain PEM files
@@ -254,6 +255,8 @@ class CertificateRecord:
     preferred_chain: str | None = None
     #: The serial of a stored certificate that was revoked (renewed at the next run).
     revoked_serial: str | None = None
+    #: The document root http-01 responses are written into (``--webroot``).
+    webroot: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         document = dataclasses.asdict(self)
@@ -352,8 +355,11 @@ class State:
             return key
         return await load_or_create_account_key(self.storage, self.layout, key_type=key_type)
 
-    async def load_account_url(self, key: AccountKey) -> str | None:
-        """The account URL stored for ``key`` (``None``: unknown, or stored for another key)."""
+    async def load_account_url(self, key: AccountKey | None) -> str | None:
+        """The account URL stored for ``key`` (``None``: unknown, or stored for another key).
+
+        Without ``key``: the stored URL whatever its key (the file is checked all the same).
+        """
         try:
             return await load_account_url(self.storage, self.layout, account_key=key)
         except StorageError as exc:

@@ -4,11 +4,13 @@ What it does, step by step (``bash scripts/demo.sh`` installs what it needs firs
 
 1. starts :class:`~acmecerts.testing.PebbleServer` (Pebble plus its DNS server, on loopback
    ports, in a temporary directory);
-2. runs the real ``acmecerts issue`` command as a subprocess for two names, answering http-01
-   on the port where Pebble validates, and prints its output;
+2. runs the real ``acmecerts issue --agree-tos`` command as a subprocess for two names
+   (Pebble publishes terms of service), answering http-01 on the port where Pebble
+   validates, and prints its output;
 3. checks the files it wrote: the names, the key pair, the modes, and that the chain leads
    to Pebble's issuing root;
-4. runs the command again to show the stored account is reused (no new account request);
+4. runs the command again, without ``--agree-tos``, to show the stored account is reused
+   (no new account request, no agreement needed);
 5. stops Pebble and removes the temporary directory.
 
 Exit status 0 when every check passed, 1 otherwise.
@@ -159,8 +161,9 @@ def run_demo(workdir: Path) -> None:
         ]
 
         _say()
-        _say("1. Issue a certificate with the acmecerts CLI:")
-        _run_cli(args)
+        _say("1. Issue a certificate with the acmecerts CLI (Pebble publishes terms of service:")
+        _say("   --agree-tos agrees to them for the new account):")
+        _run_cli([*args[:1], "--agree-tos", *args[1:]])
         _say()
         _say(f"2. Check the files in {out}:")
         first_serial = _verify(out, pebble.root_pem())
@@ -168,8 +171,9 @@ def run_demo(workdir: Path) -> None:
         _say(f"  account       {first_account}")
 
         _say()
-        _say("3. Run it again with --force: the stored account is reused, a new certificate")
-        _say("   is issued (without --force the stored, still valid one is kept).")
+        _say("3. Run it again with --force: the stored account is reused (no --agree-tos")
+        _say("   needed), a new certificate is issued (without --force the stored, still")
+        _say("   valid one is kept).")
         accounts_before = pebble.requests_seen().count(_NEW_ACCOUNT)
         _run_cli([*args[:1], "--force", *args[1:]])
         second_serial = _verify(out, pebble.root_pem())

@@ -309,6 +309,7 @@ def test_cli_state_and_out_files_keep_keys_private(pebble: PebbleServer, tmp_pat
     state, out = tmp_path / "state", tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACMECERTS_")}
     env["XDG_CONFIG_HOME"] = str(tmp_path / "xdg-config")
+    env["ACMECERTS_AGREE_TOS"] = "1"  # Pebble publishes terms of service
     result = subprocess.run(
         [
             sys.executable,
