@@ -1,7 +1,7 @@
 """The ``acmecerts`` command line: typer commands, their options, and the exit codes.
 
 Commands: ``issue`` (one certificate, or one per line of ``--from-file``, in parallel),
-``renew``, ``revoke``, ``status`` and ``account show|create|rollover|deactivate``. Each
+``renew``, ``revoke``, ``delete``, ``status`` and ``account show|create|rollover|deactivate``. Each
 validates all of its input before anything is sent to the CA or written, so bad input
 costs nothing (exit 2, one line); every command has ``--json`` (exactly one JSON object on
 stdout, whatever happens). The work itself is in ``_issue``, ``_revoke``, ``_status``
@@ -100,7 +100,8 @@ StateDir = Annotated[
         "state-dir",
         metavar="PATH",
         help="Where the account, the certificates and the rate-limit ledger are kept "
-        "[default: $XDG_DATA_HOME/acmecerts or ~/.local/share/acmecerts].",
+        "[default: /var/lib/acmecerts as root, else $XDG_DATA_HOME/acmecerts or "
+        "~/.local/share/acmecerts].",
         show_default=False,
     ),
 ]
@@ -138,7 +139,8 @@ Config = Annotated[
         panel=_OUTPUT,
         metavar="PATH",
         help="TOML file with default option values "
-        "[default: $XDG_CONFIG_HOME/acmecerts/config.toml if it exists].",
+        "[default: the first that exists of /etc/acmecerts/config.toml (root only) and "
+        "$XDG_CONFIG_HOME/acmecerts/config.toml].",
         show_default=False,
     ),
 ]
@@ -415,6 +417,18 @@ def issue_command(
             show_default=False,
         ),
     ] = None,
+    cert_name: Annotated[
+        str | None,
+        _opt(
+            "cert-name",
+            panel=_ISSUING,
+            metavar="NAME",
+            help="The certificate (lineage) to issue into: an existing one takes NAME... as "
+            "its names (replace, expand, shrink), a new one is created "
+            "[default: the one holding exactly NAME..., in any order, else the first NAME].",
+            show_default=False,
+        ),
+    ] = None,
     force: Force = False,
     concurrency: Concurrency = 8,
     max_wait: MaxWait = 120.0,
@@ -442,8 +456,10 @@ def issue_command(
 ) -> None:
     """Issue a certificate for NAME..., or one per line of --from-file (in parallel).
 
-    A certificate already in the state directory for the same names that is not due for
-    renewal is kept (and its files written to --out) unless --force.
+    The same names in any order are the same certificate: one already in the state
+    directory that is not due for renewal is kept (and its files written to --out)
+    unless --force. When the first NAME already names a certificate for other names,
+    nothing is ordered until --cert-name says which certificate to issue into.
     """
     code = run_issue(
         IssueArgs(
@@ -456,6 +472,7 @@ def issue_command(
             force=force,
             concurrency=concurrency,
             max_wait=max_wait,
+            cert_name=cert_name,
         ),
         _common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
         AccountArgs(emails=tuple(email or ()), eab_kid=eab_kid, eab_hmac_key=eab_hmac_key),
@@ -585,6 +602,63 @@ def revoke_command(
         target,
         reason=reason,
         cert_key=cert_key,
+        common=_common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
+    )
+    raise typer.Exit(code)
+
+
+@app.command("delete", epilog=_EPILOG)
+def delete_command(
+    names: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="NAME...",
+            help="Certificates to delete, as `acmecerts status` names them.",
+            show_default=False,
+        ),
+    ],
+    revoke: Annotated[
+        bool,
+        _opt(
+            "revoke",
+            help="Revoke each certificate at its CA first; one that cannot be revoked is "
+            "not deleted.",
+        ),
+    ] = False,
+    reason: Annotated[
+        str,
+        _opt(
+            "reason",
+            metavar="unspecified|keyCompromise|affiliationChanged|superseded|cessationOfOperation",
+            help="The revocation reason with --revoke (RFC 5280).",
+        ),
+    ] = "cessationOfOperation",
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes", "-y", help="Do not ask for confirmation (needed without a terminal)."
+        ),
+    ] = False,
+    directory: Directory = LETS_ENCRYPT,
+    ca_bundle: CaBundle = None,
+    state_dir: StateDir = None,
+    rate_limits: RateLimits = "auto",
+    timeout: Timeout = 1800.0,
+    json_output: Json = False,
+    verbose: Verbose = 0,
+    config: Config = None,
+) -> None:
+    """Delete certificates from the state directory, so that renew no longer tries them.
+
+    Removes the certificate, its key, its order and attempt state and the CLI's record,
+    and the files of the default export directory STATE_DIR/certificates/NAME. Files
+    exported to an --out directory of your own are left where they are (the output says
+    where). Nothing is sent to the CA unless --revoke.
+    """
+    from ._delete import DeleteArgs, run_delete
+
+    code = run_delete(
+        DeleteArgs(names=tuple(names), revoke=revoke, reason=reason, yes=yes),
         common=_common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
     )
     raise typer.Exit(code)

@@ -472,7 +472,9 @@ class AcmeTransport:
             parsed = self._checked_urls[url]
         return parsed
 
-    def _check(self, response: httpx.Response | Answer, url: str) -> AcmeResponse:
+    def _check(
+        self, response: httpx.Response | Answer, url: str, method: str = "GET"
+    ) -> AcmeResponse:
         content = response.content
         if len(content) > _MAX_BODY:
             raise BadServerResponse("the answer is larger than 1 MiB", url=url)
@@ -504,8 +506,9 @@ class AcmeTransport:
             if isinstance(problem, RateLimited) and problem.retry_after is None:
                 problem.retry_after = retry_after_from_detail(problem.detail, now=now)
             raise problem
+        reason = f" {response.reason_phrase}" if response.reason_phrase else ""
         raise BadServerResponse(
-            f"HTTP {status} without a problem document",
+            f"{method} {url} answered HTTP {status}{reason} without a problem document",
             url=url,
             status_code=status,
             kind=ErrorKind.TRANSIENT if status >= 500 else ErrorKind.PERMANENT,
@@ -644,7 +647,7 @@ class AcmeTransport:
         url = directory.new_nonce
 
         async def attempt() -> AcmeResponse:
-            return self._check(await self._send_once("HEAD", url), url)
+            return self._check(await self._send_once("HEAD", url), url, "HEAD")
 
         response = await (self._with_retry(attempt, idempotent=True) if retry else attempt())
         nonce = response.headers.get("replay-nonce")
@@ -684,7 +687,9 @@ class AcmeTransport:
                 exc.reached_ca = False
                 raise
             body = sign_request(key, url=url, nonce=nonce, payload=payload, kid=kid)
-            return self._check(await self._send_once("POST", url, content=body, accept=accept), url)
+            return self._check(
+                await self._send_once("POST", url, content=body, accept=accept), url, "POST"
+            )
 
         return await self._with_retry(attempt, idempotent=idempotent)
 
