@@ -58,7 +58,13 @@ def proxy(pebble: PebbleServer) -> Iterator[FaultProxy]:
 
 
 def issue(pebble: PebbleServer, state: Path, *args: str, directory: str | None = None) -> list[str]:
-    return ["issue", "--json", *ca_args(pebble, state, directory=directory), *http01_args(pebble), *args]
+    return [
+        "issue",
+        "--json",
+        *ca_args(pebble, state, directory=directory),
+        *http01_args(pebble),
+        *args,
+    ]
 
 
 def store_keys(state: Path, directory_url: str) -> list[str]:
@@ -200,9 +206,7 @@ def test_delete_removes_a_certificate_and_renew_no_longer_tries_it(
 
     before = store_keys(state, pebble.directory_url)
     assert any("/host2.del.test" in k for k in before)
-    deleted = run_main(
-        capsys, "delete", "host2.del.test", "kept.del.test", "--yes", "--json", *ca
-    )
+    deleted = run_main(capsys, "delete", "host2.del.test", "kept.del.test", "--yes", "--json", *ca)
 
     assert deleted.returncode == 0, deleted.stderr
     document = one_json(deleted)
@@ -240,9 +244,7 @@ def test_delete_removes_a_certificate_and_renew_no_longer_tries_it(
     assert f"{custom} (your --out directory; not touched)" in text.stdout
 
 
-def test_delete_asks_on_a_terminal(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_delete_asks_on_a_terminal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from acmecerts.cli._common import CommonArgs
     from acmecerts.cli._delete import DeleteArgs, run_delete
     from acmecerts.cli._state import CertificateRecord
@@ -310,7 +312,11 @@ def test_delete_revoke_revokes_first_and_keeps_what_the_ca_refused(
     # the refused one is all there still, and not marked revoked
     status = one_json(run_main(capsys, "status", "--json", *ca))
     (left,) = status["certificates"]
-    assert (left["name"], left["status"], left["serial"]) == ("refused.revoke.test", "valid", serial)
+    assert (left["name"], left["status"], left["serial"]) == (
+        "refused.revoke.test",
+        "valid",
+        serial,
+    )
     assert (state / "certificates" / "refused.revoke.test" / "cert.pem").exists()
     assert len(proxy.requests_to("/revoke-cert")) == 2
 

@@ -7,7 +7,8 @@ Every option can be set in all three places; the first that sets it wins:
    (``ACMECERTS_STATE_DIR=/srv/acme``; repeatable options take space-separated values);
 3. the configuration file: ``--config PATH`` (or ``$ACMECERTS_CONFIG``), else the first
    of these that exists: ``/etc/acmecerts/config.toml`` (only for root, effective uid 0),
-   ``$XDG_CONFIG_HOME/acmecerts/config.toml`` (``~/.config/acmecerts/config.toml``). Keys are option names without the dashes::
+   ``$XDG_CONFIG_HOME/acmecerts/config.toml`` (``~/.config/acmecerts/config.toml``).
+   Keys are option names without the dashes::
 
        directory = "https://acme-staging-v02.api.letsencrypt.org/directory"
        email = ["admin@example.com"]

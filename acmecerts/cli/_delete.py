@@ -213,9 +213,7 @@ def _print(report: Report, results: list[dict[str, Any]], reason: str) -> None:
     for result in results:
         names = ", ".join(result["names"]) or "no names"
         if result["status"] == "failed":
-            report.error_line(
-                EXIT_FAILED, f"{result['name']} was not deleted: {result['error']}"
-            )
+            report.error_line(EXIT_FAILED, f"{result['name']} was not deleted: {result['error']}")
             continue
         title = Text("Deleted ", style="bold green")
         title.append(result["name"], style="bold")

@@ -42,7 +42,14 @@ from ._lineage import choose_lineage, validate_cert_name
 from ._solvers import ChallengeOptions, ChallengePlan, plan_challenge, running_solvers
 from ._state import CertificateRecord, StoredCertificate, certificate_name
 
-__all__ = ["RESULT_JSON_BASE", "IssueArgs", "parse_cert_file", "results_json", "run_issue", "run_renew"]
+__all__ = [
+    "RESULT_JSON_BASE",
+    "IssueArgs",
+    "parse_cert_file",
+    "results_json",
+    "run_issue",
+    "run_renew",
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

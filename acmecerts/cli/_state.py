@@ -102,9 +102,7 @@ CERTIFICATE_FILES: tuple[tuple[str, str, int], ...] = (
 SYSTEM_STATE_DIR = Path("/var/lib/acmecerts")
 
 
-def default_state_dir(
-    environ: Mapping[str, str] | None = None, *, euid: int | None = None
-) -> Path:
+def default_state_dir(environ: Mapping[str, str] | None = None, *, euid: int | None = None) -> Path:
     """The state directory when neither ``--state-dir`` nor ``$ACMECERTS_STATE_DIR`` names one.
 
     Run as root (effective uid 0, ``euid`` defaults to :func:`os.geteuid`):
