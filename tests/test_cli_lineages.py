@@ -125,6 +125,13 @@ def test_other_names_under_a_taken_name_need_cert_name(
     assert "certificate x.lineage.test already exists for x.lineage.test" in line
     assert "--cert-name x.lineage.test" in line
     assert one_json(refused)["certificates"] == []
+    # the same in a --from-file line: the line, and the one command that changes the names
+    listed = tmp_path / "names.txt"
+    listed.write_text("x.lineage.test y.lineage.test\n")
+    from_file = run_main(capsys, *issue(pebble, state, "--from-file", str(listed)))
+    line = assert_one_line_error(from_file, 2)
+    assert f"{listed}:1: certificate x.lineage.test already exists" in line
+    assert "`acmecerts issue --cert-name x.lineage.test x.lineage.test y.lineage.test`" in line
     assert len(pebble.requests_seen()) == seen  # nothing sent
 
     # --cert-name x.lineage.test: that certificate takes the new names

@@ -284,7 +284,11 @@ async def _job(
 ) -> Job:
     state = ca.state
     name, identifiers = await choose_lineage(
-        state, wanted.identifiers, cert_name=cert_name, where=wanted.where
+        state,
+        wanted.identifiers,
+        cert_name=cert_name,
+        where=wanted.where,
+        from_file=bool(wanted.where),
     )
     record = await state.load_record(name)
     if wanted.out is not None:

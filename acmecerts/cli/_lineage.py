@@ -94,11 +94,12 @@ async def choose_lineage(
     *,
     cert_name: str | None = None,
     where: str = "",
+    from_file: bool = False,
 ) -> tuple[str, tuple[Identifier, ...]]:
     """The lineage ``identifiers`` belong to, and the identifiers in the order to order them.
 
     See the module docstring for the rule. ``where`` prefixes an error
-    (``"names.txt:3: "``). Raises :class:`InvalidInput` when the name the first
+    (``"names.txt:3: "``); ``from_file`` words it for a line of ``--from-file``. Raises :class:`InvalidInput` when the name the first
     identifier gives already holds another set of identifiers.
     """
     known = {
@@ -117,6 +118,13 @@ async def choose_lineage(
         return name, parse_identifiers(known[name])
     if default in known:
         held = ", ".join(known[default])
+        if from_file:
+            asked = " ".join(i.value for i in identifiers)
+            raise InvalidInput(
+                f"{where}certificate {default} already exists for {held}: to change its "
+                f"names, run `acmecerts issue --cert-name {default} {asked}` once (or "
+                f"`acmecerts delete {default}`), then this file again"
+            )
         raise InvalidInput(
             f"{where}certificate {default} already exists for {held}: give "
             f"--cert-name {default} to order it for these names instead, or another "
