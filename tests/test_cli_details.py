@@ -120,6 +120,28 @@ def test_one_certificate_and_a_batch_print_the_same_shape(
     assert documents[3]["certificates"] == []
 
 
+@pytest.mark.parametrize(
+    ("args", "shape"),
+    [
+        (["issue", "--json", "--no-such-option", "x.test"], {"counts": {}, "certificates": []}),
+        (["--config", "renew", "renew", "--json", "--bogus"], {"counts": {}, "certificates": []}),
+        (["delete", "--json"], {"certificates": []}),
+        (["status", "--json", "--bogus"], {}),
+    ],
+)
+def test_a_usage_error_prints_the_commands_shape(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], shape: dict[str, object]
+) -> None:
+    if args[0] == "--config":
+        args[1] = str(tmp_path / "config.toml")
+        (tmp_path / "config.toml").write_text("")
+    result = run_main(capsys, *args)
+    assert_one_line_error(result, 2)
+    document = one_json(result)
+    assert (document["status"], document["exit_code"]) == ("invalid-input", 2)
+    assert {k: v for k, v in document.items() if k in ("counts", "certificates")} == shape
+
+
 # -- a 404 names the URL ---------------------------------------------------------------------
 
 

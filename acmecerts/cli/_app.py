@@ -830,6 +830,26 @@ def _usage_error(exc: Exception) -> tuple[int, str] | None:
     return exit_code, message
 
 
+#: What the ``--json`` error object of a command carries besides ``status``, ``exit_code``,
+#: ``error`` and ``problem``, so that a usage error prints the command's one shape too.
+_JSON_SHAPES: Final[dict[str, dict[str, Any]]] = {
+    "issue": {"counts": {}, "certificates": []},
+    "renew": {"counts": {}, "certificates": []},
+    "delete": {"certificates": []},
+}
+
+
+def _json_base(args: Sequence[str]) -> dict[str, Any] | None:
+    """The extra fields of the command named in ``args`` (the first word not an option)."""
+    words = iter(args)
+    for word in words:
+        if word == "--config":
+            next(words, None)
+        elif not word.startswith("-"):
+            return _JSON_SHAPES.get(word)
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``acmecerts`` command line; return the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -842,18 +862,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if path is not None:
             default_map = config_default_map(command, load_config(path), path)
     except InvalidInput as exc:
-        return Report(json_mode=json_mode).error(EXIT_INPUT, str(exc))
+        return Report(json_mode=json_mode, json_base=_json_base(args)).error(EXIT_INPUT, str(exc))
     try:
         result = command.main(
             args=args, prog_name="acmecerts", standalone_mode=False, default_map=default_map
         )
     except (KeyboardInterrupt, typer.Abort):
-        return Report(json_mode=json_mode).error(EXIT_INTERRUPTED, "interrupted")
+        return Report(json_mode=json_mode, json_base=_json_base(args)).error(
+            EXIT_INTERRUPTED, "interrupted"
+        )
     except Exception as exc:
         usage = _usage_error(exc)
         if usage is None:
             raise
         code, message = usage
         # Usage errors in one line, like every other input error.
-        return Report(json_mode=json_mode).error(code, message)
+        return Report(json_mode=json_mode, json_base=_json_base(args)).error(code, message)
     return result if isinstance(result, int) else EXIT_OK
