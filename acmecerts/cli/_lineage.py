@@ -99,8 +99,9 @@ async def choose_lineage(
     """The lineage ``identifiers`` belong to, and the identifiers in the order to order them.
 
     See the module docstring for the rule. ``where`` prefixes an error
-    (``"names.txt:3: "``); ``from_file`` words it for a line of ``--from-file``. Raises :class:`InvalidInput` when the name the first
-    identifier gives already holds another set of identifiers.
+    (``"names.txt:3: "``); ``from_file`` words it for a line of ``--from-file``. Raises
+    :class:`InvalidInput` when the name the first identifier gives already holds another
+    set of identifiers.
     """
     known = {
         name: lineage_identifiers(stored, record)
