@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +38,7 @@ from ._common import (
 )
 from ._engine import Board, Job, Outcome, execute, problem_of
 from ._interrupt import run_interruptible
-from ._lineage import choose_lineage, validate_cert_name
+from ._lineage import choose_lineage, known_lineages, validate_cert_name
 from ._solvers import ChallengeOptions, ChallengePlan, plan_challenge, running_solvers
 from ._state import CertificateRecord, StoredCertificate, certificate_name
 
@@ -281,11 +281,13 @@ async def _job(
     preferred_chain: str | None,
     force: bool,
     cert_name: str | None,
+    known: Mapping[str, tuple[str, ...]],
 ) -> Job:
     state = ca.state
     name, identifiers = await choose_lineage(
         state,
         wanted.identifiers,
+        known=known,
         cert_name=cert_name,
         where=wanted.where,
         from_file=bool(wanted.where),
@@ -381,6 +383,7 @@ def run_issue(
         single = args.from_file is None
 
         async def main() -> list[Outcome]:
+            known = await known_lineages(ca.state)
             jobs = [
                 await _job(
                     ca,
@@ -390,6 +393,7 @@ def run_issue(
                     preferred_chain=args.preferred_chain,
                     force=args.force,
                     cert_name=cert_name,
+                    known=known,
                 )
                 for w in wanted
             ]

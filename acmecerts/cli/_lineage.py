@@ -29,7 +29,7 @@ import contextlib
 import dataclasses
 import datetime as _dt
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from acmecerts.errors import InvalidInput, StorageError
@@ -47,6 +47,7 @@ from ._state import (
 __all__ = [
     "Removal",
     "choose_lineage",
+    "known_lineages",
     "lineage_identifiers",
     "remove_lineage",
     "validate_cert_name",
@@ -88,25 +89,31 @@ async def _refuse_half_deleted(state: State, name: str, where: str) -> None:
         )
 
 
+async def known_lineages(state: State) -> dict[str, tuple[str, ...]]:
+    """Every certificate of the state directory and the names it stands for (read once)."""
+    return {
+        name: lineage_identifiers(stored, record)
+        for name, stored, record in await state.known_certificates()
+    }
+
+
 async def choose_lineage(
     state: State,
     identifiers: tuple[Identifier, ...],
     *,
+    known: Mapping[str, tuple[str, ...]],
     cert_name: str | None = None,
     where: str = "",
     from_file: bool = False,
 ) -> tuple[str, tuple[Identifier, ...]]:
     """The lineage ``identifiers`` belong to, and the identifiers in the order to order them.
 
-    See the module docstring for the rule. ``where`` prefixes an error
+    See the module docstring for the rule. ``known`` is :func:`known_lineages` (read once
+    for a whole ``--from-file``). ``where`` prefixes an error
     (``"names.txt:3: "``); ``from_file`` words it for a line of ``--from-file``. Raises
     :class:`InvalidInput` when the name the first identifier gives already holds another
     set of identifiers.
     """
-    known = {
-        name: lineage_identifiers(stored, record)
-        for name, stored, record in await state.known_certificates()
-    }
     wanted = frozenset(identifiers)
     if cert_name is not None:
         await _refuse_half_deleted(state, cert_name, where)
