@@ -8,6 +8,7 @@ the library and through the CLI; the uid is injected (never faked process-wide).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,7 +29,8 @@ from acmecerts.cli._config import find_config_path
 from acmecerts.cli._natural import natural_key
 from acmecerts.cli._state import SYSTEM_STATE_DIR, default_state_dir
 from acmecerts.client import AcmeClient
-from acmecerts.errors import BadServerResponse
+from acmecerts.errors import AcmeProblem, BadServerResponse, ProblemType
+from tests.faults.proxy import FaultProxy, Match, Respond
 
 if TYPE_CHECKING:
     from acmecerts.testing import PebbleServer
@@ -39,6 +41,17 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture(autouse=True)
 def _clean_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clean_environment(tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def proxy(pebble: PebbleServer) -> Iterator[FaultProxy]:
+    with FaultProxy(
+        pebble.directory_url,
+        certfile=pebble.tls_cert_path,
+        keyfile=pebble.tls_key_path,
+        upstream_ca=pebble.ca_bundle,
+    ) as running:
+        yield running
 
 
 # -- natural order ---------------------------------------------------------------------------
@@ -168,6 +181,23 @@ def test_a_wrong_directory_url_is_one_line_with_the_url(
     )
     line = assert_one_line_error(result, 1)
     assert f"GET {wrong} answered HTTP 404 Not Found" in line
+
+
+@pytest.mark.anyio
+async def test_a_404_problem_document_names_the_request_too(
+    pebble: PebbleServer, proxy: FaultProxy
+) -> None:
+    # a CA that answers a wrong path with a problem document (not Pebble's plain text)
+    proxy.add_rule(
+        Match("/dir", "GET"),
+        Respond(404, ProblemType.MALFORMED.value, detail="404 page not found"),
+        times=None,
+    )
+    async with AcmeClient(proxy.directory_url, ca_bundle=pebble.ca_bundle) as client:
+        with pytest.raises(AcmeProblem) as raised:
+            await client.directory()
+    assert str(raised.value) == f"malformed: 404 page not found (GET {proxy.directory_url})"
+    assert raised.value.status_code == 404
 
 
 # -- root: /var/lib/acmecerts and /etc/acmecerts/config.toml ---------------------------------

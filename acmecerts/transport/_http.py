@@ -500,6 +500,9 @@ class AcmeTransport:
                 status, url=url, retry_after=retry_after, reason=response.reason_phrase
             )
         if problem is not None:
+            if status == 404 and url not in problem.message:
+                # a wrong URL (a typo in the directory's path): say which request it was
+                problem.message = f"{problem.message} ({method} {url})"
             if status == 503:
                 # the CA refused the request unprocessed: nothing was created or spent
                 problem.reached_ca = False
