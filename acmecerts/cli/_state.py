@@ -14,7 +14,8 @@ CLI issued, and the other way round::
     <state>/<ca>/accounts/default/orders/<cert>.json        order in flight (resumed)
     <state>/<ca>/accounts/default/cli/<cert>.json           the CLI's own record: export
                                                             directory, key type, profile,
-                                                            preferred chain, revoked serial
+                                                            preferred chain, revoked serial,
+                                                            deletion in progress
     <state>/<ca>/accounts/default/key-rollover.pem          only during `account rollover`
     <state>/<ca>/accounts/default/deactivated/<when>.pem    keys of deactivated accounts
     <state>/certificates/<first name>/                      default --out: plain PEM files
