@@ -122,7 +122,11 @@ def test_json_prints_exactly_one_object(pebble: PebbleServer, tmp_path: Path) ->
     result = run_cli(*issue_args(pebble, tmp_path, "cli-json.example.test"), "--json")
 
     assert result.returncode == 0, result.stderr
-    document = one_json(result)
+    top = one_json(result)
+    # one certificate prints the batch's shape: a list of one
+    assert (top["status"], top["exit_code"], top["error"]) == ("ok", 0, None)
+    assert top["counts"] == {"issued": 1}
+    (document,) = top["certificates"]
     assert document["status"] == "issued"
     assert document["name"] == "cli-json.example.test"
     assert document["names"] == ["cli-json.example.test"]
@@ -160,8 +164,10 @@ def test_a_current_certificate_is_kept_and_force_orders_a_new_one(
     second = run_main(capsys, *args)  # in-process: faster
 
     assert second.returncode == 0, second.stderr
-    assert one_json(second)["status"] == "current"
-    assert one_json(second)["serial"] == one_json(first)["serial"]
+    (kept,) = one_json(second)["certificates"]
+    (issued,) = one_json(first)["certificates"]
+    assert kept["status"] == "current"
+    assert kept["serial"] == issued["serial"]
     assert (tmp_path / "out" / "cert.pem").exists()
     new_requests = pebble.requests_seen()[len(seen) :]
     assert NEW_ORDER not in new_requests
@@ -170,7 +176,7 @@ def test_a_current_certificate_is_kept_and_force_orders_a_new_one(
     third = run_cli(*args, "--force")
 
     assert third.returncode == 0, third.stderr
-    assert one_json(third)["serial"] != one_json(first)["serial"]
+    assert one_json(third)["certificates"][0]["serial"] != issued["serial"]
     assert stored_account(tmp_path / "state", pebble.directory_url) == (key_before, url_before)
     assert pebble.requests_seen()[len(seen) :].count(NEW_ACCOUNT) == 0
 
@@ -292,8 +298,10 @@ def test_bad_input_in_a_process_with_json(pebble: PebbleServer, tmp_path: Path) 
     assert "wildcard" in line
     document = one_json(result)
     assert document["status"] == "invalid-input"
+    assert document["exit_code"] == 2
     assert document["problem"] is None
     assert document["error"] in line
+    assert document["certificates"] == []  # the same shape as every issue result
     assert len(pebble.requests_seen()) == requests_before
     assert not (tmp_path / "state").exists()
 
@@ -356,8 +364,11 @@ def test_failed_validation_exits_1_with_the_problem_detail(
     result = run_cli(*args, "--json")
 
     line = assert_one_line_error(result, 1)
-    document = one_json(result)
+    top = one_json(result)
+    assert (top["status"], top["exit_code"], top["error"]) == ("failed", 1, None)
+    (document,) = top["certificates"]
     assert document["status"] == "failed"
+    assert document["error"] in line
     problem = document["problem"]
     assert problem["type"] == "urn:ietf:params:acme:error:connection"
     assert problem["detail"]

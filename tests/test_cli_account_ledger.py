@@ -124,11 +124,13 @@ def test_a_stale_account_without_room_for_a_new_one_ends_deferred(
     )
     assert result.returncode == 3, (result.stdout, result.stderr)
     assert "no longer exists" in result.stderr
-    document = one_json(result)
+    top = one_json(result)
     until = next_account_at(state, pebble.directory_url)
     assert until is not None
+    assert (top["status"], top["exit_code"]) == ("deferred", 3)
+    (document,) = top["certificates"]  # the job's own outcome
     assert document["status"] == "deferred"
-    assert document["name"] == "stale-deferred.example.test"  # the job's own outcome
+    assert document["name"] == "stale-deferred.example.test"
     assert document["until"] == until.isoformat()
     sent = new_accounts_seen(pebble) - seen
     assert sent == 2  # two lookups (registering again, then the job): no account created

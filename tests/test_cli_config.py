@@ -71,7 +71,9 @@ def test_defaults_apply_to_what_nothing_sets(
 
     document = json.loads(capsys.readouterr().out)
     assert document["directory"] == "https://acme-v02.api.letsencrypt.org/directory"
-    assert document["state_dir"] == str(tmp_path / "home/.local/share/acmecerts")
+    # root keeps the state in /var/lib/acmecerts (status never creates it); others under HOME
+    home = tmp_path / "home/.local/share/acmecerts"
+    assert document["state_dir"] == ("/var/lib/acmecerts" if os.geteuid() == 0 else str(home))
     assert document["rate_limits"]["model"] == "lets-encrypt"  # auto: Let's Encrypt's
 
 

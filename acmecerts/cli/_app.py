@@ -1,7 +1,7 @@
 """The ``acmecerts`` command line: typer commands, their options, and the exit codes.
 
 Commands: ``issue`` (one certificate, or one per line of ``--from-file``, in parallel),
-``renew``, ``revoke``, ``status`` and ``account show|create|rollover|deactivate``. Each
+``renew``, ``revoke``, ``delete``, ``status`` and ``account show|create|rollover|deactivate``. Each
 validates all of its input before anything is sent to the CA or written, so bad input
 costs nothing (exit 2, one line); every command has ``--json`` (exactly one JSON object on
 stdout, whatever happens). The work itself is in ``_issue``, ``_revoke``, ``_status``
@@ -128,7 +128,8 @@ StateDir = Annotated[
         "state-dir",
         metavar="PATH",
         help="Where the account, the certificates and the rate-limit ledger are kept "
-        "[default: $XDG_DATA_HOME/acmecerts or ~/.local/share/acmecerts].",
+        "[default: /var/lib/acmecerts as root, else $XDG_DATA_HOME/acmecerts or "
+        "~/.local/share/acmecerts].",
         show_default=False,
     ),
 ]
@@ -166,7 +167,8 @@ Config = Annotated[
         panel=_OUTPUT,
         metavar="PATH",
         help="TOML file with default option values "
-        "[default: $XDG_CONFIG_HOME/acmecerts/config.toml if it exists].",
+        "[default: the first that exists of /etc/acmecerts/config.toml (root only) and "
+        "$XDG_CONFIG_HOME/acmecerts/config.toml].",
         show_default=False,
     ),
 ]
@@ -468,6 +470,18 @@ def issue_command(
             show_default=False,
         ),
     ] = None,
+    cert_name: Annotated[
+        str | None,
+        _opt(
+            "cert-name",
+            panel=_ISSUING,
+            metavar="NAME",
+            help="The certificate (lineage) to issue into: an existing one takes NAME... as "
+            "its names (replace, expand, shrink), a new one is created "
+            "[default: the one holding exactly NAME..., in any order, else the first NAME].",
+            show_default=False,
+        ),
+    ] = None,
     force: Force = False,
     concurrency: Concurrency = 8,
     max_wait: MaxWait = 120.0,
@@ -499,8 +513,10 @@ def issue_command(
 ) -> None:
     """Issue a certificate for NAME..., or one per line of --from-file (in parallel).
 
-    A certificate already in the state directory for the same names that is not due for
-    renewal is kept (and its files written to --out) unless --force.
+    The same names in any order are the same certificate: one already in the state
+    directory that is not due for renewal is kept (and its files written to --out)
+    unless --force. When the first NAME already names a certificate for other names,
+    nothing is ordered until --cert-name says which certificate to issue into.
     """
     code = run_issue(
         IssueArgs(
@@ -513,6 +529,7 @@ def issue_command(
             force=force,
             concurrency=concurrency,
             max_wait=max_wait,
+            cert_name=cert_name,
         ),
         _common(
             directory,
@@ -680,6 +697,75 @@ def revoke_command(
         target,
         reason=reason,
         cert_key=cert_key,
+        common=_common(
+            directory,
+            staging,
+            ca_bundle,
+            state_dir,
+            rate_limits,
+            timeout,
+            json_output,
+            verbose,
+            proxy,
+        ),
+    )
+    raise typer.Exit(code)
+
+
+@app.command("delete", epilog=_EPILOG)
+def delete_command(
+    names: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="NAME...",
+            help="Certificates to delete, as `acmecerts status` names them.",
+            show_default=False,
+        ),
+    ],
+    revoke: Annotated[
+        bool,
+        _opt(
+            "revoke",
+            help="Revoke each certificate at its CA first; one that cannot be revoked is "
+            "not deleted.",
+        ),
+    ] = False,
+    reason: Annotated[
+        str,
+        _opt(
+            "reason",
+            metavar="unspecified|keyCompromise|affiliationChanged|superseded|cessationOfOperation",
+            help="The revocation reason with --revoke (RFC 5280).",
+        ),
+    ] = "cessationOfOperation",
+    yes: Annotated[
+        bool,
+        typer.Option(
+            "--yes", "-y", help="Do not ask for confirmation (needed without a terminal)."
+        ),
+    ] = False,
+    directory: Directory = None,
+    staging: Staging = False,
+    ca_bundle: CaBundle = None,
+    proxy: Proxy = None,
+    state_dir: StateDir = None,
+    rate_limits: RateLimits = "auto",
+    timeout: Timeout = 1800.0,
+    json_output: Json = False,
+    verbose: Verbose = 0,
+    config: Config = None,
+) -> None:
+    """Delete certificates from the state directory, so that renew no longer tries them.
+
+    Removes the certificate, its key, its order and attempt state and the CLI's record,
+    and the files of the default export directory STATE_DIR/certificates/NAME. Files
+    exported to an --out directory of your own are left where they are (the output says
+    where). Nothing is sent to the CA unless --revoke.
+    """
+    from ._delete import DeleteArgs, run_delete
+
+    code = run_delete(
+        DeleteArgs(names=tuple(names), revoke=revoke, reason=reason, yes=yes),
         common=_common(
             directory,
             staging,
@@ -927,6 +1013,26 @@ def _usage_error(exc: Exception) -> tuple[int, str] | None:
     return exit_code, message
 
 
+#: What the ``--json`` error object of a command carries besides ``status``, ``exit_code``,
+#: ``error`` and ``problem``, so that a usage error prints the command's one shape too.
+_JSON_SHAPES: Final[dict[str, dict[str, Any]]] = {
+    "issue": {"counts": {}, "certificates": []},
+    "renew": {"counts": {}, "certificates": []},
+    "delete": {"certificates": []},
+}
+
+
+def _json_base(args: Sequence[str]) -> dict[str, Any] | None:
+    """The extra fields of the command named in ``args`` (the first word not an option)."""
+    words = iter(args)
+    for word in words:
+        if word == "--config":
+            next(words, None)
+        elif not word.startswith("-"):
+            return _JSON_SHAPES.get(word)
+    return None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``acmecerts`` command line; return the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -939,18 +1045,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         if path is not None:
             default_map = config_default_map(command, load_config(path), path)
     except InvalidInput as exc:
-        return Report(json_mode=json_mode).error(EXIT_INPUT, str(exc))
+        return Report(json_mode=json_mode, json_base=_json_base(args)).error(EXIT_INPUT, str(exc))
     try:
         result = command.main(
             args=args, prog_name="acmecerts", standalone_mode=False, default_map=default_map
         )
     except (KeyboardInterrupt, typer.Abort):
-        return Report(json_mode=json_mode).error(EXIT_INTERRUPTED, "interrupted")
+        return Report(json_mode=json_mode, json_base=_json_base(args)).error(
+            EXIT_INTERRUPTED, "interrupted"
+        )
     except Exception as exc:
         usage = _usage_error(exc)
         if usage is None:
             raise
         code, message = usage
         # Usage errors in one line, like every other input error.
-        return Report(json_mode=json_mode).error(code, message)
+        return Report(json_mode=json_mode, json_base=_json_base(args)).error(code, message)
     return result if isinstance(result, int) else EXIT_OK

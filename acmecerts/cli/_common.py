@@ -69,6 +69,7 @@ __all__ = [
     "open_client",
     "plan_ca",
     "problem_json",
+    "status_word",
     "when",
 ]
 
@@ -218,14 +219,25 @@ def plan_ca(
 class Report:
     """Writes results: one line on stderr for errors, rich text or JSON on stdout."""
 
-    def __init__(self, *, json_mode: bool) -> None:
+    def __init__(self, *, json_mode: bool, json_base: dict[str, Any] | None = None) -> None:
         self.json_mode = json_mode
+        #: Fields every error object of this command carries too (``issue`` and ``renew``
+        #: add an empty ``certificates`` list, so they always print one shape).
+        self.json_base = dict(json_base or {})
         self.out = Console(soft_wrap=True, highlight=False)
         self.err = Console(stderr=True, soft_wrap=True, highlight=False)
 
     def json(self, document: dict[str, Any]) -> None:
         sys.stdout.write(json.dumps(document) + "\n")
         sys.stdout.flush()
+
+    def error_line(self, code: int, message: str) -> str:
+        """Write the one ``acmecerts: error: ...`` line to stderr; return the message."""
+        line = " ".join(message.split())
+        label = "deferred" if code == EXIT_DEFERRED else "error"
+        sys.stderr.write(f"acmecerts: {label}: {line}\n")
+        sys.stderr.flush()
+        return line
 
     def error(
         self,
@@ -234,17 +246,18 @@ class Report:
         problem: AcmeProblem | None = None,
         **extra: Any,
     ) -> int:
-        line = " ".join(message.split())
-        label = "deferred" if code == EXIT_DEFERRED else "error"
-        sys.stderr.write(f"acmecerts: {label}: {line}\n")
-        sys.stderr.flush()
+        line = self.error_line(code, message)
         if self.json_mode:
-            status = {
-                EXIT_INPUT: "invalid-input",
-                EXIT_INTERRUPTED: "interrupted",
-                EXIT_DEFERRED: "deferred",
-            }.get(code, "failed")
-            self.json({"status": status, "error": line, "problem": problem_json(problem), **extra})
+            self.json(
+                {
+                    "status": status_word(code),
+                    "exit_code": code,
+                    "error": line,
+                    "problem": problem_json(problem),
+                    **self.json_base,
+                    **extra,
+                }
+            )
         return code
 
     def rows(self, title: Text, rows: Sequence[tuple[str, str]]) -> None:
@@ -253,6 +266,16 @@ class Report:
             line = Text(f"  {label:<10} ", style="dim")
             line.append(value)
             self.out.print(line)
+
+
+def status_word(code: int) -> str:
+    """The ``status`` of a ``--json`` object for an exit code."""
+    return {
+        EXIT_OK: "ok",
+        EXIT_INPUT: "invalid-input",
+        EXIT_INTERRUPTED: "interrupted",
+        EXIT_DEFERRED: "deferred",
+    }.get(code, "failed")
 
 
 def problem_json(problem: AcmeProblem | None) -> dict[str, Any] | None:

@@ -5,9 +5,10 @@ Every option can be set in all three places; the first that sets it wins:
 1. the command line (``--state-dir /srv/acme``);
 2. the environment: ``ACMECERTS_`` and the option name in capitals with ``_`` for ``-``
    (``ACMECERTS_STATE_DIR=/srv/acme``; repeatable options take space-separated values);
-3. the configuration file: ``--config PATH`` (or ``$ACMECERTS_CONFIG``), else
-   ``$XDG_CONFIG_HOME/acmecerts/config.toml`` (``~/.config/acmecerts/config.toml``) when
-   it exists. Keys are option names without the dashes::
+3. the configuration file: ``--config PATH`` (or ``$ACMECERTS_CONFIG``), else the first
+   of these that exists: ``/etc/acmecerts/config.toml`` (only for root, effective uid 0),
+   ``$XDG_CONFIG_HOME/acmecerts/config.toml`` (``~/.config/acmecerts/config.toml``).
+   Keys are option names without the dashes::
 
        directory = "https://acme-staging-v02.api.letsencrypt.org/directory"
        email = ["admin@example.com"]
@@ -35,20 +36,34 @@ from typing import Any
 
 from acmecerts.errors import InvalidInput
 
-__all__ = ["ENV_PREFIX", "config_default_map", "find_config_path", "load_config"]
+__all__ = [
+    "ENV_PREFIX",
+    "SYSTEM_CONFIG",
+    "config_default_map",
+    "find_config_path",
+    "load_config",
+]
 
 ENV_PREFIX = "ACMECERTS_"
+#: The configuration file of the superuser (euid 0), read when it exists.
+SYSTEM_CONFIG = Path("/etc/acmecerts/config.toml")
 #: Options that are not settings (they act at once or name the file itself).
 _NOT_SETTINGS = frozenset({"help", "version", "config"})
 
 
 def find_config_path(
-    args: Sequence[str], environ: Mapping[str, str] | None = None
+    args: Sequence[str],
+    environ: Mapping[str, str] | None = None,
+    *,
+    euid: int | None = None,
+    system_config: Path = SYSTEM_CONFIG,
 ) -> tuple[Path | None, bool]:
     """The configuration file to read, and whether it was asked for explicitly.
 
     ``--config PATH`` (anywhere before ``--``) wins over ``$ACMECERTS_CONFIG``; without
-    either, the XDG default is used if it exists.
+    either, the first default that exists: for root (effective uid 0; ``euid`` defaults
+    to :func:`os.geteuid`) ``system_config`` (``/etc/acmecerts/config.toml``), then for
+    everyone ``$XDG_CONFIG_HOME/acmecerts/config.toml``.
     """
     env = os.environ if environ is None else environ
     for index, arg in enumerate(args):
@@ -62,6 +77,8 @@ def find_config_path(
             return Path(arg.partition("=")[2]).expanduser(), True
     if env.get(f"{ENV_PREFIX}CONFIG"):
         return Path(env[f"{ENV_PREFIX}CONFIG"]).expanduser(), True
+    if (os.geteuid() if euid is None else euid) == 0 and system_config.is_file():
+        return system_config, False
     xdg = env.get("XDG_CONFIG_HOME", "")
     base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".config"
     default = base / "acmecerts" / "config.toml"

@@ -137,7 +137,12 @@ def _exit_now(json_mode: bool, message: str) -> NoReturn:
         _write(1, _SHOW_CURSOR)
     _write(2, f"acmecerts: error: {message}\n".encode())
     if json_mode:
-        document = {"status": "interrupted", "error": message, "problem": None}
+        document = {
+            "status": "interrupted",
+            "exit_code": EXIT_INTERRUPTED,
+            "error": message,
+            "problem": None,
+        }
         _write(1, (json.dumps(document) + "\n").encode())
     os._exit(EXIT_INTERRUPTED)
 

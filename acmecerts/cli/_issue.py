@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +33,13 @@ from ._common import (
     open_client,
     plan_ca,
     problem_json,
+    status_word,
     when,
 )
 from ._engine import Board, Job, Outcome, execute, problem_of
 from ._firstcontact import check_out_dir, check_webroot
 from ._interrupt import run_interruptible
+from ._lineage import choose_lineage, known_lineages, validate_cert_name
 from ._solvers import (
     ChallengeOptions,
     ChallengePlan,
@@ -47,7 +49,14 @@ from ._solvers import (
 )
 from ._state import CertificateRecord, StoredCertificate, certificate_name
 
-__all__ = ["IssueArgs", "parse_cert_file", "run_issue", "run_renew"]
+__all__ = [
+    "RESULT_JSON_BASE",
+    "IssueArgs",
+    "parse_cert_file",
+    "results_json",
+    "run_issue",
+    "run_renew",
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -63,6 +72,8 @@ class IssueArgs:
     force: bool = False
     concurrency: int = 8
     max_wait: float = 120.0
+    #: The lineage to issue into (``--cert-name``; not with ``--from-file``).
+    cert_name: str | None = None
 
 
 # -- input ----------------------------------------------------------------------------------
@@ -82,6 +93,7 @@ def parse_cert_file(path: Path) -> list[tuple[int, tuple[Identifier, ...]]]:
         raise InvalidInput(f"--from-file {path} is not UTF-8 text: {exc}") from exc
     found: list[tuple[int, tuple[Identifier, ...]]] = []
     seen: dict[str, int] = {}
+    sets: dict[frozenset[Identifier], int] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         names = line.split("#", 1)[0].replace(",", " ").split()
         if not names:
@@ -95,7 +107,11 @@ def parse_cert_file(path: Path) -> list[tuple[int, tuple[Identifier, ...]]]:
             raise InvalidInput(
                 f"{path}:{number}: certificate {name} is already on line {seen[name]}"
             )
+        same = sets.get(frozenset(identifiers))
+        if same is not None:  # the same names in another order: the same certificate
+            raise InvalidInput(f"{path}:{number}: the same names as line {same}")
         seen[name] = number
+        sets[frozenset(identifiers)] = number
         found.append((number, identifiers))
     if not found:
         raise InvalidInput(f"--from-file {path} names no certificate")
@@ -105,32 +121,51 @@ def parse_cert_file(path: Path) -> list[tuple[int, tuple[Identifier, ...]]]:
 # -- output ---------------------------------------------------------------------------------
 
 
+#: ``--json`` of ``issue`` and ``renew``: one shape for one certificate and for a batch
+#: (the fields are listed in docs/cli.md, "JSON output"). Whole-command errors print
+#: the same object with an empty ``certificates`` list (see :class:`Report`).
+RESULT_JSON_BASE: dict[str, Any] = {"counts": {}, "certificates": []}
+
+
 def _outcome_json(outcome: Outcome) -> dict[str, Any]:
+    """One entry of ``certificates``: every field is always present (``null`` if unknown)."""
     job = outcome.job
-    document: dict[str, Any] = {
+    cert = outcome.certificate
+    trouble = outcome.status in ("failed", "deferred", "cancelled")
+    return {
         "name": job.name,
         "status": outcome.status,
-        "names": [i.value for i in job.spec.identifiers],
+        "names": list(cert.names) if cert is not None else [i.value for i in job.spec.identifiers],
+        "serial": cert.serial if cert is not None else None,
+        "not_before": cert.not_before.isoformat() if cert is not None else None,
+        "not_after": cert.not_after.isoformat() if cert is not None else None,
+        "order_url": cert.order_url if cert is not None else None,
+        "certificate_url": cert.certificate_url if cert is not None else None,
+        "renewal_at": iso(outcome.renewal_at) if cert is not None else None,
+        "files": (
+            {kind: str(path) for kind, path in outcome.files.items()}
+            if outcome.files is not None
+            else None
+        ),
+        "until": iso(outcome.until),
+        "error": " ".join(outcome.reason.split()) if trouble else None,
+        "problem": problem_json(problem_of(outcome.error)) if trouble else None,
     }
-    cert = outcome.certificate
-    if cert is not None:
-        document.update(
-            names=list(cert.names),
-            serial=cert.serial,
-            not_before=cert.not_before.isoformat(),
-            not_after=cert.not_after.isoformat(),
-            order_url=cert.order_url,
-            certificate_url=cert.certificate_url,
-            renewal_at=iso(outcome.renewal_at),
-        )
-    if outcome.files is not None:
-        document["files"] = {kind: str(path) for kind, path in outcome.files.items()}
-    if outcome.until is not None:
-        document["until"] = outcome.until.isoformat()
-    if outcome.status in ("failed", "deferred", "cancelled"):
-        document["error"] = " ".join(outcome.reason.split())
-        document["problem"] = problem_json(problem_of(outcome.error))
-    return document
+
+
+def results_json(outcomes: Sequence[Outcome], code: int) -> dict[str, Any]:
+    """The one ``--json`` object of ``issue`` (one or many) and ``renew``."""
+    counts: dict[str, int] = {}
+    for outcome in outcomes:
+        counts[outcome.status] = counts.get(outcome.status, 0) + 1
+    return {
+        "status": status_word(code),
+        "exit_code": code,
+        "error": None,
+        "problem": None,
+        "counts": counts,
+        "certificates": [_outcome_json(o) for o in outcomes],
+    }
 
 
 def _exit_code(outcomes: Sequence[Outcome]) -> int:
@@ -176,18 +211,22 @@ def _single_result(report: Report, outcome: Outcome) -> int:
     """The output of ``acmecerts issue NAME...`` (one certificate)."""
     if outcome.status in ("failed", "cancelled"):
         code = EXIT_INPUT if isinstance(outcome.error, InvalidInput) else EXIT_FAILED
-        return report.error(code, outcome.reason, problem_of(outcome.error), name=outcome.job.name)
+        report.error_line(code, outcome.reason)
+        if report.json_mode:
+            report.json(results_json([outcome], code))
+        return code
     if outcome.status == "deferred":
         assert outcome.until is not None
         message = (
             f"{outcome.job.name} until {when(outcome.until)}: {outcome.reason} "
             "(kept in the state directory; run again after that instant)"
         )
-        return report.error(
-            EXIT_DEFERRED, message, None, name=outcome.job.name, until=outcome.until.isoformat()
-        )
+        report.error_line(EXIT_DEFERRED, message)
+        if report.json_mode:
+            report.json(results_json([outcome], EXIT_DEFERRED))
+        return EXIT_DEFERRED
     if report.json_mode:
-        report.json(_outcome_json(outcome))
+        report.json(results_json([outcome], EXIT_OK))
         return EXIT_OK
     cert = outcome.certificate
     files = outcome.files or {}
@@ -219,17 +258,7 @@ def _single_result(report: Report, outcome: Outcome) -> int:
 def _batch_result(report: Report, outcomes: Sequence[Outcome], *, verb: str) -> int:
     code = _exit_code(outcomes)
     if report.json_mode:
-        status = {EXIT_OK: "ok", EXIT_FAILED: "failed", EXIT_DEFERRED: "deferred"}[code]
-        counts: dict[str, int] = {}
-        for outcome in outcomes:
-            counts[outcome.status] = counts.get(outcome.status, 0) + 1
-        report.json(
-            {
-                "status": status,
-                "counts": counts,
-                "certificates": [_outcome_json(o) for o in outcomes],
-            }
-        )
+        report.json(results_json(outcomes, code))
     else:
         _summary(report, outcomes, verb=verb)
     return code
@@ -243,11 +272,11 @@ class _Wanted:
     """A certificate asked for on the command line or in --from-file."""
 
     identifiers: tuple[Identifier, ...]
+    #: ``--out``: the directory itself, or (``per_name``) the parent of ``DIR/NAME``.
     out: Path | None
-
-    @property
-    def name(self) -> str:
-        return certificate_name(self.identifiers[0].value)
+    per_name: bool = False
+    #: Where it was asked for, for errors (``"names.txt:3: "``).
+    where: str = ""
 
 
 async def _job(
@@ -258,13 +287,22 @@ async def _job(
     profile: str | None,
     preferred_chain: str | None,
     force: bool,
+    cert_name: str | None,
+    known: Mapping[str, tuple[str, ...]],
     webroot: Path | None = None,
 ) -> Job:
     state = ca.state
-    name = wanted.name
+    name, identifiers = await choose_lineage(
+        state,
+        wanted.identifiers,
+        known=known,
+        cert_name=cert_name,
+        where=wanted.where,
+        from_file=bool(wanted.where),
+    )
     record = await state.load_record(name)
     if wanted.out is not None:
-        out = wanted.out
+        out = wanted.out / name if wanted.per_name else wanted.out
     elif record is not None and record.out:
         out = Path(record.out)
     else:
@@ -274,7 +312,7 @@ async def _job(
         force = stored is not None and stored.info.serial == record.revoked_serial
     spec = CertificateSpec.of(
         name,
-        wanted.identifiers,
+        identifiers,
         key_type=key_type,
         profile=profile,
         preferred_chain=preferred_chain,
@@ -325,7 +363,7 @@ def run_issue(
     args: IssueArgs, common: CommonArgs, account: AccountArgs, challenge: ChallengeOptions
 ) -> int:
     """Run ``acmecerts issue``; return the exit code."""
-    report = Report(json_mode=common.json)
+    report = Report(json_mode=common.json, json_base=RESULT_JSON_BASE)
     configure_logging(common.verbose, report.err)
 
     def work() -> int:
@@ -337,12 +375,17 @@ def run_issue(
             )
         if args.concurrency < 1:
             raise InvalidInput(f"--concurrency must be at least 1, not {args.concurrency}")
+        if args.from_file is not None and args.cert_name is not None:
+            raise InvalidInput(
+                "--cert-name names one certificate: give it with NAME..., not --from-file"
+            )
+        cert_name = validate_cert_name(args.cert_name) if args.cert_name is not None else None
         key_type = KeyType.parse(args.key_type)
         out = args.out.expanduser() if args.out is not None else None
         if args.from_file is not None:
             wanted = [
-                _Wanted(ids, out / certificate_name(ids[0].value) if out is not None else None)
-                for _, ids in parse_cert_file(args.from_file)
+                _Wanted(ids, out, per_name=True, where=f"{args.from_file}:{number}: ")
+                for number, ids in parse_cert_file(args.from_file)
             ]
         else:
             wanted = [_Wanted(parse_identifiers(args.names), out)]
@@ -355,6 +398,7 @@ def run_issue(
         single = args.from_file is None
 
         async def main() -> list[Outcome]:
+            known = await known_lineages(ca.state)
             jobs = [
                 await _job(
                     ca,
@@ -364,9 +408,17 @@ def run_issue(
                     preferred_chain=args.preferred_chain,
                     force=args.force,
                     webroot=plan.webroot,
+                    cert_name=cert_name,
+                    known=known,
                 )
                 for w in wanted
             ]
+            duplicates = sorted({j.name for j in jobs if [k.name for k in jobs].count(j.name) > 1})
+            if duplicates:
+                raise InvalidInput(
+                    f"--from-file {args.from_file} names certificate {', '.join(duplicates)} "
+                    "on more than one line"
+                )
             return await _run_jobs(
                 ca,
                 plan,
@@ -400,7 +452,7 @@ def run_renew(
     challenge: ChallengeOptions,
 ) -> int:
     """Run ``acmecerts renew``; return the exit code."""
-    report = Report(json_mode=common.json)
+    report = Report(json_mode=common.json, json_base=RESULT_JSON_BASE)
     configure_logging(common.verbose, report.err)
 
     def work() -> int:
@@ -425,7 +477,7 @@ def run_renew(
         known = run_interruptible(load, json_mode=report.json_mode)
         if not known:
             if report.json_mode:
-                report.json({"status": "ok", "counts": {}, "certificates": []})
+                report.json(results_json([], EXIT_OK))
             else:
                 report.out.print(f"No certificates in {state.root} for {ca.directory}.")
             return EXIT_OK

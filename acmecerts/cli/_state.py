@@ -1,7 +1,7 @@
 """The CLI's state directory: a :class:`~acmecerts.storage.FileStorage` shared with the library.
 
-The state directory (``--state-dir``, ``$ACMECERTS_STATE_DIR``, else
-``$XDG_DATA_HOME/acmecerts``, else ``~/.local/share/acmecerts``) is the root of a
+The state directory (``--state-dir``, ``$ACMECERTS_STATE_DIR``, else ``/var/lib/acmecerts``
+for root, else ``$XDG_DATA_HOME/acmecerts``, else ``~/.local/share/acmecerts``) is the root of a
 ``FileStorage`` laid out by :class:`~acmecerts.storage.KeyLayout`, so a program using
 ``CertificateManager(client, storage=FileStorage(state_dir), ...)`` sees exactly what the
 CLI issued, and the other way round::
@@ -16,6 +16,7 @@ CLI issued, and the other way round::
                                                             directory, key type, profile,
                                                             preferred chain, revoked serial,
                                                             webroot
+                                                            deletion in progress
     <state>/<ca>/accounts/default/key-rollover.pem          only during `account rollover`
     <state>/<ca>/accounts/default/deactivated/<when>.pem    keys of deactivated accounts
     <state>/certificates/<first name>/                      default --out: plain PEM files
@@ -65,11 +66,14 @@ from acmecerts.storage import (
 )
 from acmecerts.storage.keys import certificate_slug
 
+from ._natural import natural_key
+
 if TYPE_CHECKING:
     from acmecerts._issued import IssuedCertificate
 
 __all__ = [
     "CERTIFICATE_FILES",
+    "SYSTEM_STATE_DIR",
     "CertificateRecord",
     "State",
     "StoredCertificate",
@@ -96,8 +100,20 @@ CERTIFICATE_FILES: tuple[tuple[str, str, int], ...] = (
 )
 
 
-def default_state_dir(environ: Mapping[str, str] | None = None) -> Path:
-    """``$XDG_DATA_HOME/acmecerts`` if set (and absolute), else ``~/.local/share/acmecerts``."""
+#: The state directory of the superuser (euid 0): the system's, as for a service.
+SYSTEM_STATE_DIR = Path("/var/lib/acmecerts")
+
+
+def default_state_dir(environ: Mapping[str, str] | None = None, *, euid: int | None = None) -> Path:
+    """The state directory when neither ``--state-dir`` nor ``$ACMECERTS_STATE_DIR`` names one.
+
+    Run as root (effective uid 0, ``euid`` defaults to :func:`os.geteuid`):
+    ``/var/lib/acmecerts``, as a system service keeps its state (``$XDG_DATA_HOME`` is
+    ignored, like certbot's ``/etc/letsencrypt``). Otherwise ``$XDG_DATA_HOME/acmecerts``
+    if that is set and absolute, else ``~/.local/share/acmecerts``.
+    """
+    if (os.geteuid() if euid is None else euid) == 0:
+        return SYSTEM_STATE_DIR
     env = os.environ if environ is None else environ
     xdg = env.get("XDG_DATA_HOME", "")
     # XDG Base Directory spec: a relative value is invalid and must be ignored.
@@ -257,6 +273,10 @@ class CertificateRecord:
     revoked_serial: str | None = None
     #: The document root http-01 responses are written into (``--webroot``).
     webroot: str | None = None
+    #: When ``acmecerts delete`` started removing the certificate (ISO 8601): set before
+    #: anything is removed and removed last, so a deletion that was interrupted is seen
+    #: (``status`` shows it, ``renew`` skips it) and finished by the next ``delete``.
+    deleting: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         document = dataclasses.asdict(self)
@@ -436,7 +456,7 @@ class State:
             stored = await self.load_certificate(name)
             if stored is not None:
                 found.append(stored)
-        return sorted(found, key=lambda c: c.name)
+        return sorted(found, key=lambda c: natural_key(c.name))
 
     async def load_certificate(self, name: str) -> StoredCertificate | None:
         """The stored certificate ``name``; ``None`` if none was completely saved."""
@@ -496,20 +516,24 @@ class State:
             document = await self._load_json(key)
             if document is not None:
                 records.append(CertificateRecord.from_json(document, self.path_for(key)))
-        return sorted(records, key=lambda r: r.name)
+        return sorted(records, key=lambda r: natural_key(r.name))
 
     async def known_certificates(
         self,
     ) -> list[tuple[str, StoredCertificate | None, CertificateRecord | None]]:
-        """Every certificate stored or asked for: ``(name, stored, record)`` by name.
+        """Every certificate stored or asked for: ``(name, stored, record)``, in natural order.
 
-        A record without a stored certificate was asked for and not issued (yet).
+        A record without a stored certificate was asked for and not issued (yet). A
+        certificate whose deletion was interrupted (:attr:`CertificateRecord.deleting`) is
+        not listed: nothing renews it; ``acmecerts delete`` finishes it.
         """
-        stored = {c.name: c for c in await self.list_certificates()}
-        records = {r.name: r for r in await self.list_records() if r.identifiers}
+        all_records = await self.list_records()
+        deleting = {r.name for r in all_records if r.deleting is not None}
+        stored = {c.name: c for c in await self.list_certificates() if c.name not in deleting}
+        records = {r.name: r for r in all_records if r.identifiers and r.name not in deleting}
         return [
             (name, stored.get(name), records.get(name))
-            for name in sorted(stored.keys() | records.keys())
+            for name in sorted(stored.keys() | records.keys(), key=natural_key)
         ]
 
     async def save_record(self, record: CertificateRecord) -> None:

@@ -25,6 +25,7 @@ from ._common import (
     when,
 )
 from ._interrupt import run_interruptible
+from ._natural import natural_key
 from ._state import CertificateRecord, State, StoredCertificate
 
 __all__ = ["run_status"]
@@ -68,6 +69,12 @@ def run_status(*, ari: bool, common: CommonArgs) -> int:
                         certificates.append(await _pending_status(state, record, now))
                     else:
                         certificates.append(await _certificate_status(state, stored, now, client))
+                certificates += [
+                    _half_deleted_status(record)
+                    for record in await state.list_records()
+                    if record.deleting is not None
+                ]
+                certificates.sort(key=lambda c: natural_key(c["name"]))
             budget = await state.ledger(ca.model).budget()
             return {
                 "directory": ca.directory,
@@ -175,6 +182,25 @@ async def _pending_status(
         "renewal_window": None,
         "deferred_until": iso(deferred),
         "last_error": attempt.last_error if attempt is not None else None,
+        "key_type": record.key_type,
+        "files": record.out,
+    }
+
+
+def _half_deleted_status(record: CertificateRecord) -> dict[str, Any]:
+    """A certificate whose ``acmecerts delete`` was interrupted (``renew`` skips it)."""
+    return {
+        "name": record.name,
+        "names": list(record.identifiers),
+        "status": "deleting",
+        "serial": None,
+        "not_before": None,
+        "not_after": None,
+        "next_renewal": None,
+        "renewal_source": None,
+        "renewal_window": None,
+        "deferred_until": None,
+        "last_error": f"deletion interrupted: run `acmecerts delete {record.name} --yes`",
         "key_type": record.key_type,
         "files": record.out,
     }

@@ -519,7 +519,9 @@ class AcmeTransport:
             parsed = self._checked_urls[url]
         return parsed
 
-    def _check(self, response: httpx.Response | Answer, url: str) -> AcmeResponse:
+    def _check(
+        self, response: httpx.Response | Answer, url: str, method: str = "GET"
+    ) -> AcmeResponse:
         content = response.content
         if len(content) > _MAX_BODY:
             raise BadServerResponse("the answer is larger than 1 MiB", url=url)
@@ -545,14 +547,18 @@ class AcmeTransport:
                 status, url=url, retry_after=retry_after, reason=response.reason_phrase
             )
         if problem is not None:
+            if status == 404 and url not in problem.message:
+                # a wrong URL (a typo in the directory's path): say which request it was
+                problem.message = f"{problem.message} ({method} {url})"
             if status == 503:
                 # the CA refused the request unprocessed: nothing was created or spent
                 problem.reached_ca = False
             if isinstance(problem, RateLimited) and problem.retry_after is None:
                 problem.retry_after = retry_after_from_detail(problem.detail, now=now)
             raise problem
+        reason = f" {response.reason_phrase}" if response.reason_phrase else ""
         raise BadServerResponse(
-            f"HTTP {status} without a problem document",
+            f"{method} {url} answered HTTP {status}{reason} without a problem document",
             url=url,
             status_code=status,
             kind=ErrorKind.TRANSIENT if status >= 500 else ErrorKind.PERMANENT,
@@ -691,7 +697,7 @@ class AcmeTransport:
         url = directory.new_nonce
 
         async def attempt() -> AcmeResponse:
-            return self._check(await self._send_once("HEAD", url), url)
+            return self._check(await self._send_once("HEAD", url), url, "HEAD")
 
         response = await (self._with_retry(attempt, idempotent=True) if retry else attempt())
         nonce = response.headers.get("replay-nonce")
@@ -731,7 +737,9 @@ class AcmeTransport:
                 exc.reached_ca = False
                 raise
             body = sign_request(key, url=url, nonce=nonce, payload=payload, kid=kid)
-            return self._check(await self._send_once("POST", url, content=body, accept=accept), url)
+            return self._check(
+                await self._send_once("POST", url, content=body, accept=accept), url, "POST"
+            )
 
         return await self._with_retry(attempt, idempotent=idempotent)
 

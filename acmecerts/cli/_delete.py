@@ -1,0 +1,231 @@
+"""``acmecerts delete NAME... [--revoke]``: remove certificates from the state directory.
+
+Every name is checked first (an unknown one is exit 2 with the known names, nothing
+touched), then confirmed (a prompt on a terminal; ``--yes`` without one), then each
+certificate in turn: revoked at the CA with ``--revoke`` (the ``revoke`` command's path:
+the account key signs), then removed under its store lock (see :mod:`._lineage` for the
+order that leaves nothing half-deleted). A certificate that could not be revoked is not
+deleted; the others are, and the exit code says that something failed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import difflib
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from rich.text import Text
+
+from acmecerts.errors import AcmeCertsError, AcmeProblem, InvalidInput, ProblemType
+
+from ._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    CaPlan,
+    CommonArgs,
+    Report,
+    configure_logging,
+    guarded,
+    open_client,
+    plan_ca,
+    problem_json,
+    status_word,
+)
+from ._engine import problem_of
+from ._interrupt import run_interruptible
+from ._lineage import lineage_identifiers, remove_lineage
+from ._natural import natural_key
+from ._revoke import _reason
+from ._state import CertificateRecord, State, StoredCertificate
+
+__all__ = ["DeleteArgs", "run_delete"]
+
+#: How long to wait for a certificate's store lock (held while it is being issued).
+_LOCK_TIMEOUT = 30.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeleteArgs:
+    """Options of ``acmecerts delete``."""
+
+    names: tuple[str, ...]
+    revoke: bool = False
+    reason: str = "cessationOfOperation"
+    yes: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Target:
+    name: str
+    names: tuple[str, ...]
+    stored: StoredCertificate | None
+    record: CertificateRecord | None
+
+
+def _ask_on_terminal(question: str) -> bool | None:
+    """``True``/``False`` as answered on the terminal; ``None`` without a terminal."""
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return None
+    sys.stderr.write(question)
+    sys.stderr.flush()
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+async def _targets(state: State, ca: CaPlan, wanted: tuple[str, ...]) -> list[_Target]:
+    """The certificates named (half-deleted ones too); unknown names are exit 2."""
+    known: dict[str, _Target] = {
+        name: _Target(name, lineage_identifiers(stored, record), stored, record)
+        for name, stored, record in await state.known_certificates()
+    }
+    for record in await state.list_records():
+        if record.deleting is not None and record.name not in known:
+            stored = await state.load_certificate(record.name)
+            names = lineage_identifiers(stored, record)
+            known[record.name] = _Target(record.name, names, stored, record)
+    missing = [n for n in dict.fromkeys(wanted) if n.strip().lower() not in known]
+    if missing:
+        choices = sorted(known, key=natural_key)
+        close = {m for n in missing for m in difflib.get_close_matches(n.lower(), choices)}
+        hint = f"did you mean {', '.join(sorted(close, key=natural_key))}? " if close else ""
+        listed = ", ".join(choices) if choices else "none"
+        raise InvalidInput(
+            f"no certificate named {', '.join(missing)} in {state.root} for {ca.directory} "
+            f"({hint}known: {listed})"
+        )
+    return [known[n] for n in dict.fromkeys(n.strip().lower() for n in wanted)]
+
+
+def run_delete(
+    args: DeleteArgs,
+    *,
+    common: CommonArgs,
+    ask: Callable[[str], bool | None] = _ask_on_terminal,
+) -> int:
+    """Run ``acmecerts delete``; return the exit code.
+
+    ``ask`` puts the confirmation question (``None``: there is no terminal to ask).
+    """
+    report = Report(json_mode=common.json, json_base={"certificates": []})
+    configure_logging(common.verbose, report.err)
+
+    def work() -> int:
+        reason_name, reason_code = _reason(args.reason) if args.revoke else ("", 0)
+        ca = plan_ca(common)
+        state = ca.state
+        targets = run_interruptible(
+            lambda: _targets(state, ca, args.names), json_mode=report.json_mode
+        )
+        if not args.yes:
+            listed = ", ".join(t.name for t in targets)
+            what = " and revoke them at the CA" if args.revoke else ""
+            noun = "certificate" if len(targets) == 1 else "certificates"
+            answer = ask(f"Delete {noun} {listed} from {state.root}{what}? [y/N] ")
+            if answer is None:
+                raise InvalidInput(
+                    "deleting certificates cannot be undone: confirm with --yes "
+                    "(there is no terminal to ask)"
+                )
+            if not answer:
+                raise InvalidInput("not confirmed; nothing was deleted")
+
+        async def main() -> list[dict[str, Any]]:
+            results = []
+            for target in targets:
+                results.append(await _delete_one(ca, target, args.revoke, reason_code))
+            return results
+
+        results = run_interruptible(main, json_mode=report.json_mode)
+        code = EXIT_OK if all(r["status"] == "deleted" for r in results) else EXIT_FAILED
+        if report.json_mode:
+            report.json(
+                {
+                    "status": status_word(code),
+                    "exit_code": code,
+                    "error": None,
+                    "problem": None,
+                    "certificates": results,
+                }
+            )
+        else:
+            _print(report, results, reason_name)
+        return code
+
+    return guarded(report, work)
+
+
+async def _delete_one(ca: CaPlan, target: _Target, revoke: bool, reason: int) -> dict[str, Any]:
+    state = ca.state
+    result: dict[str, Any] = {
+        "name": target.name,
+        "status": "deleted",
+        "names": list(target.names),
+        "serial": target.stored.info.serial if target.stored is not None else None,
+        "revocation": None,
+        "removed_files": [],
+        "kept_out": None,
+        "error": None,
+        "problem": None,
+    }
+    try:
+        if revoke:
+            result["revocation"] = await _revoke(ca, target, reason)
+        lock = state.storage.lock(
+            state.layout.certificate_lock(target.name), lease=60.0, timeout=_LOCK_TIMEOUT
+        )
+        async with lock:
+            removal = await remove_lineage(state, target.name)
+    except AcmeCertsError as exc:
+        result["status"] = "failed"
+        result["error"] = " ".join(str(exc).split())
+        result["problem"] = problem_json(problem_of(exc))
+        return result
+    result["removed_files"] = [str(p) for p in removal.removed_files]
+    result["kept_out"] = str(removal.kept_out) if removal.kept_out is not None else None
+    return result
+
+
+async def _revoke(ca: CaPlan, target: _Target, reason: int) -> str:
+    """Revoke the stored certificate; say what was done (raises when the CA refuses)."""
+    stored, record = target.stored, target.record
+    if stored is None:
+        return "never issued"
+    serial = stored.info.serial
+    if record is not None and record.revoked_serial == serial:
+        return "already revoked"
+    if stored.info.not_after <= _dt.datetime.now(_dt.UTC):
+        return "expired"
+    async with open_client(ca, create=False) as client:
+        try:
+            await client.revoke(stored.chain.pem, reason=reason)
+        except AcmeProblem as exc:
+            if exc.type != ProblemType.ALREADY_REVOKED:
+                raise
+            return "already revoked"
+    base = record or CertificateRecord(name=target.name)
+    await ca.state.save_record(dataclasses.replace(base, revoked_serial=serial))
+    return "revoked"
+
+
+def _print(report: Report, results: list[dict[str, Any]], reason: str) -> None:
+    for result in results:
+        names = ", ".join(result["names"]) or "no names"
+        if result["status"] == "failed":
+            report.error_line(EXIT_FAILED, f"{result['name']} was not deleted: {result['error']}")
+            continue
+        title = Text("Deleted ", style="bold green")
+        title.append(result["name"], style="bold")
+        title.append(f" ({names})")
+        rows = []
+        if result["revocation"] is not None:
+            revocation = result["revocation"]
+            if revocation == "revoked":
+                revocation = f"revoked (serial {result['serial']}, {reason})"
+            rows.append(("revocation", revocation))
+        if result["removed_files"]:
+            rows.append(("removed", ", ".join(result["removed_files"])))
+        if result["kept_out"]:
+            rows.append(("kept", f"{result['kept_out']} (your --out directory; not touched)"))
+        report.rows(title, rows)
