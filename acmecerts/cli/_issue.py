@@ -1,11 +1,14 @@
-"""``acmecerts issue`` (one certificate, or ``--from-file`` in parallel) and ``renew``."""
+"""``acmecerts issue`` (one certificate, or ``--from-file`` in parallel).
+
+``renew`` (in ``_renew``) runs its certificates through :func:`run_jobs` too.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import functools
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +38,22 @@ from ._common import (
     problem_json,
     when,
 )
+from ._display import NullView
 from ._engine import Board, Job, Outcome, execute, problem_of
+from ._hooks import DEFAULT_HOOK_TIMEOUT, HookRunner, Hooks
 from ._interrupt import run_interruptible
 from ._solvers import ChallengeOptions, ChallengePlan, plan_challenge, running_solvers
-from ._state import CertificateRecord, StoredCertificate, certificate_name
+from ._state import certificate_name
 
-__all__ = ["IssueArgs", "parse_cert_file", "run_issue", "run_renew"]
+__all__ = [
+    "IssueArgs",
+    "batch_result",
+    "check_hook_timeout",
+    "parse_cert_file",
+    "report_hook_failures",
+    "run_issue",
+    "run_jobs",
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -56,6 +69,10 @@ class IssueArgs:
     force: bool = False
     concurrency: int = 8
     max_wait: float = 120.0
+    #: ``--pre-hook``, ``--post-hook``, ``--deploy-hook`` (``None``: keep the stored one;
+    #: ``""``: remove it).
+    hooks: Hooks = dataclasses.field(default_factory=Hooks)
+    hook_timeout: float = DEFAULT_HOOK_TIMEOUT
 
 
 # -- input ----------------------------------------------------------------------------------
@@ -120,6 +137,10 @@ def _outcome_json(outcome: Outcome) -> dict[str, Any]:
         document["files"] = {kind: str(path) for kind, path in outcome.files.items()}
     if outcome.until is not None:
         document["until"] = outcome.until.isoformat()
+    if outcome.job.directory is not None:
+        document["directory"] = outcome.job.directory
+    if outcome.hook is not None:
+        document["deploy_hook"] = outcome.hook.to_json()
     if outcome.status in ("failed", "deferred", "cancelled"):
         document["error"] = " ".join(outcome.reason.split())
         document["problem"] = problem_json(problem_of(outcome.error))
@@ -130,6 +151,8 @@ def _exit_code(outcomes: Sequence[Outcome]) -> int:
     statuses = {o.status for o in outcomes}
     if statuses & {"failed", "cancelled"}:
         return EXIT_FAILED
+    if any(o.hook is not None and not o.hook.ok for o in outcomes):
+        return EXIT_FAILED  # the certificate is stored and exported; its hook failed
     if "deferred" in statuses:
         return EXIT_DEFERRED
     return EXIT_OK
@@ -165,8 +188,31 @@ def _summary(report: Report, outcomes: Sequence[Outcome], *, verb: str) -> None:
         )
 
 
-def _single_result(report: Report, outcome: Outcome) -> int:
+def check_hook_timeout(value: float) -> float:
+    """``--hook-timeout``, validated (raises :class:`InvalidInput`)."""
+    if not (math.isfinite(value) and value > 0):
+        raise InvalidInput(f"--hook-timeout must be a positive number of seconds, not {value}")
+    return value
+
+
+def report_hook_failures(report: Report, runner: HookRunner) -> None:
+    """One line on stderr for each hook that failed (also with ``--json`` and ``-q``)."""
+    for result in runner.failed:
+        report.err.print(Text(f"acmecerts: error: {result.describe()}"), soft_wrap=True)
+
+
+def _hooks_json(runner: HookRunner | None) -> dict[str, Any]:
+    if runner is None:
+        return {}
+    ran = [r.to_json() for r in runner.results if r.kind != "deploy"]
+    return {"hooks": ran} if ran else {}
+
+
+def _single_result(report: Report, outcome: Outcome, runner: HookRunner | None = None) -> int:
     """The output of ``acmecerts issue NAME...`` (one certificate)."""
+    if runner is not None:
+        report_hook_failures(report, runner)
+    hooks_failed = runner is not None and bool(runner.failed)
     if outcome.status in ("failed", "cancelled"):
         code = EXIT_INPUT if isinstance(outcome.error, InvalidInput) else EXIT_FAILED
         return report.error(code, outcome.reason, problem_of(outcome.error), name=outcome.job.name)
@@ -179,9 +225,10 @@ def _single_result(report: Report, outcome: Outcome) -> int:
         return report.error(
             EXIT_DEFERRED, message, None, name=outcome.job.name, until=outcome.until.isoformat()
         )
+    code = EXIT_FAILED if hooks_failed else EXIT_OK
     if report.json_mode:
-        report.json(_outcome_json(outcome))
-        return EXIT_OK
+        report.json({**_outcome_json(outcome), **_hooks_json(runner)})
+        return code
     cert = outcome.certificate
     files = outcome.files or {}
     assert cert is not None
@@ -206,11 +253,27 @@ def _single_result(report: Report, outcome: Outcome) -> int:
         rows.append(("renewal", when(outcome.renewal_at)))
     rows += [(kind, str(files[kind])) for kind in ("fullchain", "cert", "chain", "privkey")]
     report.rows(title, rows)
-    return EXIT_OK
+    return code
 
 
-def _batch_result(report: Report, outcomes: Sequence[Outcome], *, verb: str) -> int:
+def batch_result(
+    report: Report,
+    outcomes: Sequence[Outcome],
+    *,
+    verb: str,
+    runner: HookRunner | None = None,
+    failed: bool = False,
+    quiet: bool = False,
+    extra: Mapping[str, Any] | None = None,
+) -> int:
+    """Print the result of many certificates (``failed``: something besides them failed;
+    ``quiet``: no summary unless a certificate is new or did not end well)."""
     code = _exit_code(outcomes)
+    if runner is not None:
+        report_hook_failures(report, runner)
+        failed = failed or bool(runner.failed)
+    if failed:
+        code = EXIT_FAILED
     if report.json_mode:
         status = {EXIT_OK: "ok", EXIT_FAILED: "failed", EXIT_DEFERRED: "deferred"}[code]
         counts: dict[str, int] = {}
@@ -221,9 +284,11 @@ def _batch_result(report: Report, outcomes: Sequence[Outcome], *, verb: str) -> 
                 "status": status,
                 "counts": counts,
                 "certificates": [_outcome_json(o) for o in outcomes],
+                **_hooks_json(runner),
+                **(extra or {}),
             }
         )
-    else:
+    elif not quiet or code != EXIT_OK or any(o.status != "current" for o in outcomes):
         _summary(report, outcomes, verb=verb)
     return code
 
@@ -251,6 +316,7 @@ async def _job(
     profile: str | None,
     preferred_chain: str | None,
     force: bool,
+    hooks: Hooks,
 ) -> Job:
     state = ca.state
     name = wanted.name
@@ -271,10 +337,23 @@ async def _job(
         profile=profile,
         preferred_chain=preferred_chain,
     )
-    return Job(spec=spec, out=out.absolute(), force=force, record=record)
+    stored_hooks = (
+        Hooks(pre=record.pre_hook, post=record.post_hook, deploy=record.deploy_hook)
+        if record is not None
+        else Hooks()
+    )
+    return Job(
+        spec=spec,
+        out=out.absolute(),
+        force=force,
+        record=record,
+        hooks=stored_hooks.overridden_by(hooks),
+        remember_hooks=True,
+        directory=ca.directory,
+    )
 
 
-async def _run_jobs(
+async def run_jobs(
     ca: CaPlan,
     plan: ChallengePlan,
     jobs: Sequence[Job],
@@ -284,13 +363,19 @@ async def _run_jobs(
     single: bool,
     eager: bool,
     title: str,
+    hooks: HookRunner | None = None,
+    quiet: bool = False,
 ) -> list[Outcome]:
+    """Obtain ``jobs`` from one CA (with ``hooks`` around the orders); ``quiet``: no
+    progress display."""
     board = Board((j.name, [i.value for i in j.spec.identifiers]) for j in jobs)
     async with (
         running_solvers(plan, eager=eager) as solvers,
         open_client(ca, create=True) as client,
     ):
         client.track(board, ((j.name, [i.value for i in j.spec.identifiers]) for j in jobs))
+        if hooks is not None:
+            client.track_hooks(hooks, {j.name: j.hooks for j in jobs})
         profiles = {j.spec.profile for j in jobs if j.spec.profile is not None}
         if profiles:  # refuse an unknown profile before an account or an order is made
             offered = (await client.directory()).profiles
@@ -298,7 +383,9 @@ async def _run_jobs(
                 listed = ", ".join(sorted(offered)) or "none: it predates profiles"
                 raise InvalidInput(f"--profile {profile!r}: the CA offers {listed}")
         await ensure_registered(ca, client)
-        with choose_view(report, board, single=single, title=title):
+        await ca.state.save_ca_settings(ca.ca_bundle)  # `renew` finds this CA again
+        view = NullView(board) if quiet else choose_view(report, board, single=single, title=title)
+        with view:
             return await execute(
                 state=ca.state,
                 client=client,
@@ -307,6 +394,7 @@ async def _run_jobs(
                 board=board,
                 concurrency=concurrency,
                 max_wait=ca.max_wait,
+                hooks=hooks,
             )
 
 
@@ -327,6 +415,7 @@ def run_issue(
         if args.concurrency < 1:
             raise InvalidInput(f"--concurrency must be at least 1, not {args.concurrency}")
         key_type = KeyType.parse(args.key_type)
+        hook_timeout = check_hook_timeout(args.hook_timeout)
         out = args.out.expanduser() if args.out is not None else None
         if args.from_file is not None:
             wanted = [
@@ -338,6 +427,7 @@ def run_issue(
         ca = plan_ca(common, account, max_wait=args.max_wait)
         plan = plan_challenge(challenge, [i for w in wanted for i in w.identifiers])
         single = args.from_file is None
+        runner = HookRunner(timeout=hook_timeout)
 
         async def main() -> list[Outcome]:
             jobs = [
@@ -348,111 +438,28 @@ def run_issue(
                     profile=args.profile,
                     preferred_chain=args.preferred_chain,
                     force=args.force,
+                    hooks=args.hooks,
                 )
                 for w in wanted
             ]
-            return await _run_jobs(
-                ca,
-                plan,
-                jobs,
-                report,
-                concurrency=args.concurrency,
-                single=single,
-                eager=True,
-                title="Issuing: ",
-            )
+            try:
+                return await run_jobs(
+                    ca,
+                    plan,
+                    jobs,
+                    report,
+                    concurrency=args.concurrency,
+                    single=single,
+                    eager=True,
+                    title="Issuing: ",
+                    hooks=runner,
+                )
+            finally:
+                await runner.after_all()
 
         outcomes = run_interruptible(main, json_mode=report.json_mode)
         if single:
-            return _single_result(report, outcomes[0])
-        return _batch_result(report, outcomes, verb="Issued")
-
-    return guarded(report, work)
-
-
-# -- renew ----------------------------------------------------------------------------------
-
-
-def run_renew(
-    names: Sequence[str],
-    *,
-    force: bool,
-    concurrency: int,
-    max_wait: float,
-    common: CommonArgs,
-    account: AccountArgs,
-    challenge: ChallengeOptions,
-) -> int:
-    """Run ``acmecerts renew``; return the exit code."""
-    report = Report(json_mode=common.json)
-    configure_logging(common.verbose, report.err)
-
-    def work() -> int:
-        if concurrency < 1:
-            raise InvalidInput(f"--concurrency must be at least 1, not {concurrency}")
-        ca = plan_ca(common, account, max_wait=max_wait)
-        state = ca.state
-
-        async def load() -> list[tuple[str, StoredCertificate | None, CertificateRecord | None]]:
-            known = await state.known_certificates()
-            if names:
-                by_name = {entry[0]: entry for entry in known}
-                missing = [n for n in names if n.lower() not in by_name]
-                if missing:
-                    raise InvalidInput(
-                        f"no certificate named {', '.join(missing)} in {state.root} for "
-                        f"{ca.directory} (see `acmecerts status`)"
-                    )
-                known = [by_name[n.lower()] for n in dict.fromkeys(names)]
-            return known
-
-        known = run_interruptible(load, json_mode=report.json_mode)
-        if not known:
-            if report.json_mode:
-                report.json({"status": "ok", "counts": {}, "certificates": []})
-            else:
-                report.out.print(f"No certificates in {state.root} for {ca.directory}.")
-            return EXIT_OK
-        jobs: list[Job] = []
-        for name, stored, record in known:
-            if stored is not None:
-                ids = parse_identifiers(stored.identifiers)
-            else:  # asked for, never issued (deferred, failed): issue it now
-                assert record is not None
-                ids = parse_identifiers(record.identifiers)
-            kind = record.key_type if record and record.key_type else None
-            if kind is None and stored is not None and stored.key_type is not None:
-                kind = stored.key_type.value
-            revoked = (
-                stored is not None
-                and record is not None
-                and record.revoked_serial == stored.info.serial
-            )
-            spec = CertificateSpec.of(
-                name,
-                ids,
-                key_type=KeyType.parse(kind or KeyType.EC256),
-                profile=record.profile if record else None,
-                preferred_chain=record.preferred_chain if record else None,
-            )
-            out = Path(record.out) if record and record.out else state.default_out(name)
-            jobs.append(Job(spec=spec, out=out, force=force or revoked, record=record))
-        plan = plan_challenge(challenge, [i for job in jobs for i in job.spec.identifiers])
-
-        outcomes = run_interruptible(
-            functools.partial(
-                _run_jobs,
-                ca,
-                plan,
-                jobs,
-                report,
-                concurrency=concurrency,
-                single=False,
-                eager=False,
-                title="Renewing: ",
-            ),
-            json_mode=report.json_mode,
-        )
-        return _batch_result(report, outcomes, verb="Checked")
+            return _single_result(report, outcomes[0], runner)
+        return batch_result(report, outcomes, verb="Issued", runner=runner)
 
     return guarded(report, work)
