@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -17,7 +19,9 @@ from typing import TYPE_CHECKING
 import anyio
 import pytest
 from test_cli_support import (
+    CLI,
     NEW_ORDER,
+    REPO,
     ca_args,
     check_certificate,
     clean_environment,
@@ -173,6 +177,37 @@ def test_renew_without_directory_renews_at_every_ca_and_directory_narrows(
     assert sleeps.calls == []  # no --random-delay: no sleep at all
 
 
+def test_a_ca_that_cannot_be_reached_does_not_stop_the_renewals_at_the_others(
+    pebble: PebbleServer,
+    proxy: FaultProxy,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    state = tmp_path / "state"
+    issue(capsys, pebble, state, "renew-up.example.test", "--out", str(tmp_path / "up"))
+    issue(
+        capsys,
+        pebble,
+        state,
+        "renew-down.example.test",
+        "--out",
+        str(tmp_path / "down"),
+        directory=proxy.directory_url,
+    )
+    down, second_ca = serial_of(tmp_path / "down"), proxy.directory_url
+    proxy.stop()  # the second CA stops answering
+
+    result = renew(capsys, pebble, state, "--force", "--json", "--max-wait", "0")
+
+    assert result.returncode == 1
+    found = {c["name"]: c for c in one_json(result)["certificates"]}
+    assert found["renew-up.example.test"]["status"] == "renewed"
+    failed = found["renew-down.example.test"]
+    assert failed["status"] == "failed"
+    assert second_ca in failed["error"]
+    assert serial_of(tmp_path / "down") == down  # kept as it was
+
+
 def test_state_written_before_the_settings_file_is_renewed_and_an_unknown_ca_is_named(
     pebble: PebbleServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -219,6 +254,7 @@ def _loop(path: Path) -> Path:
         ("empty", "holds no acmecerts state"),
         ("only-exports", "holds no acmecerts state"),
         ("unreadable", "cannot read state directory"),
+        ("first-cut", "holds only accounts of the first acmecerts"),
     ],
 )
 def test_an_unusable_state_directory_exits_2_naming_it(
@@ -233,6 +269,8 @@ def test_an_unusable_state_directory_exits_2_naming_it(
         (state / "certificates" / "example.com").mkdir(parents=True)
     elif variant == "unreadable":
         _loop(state)  # ELOOP: unreadable even for root (which ignores file modes)
+    elif variant == "first-cut":  # the first CLI's layout: an account, no certificates
+        (state / "accounts" / "acme-v02.api.letsencrypt.org_directory").mkdir(parents=True)
 
     result = run_main(capsys, "renew", "--state-dir", str(state), "--random-delay", "60")
 
@@ -249,19 +287,36 @@ def test_an_unusable_state_directory_exits_2_naming_it(
     assert one_json(as_json)["status"] == "invalid-input"
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a directory whatever its mode")
-def test_a_state_directory_without_read_permission_exits_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    state = tmp_path / "state"
-    (state / "some-ca" / "accounts").mkdir(parents=True)
-    state.chmod(0)
+def test_a_state_directory_without_read_permission_exits_2(tmp_path: Path) -> None:
+    # root reads any directory whatever its mode: then the CLI runs as nobody (setpriv)
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        pytest.skip("root reads a directory whatever its mode, and there is no setpriv")
+    base = Path(tempfile.mkdtemp(prefix="acmecerts-perm-", dir="/tmp"))
     try:
-        result = run_main(capsys, "renew", "--state-dir", str(state))
+        base.chmod(0o755)  # nobody may reach it, not read what is inside the state
+        state = base / "state"
+        (state / "some-ca" / "accounts").mkdir(parents=True)
+        state.chmod(0)
+        env = cli_env(None, HOME=str(base), XDG_CONFIG_HOME=str(base / "config"))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        result = subprocess.run(
+            [*(as_nobody if os.geteuid() == 0 else []), *CLI, "renew", "--state-dir", str(state)],
+            cwd=base,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     finally:
-        state.chmod(0o700)
-    assert result.returncode == 2
-    assert "cannot read state directory" in result.stderr
+        (base / "state").chmod(0o700)
+        shutil.rmtree(base)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("acmecerts: error: ")
+    assert str(state) in line
+    assert "not readable" in line
 
 
 def test_directory_naming_a_ca_without_state_exits_2_and_accounts_alone_are_nothing_to_do(

@@ -89,9 +89,10 @@ class RenewArgs:
     hook_timeout: float = DEFAULT_HOOK_TIMEOUT
 
 
-def ca_dirs(root: Path) -> list[str]:
+def ca_dirs(root: Path, *, first_cut_ok: bool = False) -> list[str]:
     """The CA directories of the state directory ``root``; :class:`InvalidInput` when it
-    is missing, not a directory, unreadable or holds no CA."""
+    is missing, not a directory, unreadable or holds no CA (``first_cut_ok``: unless it
+    holds the first cut's ``accounts`` directory)."""
     try:
         info = os.stat(root)
     except FileNotFoundError:
@@ -108,6 +109,14 @@ def ca_dirs(root: Path) -> list[str]:
     except OSError as exc:
         raise InvalidInput(f"cannot read state directory {root}: {exc.strerror or exc}") from exc
     if not found:
+        first_cut = (root / "accounts").is_dir()
+        if first_cut and first_cut_ok:
+            return found
+        if first_cut:
+            raise InvalidInput(
+                f"state directory {root} holds only accounts of the first acmecerts "
+                "(accounts/): give --directory URL to use one"
+            )
         raise InvalidInput(
             f"state directory {root} holds no acmecerts state (no CA's account or "
             "certificates): issue a certificate first, or check --state-dir"
@@ -235,13 +244,13 @@ def run_renew(
         hook_timeout = check_hook_timeout(args.hook_timeout)
         plan_ca(common, account, max_wait=args.max_wait)  # the options, before the state
         root = (common.state_dir or default_state_dir()).expanduser().absolute()
-        slugs = ca_dirs(root)
+        slugs = ca_dirs(root, first_cut_ok=args.only_directory)
         found, problems = run_interruptible(
             lambda: _settings(root, slugs), json_mode=report.json_mode
         )
         if args.only_directory:
-            slug = ca_slug(common.directory)
-            if slug not in slugs:
+            first = _plan(common, account, None, args.max_wait)
+            if ca_slug(common.directory) not in slugs and first.state.legacy_account_dir() is None:
                 listed = ", ".join(sorted(s.directory for s in found)) or "none it can name"
                 raise InvalidInput(
                     f"no state for {common.directory} in {root} (its CAs: {listed}); "
