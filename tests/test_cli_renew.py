@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -530,6 +531,15 @@ def test_a_failing_deploy_hook_exits_1_and_loses_nothing(
     assert serial_of(out) == serial
     assert log.read_text() == "post\n"
 
+    # A forced renewal runs the stored (failing) hook again: renewed, exit 1, said so.
+    forced = renew(capsys, pebble, state, "--force")
+    assert forced.returncode == 1
+    assert "1 renewed" in forced.stdout
+    assert "1 hook failed (see stderr)" in forced.stdout
+    assert "deploy-hook for renew-fail.example.test" in forced.stderr
+    assert serial_of(out) != serial
+    assert log.read_text() == "post\npost\n"
+
 
 # -- the hook runner on its own -----------------------------------------------------------------
 
@@ -607,3 +617,46 @@ def test_the_stored_record_keeps_the_hooks(
     # an empty command removes the stored one
     issue(capsys, pebble, state, "renew-record.example.test", "--deploy-hook", "")
     assert anyio.run(record)["deploy_hook"] is None
+
+
+def test_a_pre_hook_may_free_the_challenge_port_before_issue_binds_it(
+    pebble: PebbleServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A web server holds the http-01 port until the pre-hook stops it (as certbot users do
+    # with `--pre-hook "systemctl stop nginx" --post-hook "systemctl start nginx"`).
+    stop, stopped = tmp_path / "stop", tmp_path / "stopped"
+    server = (
+        "import pathlib, socket, sys, time\n"
+        "s = socket.socket()\n"
+        "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"  # as web servers do
+        f"s.bind(('127.0.0.1', {pebble.http_port}))\n"
+        "s.listen()\n"
+        "print('listening', flush=True)\n"
+        f"while not pathlib.Path({str(stop)!r}).exists(): time.sleep(0.02)\n"
+        "s.close()\n"
+        f"pathlib.Path({str(stopped)!r}).touch()\n"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", server], stdout=subprocess.PIPE, text=True
+    ) as holder:
+        assert holder.stdout is not None
+        assert holder.stdout.readline() == "listening\n"
+        pre = f"touch {stop}; while [ ! -e {stopped} ]; do sleep 0.02; done"
+        try:
+            result = run_main(
+                capsys,
+                "issue",
+                "renew-port.example.test",
+                "--pre-hook",
+                pre,
+                "--hook-timeout",
+                "30",
+                *ca_args(pebble, tmp_path / "state"),
+                *http01_args(pebble),
+            )
+        finally:
+            stop.touch()
+            holder.wait(timeout=30)
+            holder.stdout.close()
+    assert result.returncode == 0, result.stderr
+    assert "Certificate issued" in result.stdout

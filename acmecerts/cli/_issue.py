@@ -290,6 +290,11 @@ def batch_result(
         )
     elif not quiet or code != EXIT_OK or any(o.status != "current" for o in outcomes):
         _summary(report, outcomes, verb=verb)
+        if runner is not None and runner.failed:
+            count = len(runner.failed)
+            report.out.print(
+                Text(f"  {count} hook{'s' if count > 1 else ''} failed (see stderr)", style="red")
+            )
     return code
 
 
@@ -450,7 +455,8 @@ def run_issue(
                     report,
                     concurrency=args.concurrency,
                     single=single,
-                    eager=True,
+                    # a pre-hook may free the challenge port (stop a web server): bind after it
+                    eager=not any(j.hooks.pre for j in jobs),
                     title="Issuing: ",
                     hooks=runner,
                 )
