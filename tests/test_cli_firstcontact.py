@@ -433,7 +433,7 @@ def test_webroot_issues_through_a_running_web_server_and_renew_uses_it(
             env=env,
         )
         assert issued.returncode == 0, issued.stderr
-        assert one_json(issued)["status"] == "issued"
+        assert one_json(issued)["certificates"][0]["status"] == "issued"
         check_certificate(out, names, ca_server.root_pem())
         assert challenge_fetches(log) >= 2  # Pebble fetched each name's file from the server
         # the challenge files were removed afterwards

@@ -71,6 +71,7 @@ def run_account(
                 async with open_client(ca, create=True, key_type=kind) as client:
                     known = client.account_url is not None
                     found = await _existing_or_register(client)
+                    await state.save_ca_settings(ca.ca_bundle)  # `renew` finds the CA
                     if ca.contact and set(found.contact) != set(ca.contact):
                         found = await client.update_contact(ca.contact)
                     verb = "exists" if (had_key and known) else "registered"

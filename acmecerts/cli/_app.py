@@ -36,7 +36,7 @@ from ._common import (
     Report,
 )
 from ._config import ENV_PREFIX, config_default_map, find_config_path, load_config
-from ._issue import IssueArgs, run_issue, run_renew
+from ._issue import IssueArgs, run_issue
 from ._revoke import run_revoke
 from ._solvers import ChallengeOptions
 from ._status import run_status
@@ -70,6 +70,7 @@ _CHALLENGE: Final = "Challenge"
 _ACCOUNT: Final = "Account"
 _OUTPUT: Final = "Output"
 _ISSUING: Final = "Issuing"
+_HOOKS: Final = "Hooks"
 
 
 def _env(option: str) -> str:
@@ -334,6 +335,49 @@ Concurrency = Annotated[
     int,
     _opt("concurrency", panel=_ISSUING, metavar="N", help="Certificates ordered at once."),
 ]
+PreHook = Annotated[
+    str | None,
+    _opt(
+        "pre-hook",
+        panel=_HOOKS,
+        metavar="COMMAND",
+        help="Run COMMAND (/bin/sh -c) once before the first order of a run; stored with "
+        'the certificate for `renew` ("": remove the stored one).',
+        show_default=False,
+    ),
+]
+PostHook = Annotated[
+    str | None,
+    _opt(
+        "post-hook",
+        panel=_HOOKS,
+        metavar="COMMAND",
+        help="Run COMMAND once after all the work of a run that ordered anything, also "
+        "after failures; stored like --pre-hook.",
+        show_default=False,
+    ),
+]
+DeployHook = Annotated[
+    str | None,
+    _opt(
+        "deploy-hook",
+        panel=_HOOKS,
+        metavar="COMMAND",
+        help="Run COMMAND for each certificate issued or renewed, after its files are "
+        "written (RENEWED_LINEAGE, RENEWED_DOMAINS and ACMECERTS_HOOK_* in its "
+        "environment); stored like --pre-hook.",
+        show_default=False,
+    ),
+]
+HookTimeout = Annotated[
+    float,
+    _opt(
+        "hook-timeout",
+        panel=_HOOKS,
+        metavar="SECONDS",
+        help="Kill a hook (and what it started) that runs longer; it counts as failed.",
+    ),
+]
 Force = Annotated[
     bool,
     _opt(
@@ -381,6 +425,12 @@ def _root(
     config: Config = None,
 ) -> None:
     """Get TLS certificates from an ACME CA (RFC 8555)."""
+
+
+def _hooks(pre: str | None, post: str | None, deploy: str | None) -> Any:
+    from ._hooks import Hooks
+
+    return Hooks(pre=pre, post=post, deploy=deploy)
 
 
 def _common(
@@ -485,6 +535,10 @@ def issue_command(
     force: Force = False,
     concurrency: Concurrency = 8,
     max_wait: MaxWait = 120.0,
+    pre_hook: PreHook = None,
+    post_hook: PostHook = None,
+    deploy_hook: DeployHook = None,
+    hook_timeout: HookTimeout = 300.0,
     challenge: Challenge = "http-01",
     http_01_listen: Http01Listen = "0.0.0.0:80",
     webroot: Webroot = None,
@@ -530,6 +584,8 @@ def issue_command(
             concurrency=concurrency,
             max_wait=max_wait,
             cert_name=cert_name,
+            hooks=_hooks(pre_hook, post_hook, deploy_hook),
+            hook_timeout=hook_timeout,
         ),
         _common(
             directory,
@@ -580,6 +636,31 @@ def renew_command(
     ] = False,
     concurrency: Concurrency = 8,
     max_wait: MaxWait = 120.0,
+    random_delay: Annotated[
+        float,
+        _opt(
+            "random-delay",
+            panel=_ISSUING,
+            metavar="SECONDS",
+            help="Wait a random time from 0 to SECONDS before contacting any CA (spreads "
+            "the cron jobs of many machines).",
+        ),
+    ] = 0.0,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "-q",
+            "--quiet",
+            envvar=_env("quiet"),
+            rich_help_panel=_OUTPUT,
+            help="Print nothing unless a certificate was renewed or something failed "
+            "(errors always go to stderr).",
+        ),
+    ] = False,
+    pre_hook: PreHook = None,
+    post_hook: PostHook = None,
+    deploy_hook: DeployHook = None,
+    hook_timeout: HookTimeout = 300.0,
     challenge: Challenge = "http-01",
     http_01_listen: Http01Listen = "0.0.0.0:80",
     webroot: Webroot = None,
@@ -595,7 +676,17 @@ def renew_command(
     eab_kid: EabKid = None,
     eab_hmac_key: EabHmacKey = None,
     agree_tos: AgreeTos = False,
-    directory: Directory = None,
+    directory: Annotated[
+        str | None,
+        _opt(
+            "directory",
+            metavar="URL",
+            help="Renew only the certificates of this CA (its ACME directory URL) "
+            "[default: every CA in the state directory, each with the URL and --ca-bundle "
+            "it was issued with].",
+            show_default=False,
+        ),
+    ] = None,
     staging: Staging = False,
     ca_bundle: CaBundle = None,
     proxy: Proxy = None,
@@ -606,19 +697,31 @@ def renew_command(
     verbose: Verbose = 0,
     config: Config = None,
 ) -> None:
-    """Renew the certificates in the state directory that are due.
+    """Renew the certificates in the state directory that are due, at every CA.
 
+    Each certificate is renewed at the CA it was issued from, with that CA's account.
     Due means inside the CA's ARI renewal window, or a third of the lifetime left when the
     CA has no ARI (and a revoked certificate); --force renews now. A certificate that was
     asked for but not issued (deferred by rate limits, failed, interrupted) is issued. The
-    files are written where the certificate's files were written before.
+    files are written where the certificate's files were written before, and the hooks
+    stored with it run (hooks given here replace them for this run). A missing, empty or
+    unreadable state directory is an error (exit 2), never "nothing to do".
     """
+    from ._renew import RenewArgs, run_renew
+
     code = run_renew(
-        tuple(names or ()),
-        force=force,
-        concurrency=concurrency,
-        max_wait=max_wait,
-        common=_common(
+        RenewArgs(
+            names=tuple(names or ()),
+            force=force,
+            concurrency=concurrency,
+            max_wait=max_wait,
+            only_directory=directory is not None or staging,
+            quiet=quiet,
+            random_delay=random_delay,
+            hooks=_hooks(pre_hook, post_hook, deploy_hook),
+            hook_timeout=hook_timeout,
+        ),
+        _common(
             directory,
             staging,
             ca_bundle,
@@ -629,13 +732,13 @@ def renew_command(
             verbose,
             proxy,
         ),
-        account=AccountArgs(
+        AccountArgs(
             emails=tuple(email or ()),
             eab_kid=eab_kid,
             eab_hmac_key=eab_hmac_key,
             agree_tos=agree_tos,
         ),
-        challenge=ChallengeOptions(
+        ChallengeOptions(
             challenge=challenge,
             http_01_listen=http_01_listen,
             webroot=webroot,

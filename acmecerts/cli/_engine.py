@@ -61,6 +61,7 @@ from acmecerts.retry import AttemptSchedule
 from acmecerts.solvers import Solver
 
 from ._firstcontact import terms_refused
+from ._hooks import HookResult, HookRunner, Hooks, deploy_environment
 from ._state import CertificateRecord, State, write_certificate_files
 
 __all__ = [
@@ -191,6 +192,9 @@ class TrackingClient(AcmeClient):
     terms_agreed: bool = False
     _names: dict[frozenset[str], str]
     _by_url: dict[str, str]
+    _hook_runner: HookRunner | None = None
+    _hooks: dict[str, Hooks]
+    _ordering: set[str]
 
     async def register(
         self,
@@ -216,6 +220,20 @@ class TrackingClient(AcmeClient):
         self._names = {frozenset(ids): name for name, ids in certificates}
         self._by_url = {}
 
+    def track_hooks(self, runner: HookRunner, hooks: dict[str, Hooks]) -> None:
+        """Run each certificate's pre-hook (via ``runner``) before its first order."""
+        self._hook_runner, self._hooks, self._ordering = runner, hooks, set()
+
+    async def _before_order(self, identifiers: Iterable[Identifier | str]) -> None:
+        if self._hook_runner is None or self.board is None:
+            return
+        values = frozenset(i.value if isinstance(i, Identifier) else i for i in identifiers)
+        name = self._names.get(values)
+        if name is None or name in self._ordering:
+            return
+        self._ordering.add(name)
+        await self._hook_runner.before_order(self._hooks.get(name, Hooks()))
+
     def _note(self, order: Order) -> str | None:
         if self.board is None:
             return None
@@ -234,6 +252,8 @@ class TrackingClient(AcmeClient):
         replaces: str | None = None,
         renewal_of: Sequence[Identifier | str] | None = None,
     ) -> Order:
+        identifiers = list(identifiers)
+        await self._before_order(identifiers)
         order = await super().new_order(
             identifiers, profile=profile, replaces=replaces, renewal_of=renewal_of
         )
@@ -243,6 +263,7 @@ class TrackingClient(AcmeClient):
     async def get_order(self, url: str) -> Order:
         order = await super().get_order(url)
         self._note(order)
+        await self._before_order(order.identifiers)  # an order resumed from the store
         return order
 
     async def get_authorization(self, url: str) -> Authorization:
@@ -275,6 +296,12 @@ class Job:
     record: CertificateRecord | None = None
     #: ``--webroot`` answering its http-01 challenges (stored in the record).
     webroot: Path | None = None
+    #: The hooks this run uses for the certificate.
+    hooks: Hooks = dataclasses.field(default_factory=Hooks)
+    #: Store :attr:`hooks` in the certificate's record (``issue``; ``renew`` keeps it).
+    remember_hooks: bool = False
+    #: The CA's directory URL (shown in ``--json``).
+    directory: str | None = None
 
     @property
     def name(self) -> str:
@@ -294,6 +321,8 @@ class Outcome:
     reason: str = ""
     error: AcmeCertsError | None = None
     renewal_at: _dt.datetime | None = None
+    #: The deploy-hook's run, after a new certificate was exported.
+    hook: HookResult | None = None
 
 
 def problem_of(exc: BaseException | None) -> AcmeProblem | None:
@@ -336,7 +365,7 @@ def _describe_wait(board: Board, name: str, result: IssueResult) -> str:
 def wanted_record(job: Job) -> CertificateRecord:
     """The CLI's record for ``job``: what was asked for, and where the files go."""
     record = job.record or CertificateRecord(name=job.name)
-    return dataclasses.replace(
+    record = dataclasses.replace(
         record,
         identifiers=tuple(i.value for i in job.spec.identifiers),
         out=str(job.out),
@@ -345,6 +374,11 @@ def wanted_record(job: Job) -> CertificateRecord:
         preferred_chain=job.spec.preferred_chain,
         webroot=str(job.webroot) if job.webroot is not None else None,
     )
+    if job.remember_hooks:
+        record = dataclasses.replace(
+            record, pre_hook=job.hooks.pre, post_hook=job.hooks.post, deploy_hook=job.hooks.deploy
+        )
+    return record
 
 
 async def _export(state: State, job: Job, certificate: IssuedCertificate) -> dict[str, Path]:
@@ -378,8 +412,12 @@ async def execute(
     board: Board,
     concurrency: int,
     max_wait: float,
+    hooks: HookRunner | None = None,
 ) -> list[Outcome]:
-    """Run every job in parallel; one :class:`Outcome` per job, in order."""
+    """Run every job in parallel; one :class:`Outcome` per job, in order.
+
+    With ``hooks``, each job's deploy-hook runs after its new certificate was exported.
+    """
     manager = CertificateManager(
         client,
         solvers=solvers,
@@ -398,7 +436,7 @@ async def execute(
     outcomes: list[Outcome | None] = [None] * len(jobs)
 
     async def run(index: int, job: Job) -> None:
-        outcomes[index] = await _run_job(manager, state, job, board, max_wait)
+        outcomes[index] = await _run_job(manager, state, job, board, max_wait, hooks)
 
     async with anyio.create_task_group() as tg:
         for index, job in enumerate(jobs):
@@ -428,7 +466,12 @@ async def execute(
 
 
 async def _run_job(
-    manager: CertificateManager, state: State, job: Job, board: Board, max_wait: float
+    manager: CertificateManager,
+    state: State,
+    job: Job,
+    board: Board,
+    max_wait: float,
+    hooks: HookRunner | None = None,
 ) -> Outcome:
     name = job.name
     waited = 0.0
@@ -445,11 +488,16 @@ async def _run_job(
                 await anyio.sleep(delay)
                 waited += delay
                 continue
-        return await _finish(manager, state, job, board, result)
+        return await _finish(manager, state, job, board, result, hooks)
 
 
 async def _finish(
-    manager: CertificateManager, state: State, job: Job, board: Board, result: IssueResult
+    manager: CertificateManager,
+    state: State,
+    job: Job,
+    board: Board,
+    result: IssueResult,
+    hooks: HookRunner | None = None,
 ) -> Outcome:
     name = job.name
     renewal_at = manager.renewal_at(name)
@@ -468,6 +516,18 @@ async def _finish(
             )
             board.set(name, Stage.FAILED, detail=outcome.reason)
             return outcome
+        if new and hooks is not None and job.hooks.deploy is not None:
+            env = deploy_environment(
+                name=name,
+                identifiers=[i.value for i in job.spec.identifiers],
+                out=job.out,
+                files=outcome.files,
+                event=outcome.status,
+                serial=certificate.serial,
+                not_after=certificate.not_after.isoformat(),
+                directory=state.directory_url,
+            )
+            outcome.hook = await hooks.deploy(job.hooks.deploy, env, name)
         if new:
             board.set(name, Stage.DONE, detail=_expiry(certificate))
         else:

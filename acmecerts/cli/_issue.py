@@ -1,10 +1,13 @@
-"""``acmecerts issue`` (one certificate, or ``--from-file`` in parallel) and ``renew``."""
+"""``acmecerts issue`` (one certificate, or ``--from-file`` in parallel).
+
+``renew`` (in ``_renew``) runs its certificates through :func:`run_jobs` too.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import functools
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -36,26 +39,28 @@ from ._common import (
     status_word,
     when,
 )
+from ._display import NullView
 from ._engine import Board, Job, Outcome, execute, problem_of
 from ._firstcontact import check_out_dir, check_webroot
+from ._hooks import DEFAULT_HOOK_TIMEOUT, HookRunner, Hooks
 from ._interrupt import run_interruptible
 from ._lineage import choose_lineage, known_lineages, validate_cert_name
-from ._solvers import (
-    ChallengeOptions,
-    ChallengePlan,
-    plan_challenge,
-    routed_solvers,
-    running_solvers,
-)
-from ._state import CertificateRecord, StoredCertificate, certificate_name
+from ._solvers import ChallengeOptions, ChallengePlan, plan_challenge, running_solvers
+from ._state import CertificateRecord, certificate_name
 
 __all__ = [
     "RESULT_JSON_BASE",
     "IssueArgs",
+    "batch_result",
+    "check_hook_timeout",
     "parse_cert_file",
+    "refuse_unusable",
+    "renew_exit_code",
+    "report_hook_failures",
     "results_json",
     "run_issue",
-    "run_renew",
+    "run_jobs",
+    "stored_webroot",
 ]
 
 
@@ -74,6 +79,10 @@ class IssueArgs:
     max_wait: float = 120.0
     #: The lineage to issue into (``--cert-name``; not with ``--from-file``).
     cert_name: str | None = None
+    #: ``--pre-hook``, ``--post-hook``, ``--deploy-hook`` (``None``: keep the stored one;
+    #: ``""``: remove it).
+    hooks: Hooks = dataclasses.field(default_factory=Hooks)
+    hook_timeout: float = DEFAULT_HOOK_TIMEOUT
 
 
 # -- input ----------------------------------------------------------------------------------
@@ -150,10 +159,14 @@ def _outcome_json(outcome: Outcome) -> dict[str, Any]:
         "until": iso(outcome.until),
         "error": " ".join(outcome.reason.split()) if trouble else None,
         "problem": problem_json(problem_of(outcome.error)) if trouble else None,
+        "directory": job.directory,
+        "deploy_hook": outcome.hook.to_json() if outcome.hook is not None else None,
     }
 
 
-def results_json(outcomes: Sequence[Outcome], code: int) -> dict[str, Any]:
+def results_json(
+    outcomes: Sequence[Outcome], code: int, runner: HookRunner | None = None
+) -> dict[str, Any]:
     """The one ``--json`` object of ``issue`` (one or many) and ``renew``."""
     counts: dict[str, int] = {}
     for outcome in outcomes:
@@ -165,6 +178,7 @@ def results_json(outcomes: Sequence[Outcome], code: int) -> dict[str, Any]:
         "problem": None,
         "counts": counts,
         "certificates": [_outcome_json(o) for o in outcomes],
+        **_hooks_json(runner),
     }
 
 
@@ -172,6 +186,8 @@ def _exit_code(outcomes: Sequence[Outcome]) -> int:
     statuses = {o.status for o in outcomes}
     if statuses & {"failed", "cancelled"}:
         return EXIT_FAILED
+    if any(o.hook is not None and not o.hook.ok for o in outcomes):
+        return EXIT_FAILED  # the certificate is stored and exported; its hook failed
     if "deferred" in statuses:
         return EXIT_DEFERRED
     return EXIT_OK
@@ -207,8 +223,31 @@ def _summary(report: Report, outcomes: Sequence[Outcome], *, verb: str) -> None:
         )
 
 
-def _single_result(report: Report, outcome: Outcome) -> int:
+def check_hook_timeout(value: float) -> float:
+    """``--hook-timeout``, validated (raises :class:`InvalidInput`)."""
+    if not (math.isfinite(value) and value > 0):
+        raise InvalidInput(f"--hook-timeout must be a positive number of seconds, not {value}")
+    return value
+
+
+def report_hook_failures(report: Report, runner: HookRunner) -> None:
+    """One line on stderr for each hook that failed (also with ``--json`` and ``-q``)."""
+    for result in runner.failed:
+        report.err.print(Text(f"acmecerts: error: {result.describe()}"), soft_wrap=True)
+
+
+def _hooks_json(runner: HookRunner | None) -> dict[str, Any]:
+    if runner is None:
+        return {}
+    ran = [r.to_json() for r in runner.results if r.kind != "deploy"]
+    return {"hooks": ran} if ran else {}
+
+
+def _single_result(report: Report, outcome: Outcome, runner: HookRunner | None = None) -> int:
     """The output of ``acmecerts issue NAME...`` (one certificate)."""
+    if runner is not None:
+        report_hook_failures(report, runner)
+    hooks_failed = runner is not None and bool(runner.failed)
     if outcome.status in ("failed", "cancelled"):
         code = EXIT_INPUT if isinstance(outcome.error, InvalidInput) else EXIT_FAILED
         report.error_line(code, outcome.reason)
@@ -223,11 +262,12 @@ def _single_result(report: Report, outcome: Outcome) -> int:
         )
         report.error_line(EXIT_DEFERRED, message)
         if report.json_mode:
-            report.json(results_json([outcome], EXIT_DEFERRED))
+            report.json(results_json([outcome], EXIT_DEFERRED, runner))
         return EXIT_DEFERRED
+    code = EXIT_FAILED if hooks_failed else EXIT_OK
     if report.json_mode:
-        report.json(results_json([outcome], EXIT_OK))
-        return EXIT_OK
+        report.json(results_json([outcome], code, runner))
+        return code
     cert = outcome.certificate
     files = outcome.files or {}
     assert cert is not None
@@ -252,15 +292,36 @@ def _single_result(report: Report, outcome: Outcome) -> int:
         rows.append(("renewal", when(outcome.renewal_at)))
     rows += [(kind, str(files[kind])) for kind in ("fullchain", "cert", "chain", "privkey")]
     report.rows(title, rows)
-    return EXIT_OK
+    return code
 
 
-def _batch_result(report: Report, outcomes: Sequence[Outcome], *, verb: str) -> int:
+def batch_result(
+    report: Report,
+    outcomes: Sequence[Outcome],
+    *,
+    verb: str,
+    runner: HookRunner | None = None,
+    failed: bool = False,
+    quiet: bool = False,
+    extra: Mapping[str, Any] | None = None,
+) -> int:
+    """Print the result of many certificates (``failed``: something besides them failed;
+    ``quiet``: no summary unless a certificate is new or did not end well)."""
     code = _exit_code(outcomes)
+    if runner is not None:
+        report_hook_failures(report, runner)
+        failed = failed or bool(runner.failed)
+    if failed:
+        code = EXIT_FAILED
     if report.json_mode:
-        report.json(results_json(outcomes, code))
-    else:
+        report.json({**results_json(outcomes, code, runner), **(extra or {})})
+    elif not quiet or code != EXIT_OK or any(o.status != "current" for o in outcomes):
         _summary(report, outcomes, verb=verb)
+        if runner is not None and runner.failed:
+            count = len(runner.failed)
+            report.out.print(
+                Text(f"  {count} hook{'s' if count > 1 else ''} failed (see stderr)", style="red")
+            )
     return code
 
 
@@ -289,6 +350,7 @@ async def _job(
     force: bool,
     cert_name: str | None,
     known: Mapping[str, tuple[str, ...]],
+    hooks: Hooks,
     webroot: Path | None = None,
 ) -> Job:
     state = ca.state
@@ -318,12 +380,26 @@ async def _job(
         preferred_chain=preferred_chain,
     )
     out = out.absolute()
-    if wanted.out is None:  # a stored or default directory (--out was checked already)
+    if wanted.out is None or wanted.per_name:  # --out itself was checked already
         check_out_dir(out, option="the output directory")
-    return Job(spec=spec, out=out, force=force, record=record, webroot=webroot)
+    stored_hooks = (
+        Hooks(pre=record.pre_hook, post=record.post_hook, deploy=record.deploy_hook)
+        if record is not None
+        else Hooks()
+    )
+    return Job(
+        spec=spec,
+        out=out,
+        force=force,
+        record=record,
+        webroot=webroot,
+        hooks=stored_hooks.overridden_by(hooks),
+        remember_hooks=True,
+        directory=ca.directory,
+    )
 
 
-async def _run_jobs(
+async def run_jobs(
     ca: CaPlan,
     plan: ChallengePlan,
     jobs: Sequence[Job],
@@ -333,13 +409,19 @@ async def _run_jobs(
     single: bool,
     eager: bool,
     title: str,
+    hooks: HookRunner | None = None,
+    quiet: bool = False,
 ) -> list[Outcome]:
+    """Obtain ``jobs`` from one CA (with ``hooks`` around the orders); ``quiet``: no
+    progress display."""
     board = Board((j.name, [i.value for i in j.spec.identifiers]) for j in jobs)
     async with (
         running_solvers(plan, eager=eager) as solvers,
         open_client(ca, create=True) as client,
     ):
         client.track(board, ((j.name, [i.value for i in j.spec.identifiers]) for j in jobs))
+        if hooks is not None:
+            client.track_hooks(hooks, {j.name: j.hooks for j in jobs})
         profiles = {j.spec.profile for j in jobs if j.spec.profile is not None}
         if profiles:  # refuse an unknown profile before an account or an order is made
             offered = (await client.directory()).profiles
@@ -347,7 +429,9 @@ async def _run_jobs(
                 listed = ", ".join(sorted(offered)) or "none: it predates profiles"
                 raise InvalidInput(f"--profile {profile!r}: the CA offers {listed}")
         await ensure_registered(ca, client)
-        with choose_view(report, board, single=single, title=title):
+        await ca.state.save_ca_settings(ca.ca_bundle)  # `renew` finds this CA again
+        view = NullView(board) if quiet else choose_view(report, board, single=single, title=title)
+        with view:
             return await execute(
                 state=ca.state,
                 client=client,
@@ -356,6 +440,7 @@ async def _run_jobs(
                 board=board,
                 concurrency=concurrency,
                 max_wait=ca.max_wait,
+                hooks=hooks,
             )
 
 
@@ -381,6 +466,7 @@ def run_issue(
             )
         cert_name = validate_cert_name(args.cert_name) if args.cert_name is not None else None
         key_type = KeyType.parse(args.key_type)
+        hook_timeout = check_hook_timeout(args.hook_timeout)
         out = args.out.expanduser() if args.out is not None else None
         if args.from_file is not None:
             wanted = [
@@ -396,6 +482,7 @@ def run_issue(
         ca = plan_ca(common, account, max_wait=args.max_wait)
         plan = plan_challenge(challenge, [i for w in wanted for i in w.identifiers])
         single = args.from_file is None
+        runner = HookRunner(timeout=hook_timeout)
 
         async def main() -> list[Outcome]:
             known = await known_lineages(ca.state)
@@ -410,6 +497,7 @@ def run_issue(
                     webroot=plan.webroot,
                     cert_name=cert_name,
                     known=known,
+                    hooks=args.hooks,
                 )
                 for w in wanted
             ]
@@ -419,126 +507,26 @@ def run_issue(
                     f"--from-file {args.from_file} names certificate {', '.join(duplicates)} "
                     "on more than one line"
                 )
-            return await _run_jobs(
-                ca,
-                plan,
-                jobs,
-                report,
-                concurrency=args.concurrency,
-                single=single,
-                eager=True,
-                title="Issuing: ",
-            )
-
-        outcomes = run_interruptible(main, json_mode=report.json_mode)
-        if single:
-            return _single_result(report, outcomes[0])
-        return _batch_result(report, outcomes, verb="Issued")
-
-    return guarded(report, work)
-
-
-# -- renew ----------------------------------------------------------------------------------
-
-
-def run_renew(
-    names: Sequence[str],
-    *,
-    force: bool,
-    concurrency: int,
-    max_wait: float,
-    common: CommonArgs,
-    account: AccountArgs,
-    challenge: ChallengeOptions,
-) -> int:
-    """Run ``acmecerts renew``; return the exit code."""
-    report = Report(json_mode=common.json, json_base=RESULT_JSON_BASE)
-    configure_logging(common.verbose, report.err)
-
-    def work() -> int:
-        if concurrency < 1:
-            raise InvalidInput(f"--concurrency must be at least 1, not {concurrency}")
-        ca = plan_ca(common, account, max_wait=max_wait)
-        state = ca.state
-
-        async def load() -> list[tuple[str, StoredCertificate | None, CertificateRecord | None]]:
-            known = await state.known_certificates()
-            if names:
-                by_name = {entry[0]: entry for entry in known}
-                missing = [n for n in names if n.lower() not in by_name]
-                if missing:
-                    raise InvalidInput(
-                        f"no certificate named {', '.join(missing)} in {state.root} for "
-                        f"{ca.directory} (see `acmecerts status`)"
-                    )
-                known = [by_name[n.lower()] for n in dict.fromkeys(names)]
-            return known
-
-        known = run_interruptible(load, json_mode=report.json_mode)
-        if not known:
-            if report.json_mode:
-                report.json(results_json([], EXIT_OK))
-            else:
-                report.out.print(f"No certificates in {state.root} for {ca.directory}.")
-            return EXIT_OK
-        jobs: list[Job] = []
-        for name, stored, record in known:
-            if stored is not None:
-                ids = parse_identifiers(stored.identifiers)
-            else:  # asked for, never issued (deferred, failed): issue it now
-                assert record is not None
-                ids = parse_identifiers(record.identifiers)
-            kind = record.key_type if record and record.key_type else None
-            if kind is None and stored is not None and stored.key_type is not None:
-                kind = stored.key_type.value
-            revoked = (
-                stored is not None
-                and record is not None
-                and record.revoked_serial == stored.info.serial
-            )
-            spec = CertificateSpec.of(
-                name,
-                ids,
-                key_type=KeyType.parse(kind or KeyType.EC256),
-                profile=record.profile if record else None,
-                preferred_chain=record.preferred_chain if record else None,
-            )
-            out = Path(record.out) if record and record.out else state.default_out(name)
-            jobs.append(
-                Job(
-                    spec=spec,
-                    out=out,
-                    force=force or revoked,
-                    record=record,
-                    webroot=stored_webroot(challenge, record),
-                )
-            )
-        plan = plan_challenge(challenge, [i for job in jobs for i in job.spec.identifiers])
-        position = {job.name: index for index, job in enumerate(jobs)}
-        jobs, refused = refuse_unusable(jobs)
-        plan = routed_solvers(
-            plan, ((j.webroot, j.spec.identifiers) for j in jobs if j.webroot is not None)
-        )
-
-        outcomes: list[Outcome] = []
-        if jobs:
-            outcomes = run_interruptible(
-                functools.partial(
-                    _run_jobs,
+            try:
+                return await run_jobs(
                     ca,
                     plan,
                     jobs,
                     report,
-                    concurrency=concurrency,
-                    single=False,
-                    eager=False,
-                    title="Renewing: ",
-                ),
-                json_mode=report.json_mode,
-            )
-        every = sorted([*refused, *outcomes], key=lambda o: position[o.job.name])
-        code = _batch_result(report, every, verb="Checked")
-        return renew_exit_code(code, refused, outcomes)
+                    concurrency=args.concurrency,
+                    single=single,
+                    # a pre-hook may free the challenge port (stop a web server): bind after it
+                    eager=not any(j.hooks.pre for j in jobs),
+                    title="Issuing: ",
+                    hooks=runner,
+                )
+            finally:
+                await runner.after_all()
+
+        outcomes = run_interruptible(main, json_mode=report.json_mode)
+        if single:
+            return _single_result(report, outcomes[0], runner)
+        return batch_result(report, outcomes, verb="Issued", runner=runner)
 
     return guarded(report, work)
 

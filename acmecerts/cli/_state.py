@@ -7,6 +7,8 @@ for root, else ``$XDG_DATA_HOME/acmecerts``, else ``~/.local/share/acmecerts``) 
 CLI issued, and the other way round::
 
     <state>/<ca>/ledger.json                                rate-limit ledger (per CA)
+    <state>/<ca>/cli-settings.json                          the CA's directory URL and
+                                                            --ca-bundle (for `renew`)
     <state>/<ca>/accounts/default/key.pem                   account key
     <state>/<ca>/accounts/default/account.json              account URL, key thumbprint
     <state>/<ca>/accounts/default/certificates/<cert>/      cert.pem, privkey.pem, meta.json
@@ -74,6 +76,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CERTIFICATE_FILES",
     "SYSTEM_STATE_DIR",
+    "CaSettings",
     "CertificateRecord",
     "State",
     "StoredCertificate",
@@ -81,6 +84,7 @@ __all__ = [
     "default_state_dir",
     "directory_slug",
     "ensure_private_dir",
+    "find_ca_dirs",
     "write_certificate_files",
 ]
 
@@ -277,6 +281,11 @@ class CertificateRecord:
     #: anything is removed and removed last, so a deletion that was interrupted is seen
     #: (``status`` shows it, ``renew`` skips it) and finished by the next ``delete``.
     deleting: str | None = None
+    #: Shell commands run around orders and after each new certificate (``--pre-hook``,
+    #: ``--post-hook``, ``--deploy-hook``); ``renew`` runs them without flags.
+    pre_hook: str | None = None
+    post_hook: str | None = None
+    deploy_hook: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         document = dataclasses.asdict(self)
@@ -296,6 +305,94 @@ class CertificateRecord:
         ):
             raise StorageError(f"{where} is not a valid CLI record; fix or remove it", path=where)
         return cls(identifiers=tuple(identifiers), **values)
+
+
+#: ``<state>/<ca>/cli-settings.json``: how ``renew`` reaches the CA again without flags.
+CA_SETTINGS_FILE = "cli-settings.json"
+_SETTINGS_FORMAT = 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CaSettings:
+    """What ``renew`` needs to reach a CA again without flags.
+
+    Kept in ``<state>/<ca>/cli-settings.json``; written by every command that registered
+    an account or ordered at the CA. No secrets: an EAB key is only needed to create the
+    account, and is not kept.
+    """
+
+    #: The CA's ACME directory URL.
+    directory: str
+    #: The ``--ca-bundle`` used with it (an absolute path), if any.
+    ca_bundle: str | None = None
+
+    def to_bytes(self) -> bytes:
+        document = {"format": _SETTINGS_FORMAT, **dataclasses.asdict(self)}
+        return json.dumps(document, indent=2, sort_keys=True).encode() + b"\n"
+
+    @classmethod
+    def from_bytes(cls, data: bytes, where: str) -> CaSettings:
+        try:
+            document = json.loads(data)
+        except ValueError:
+            document = None
+        if (
+            not isinstance(document, dict)
+            or not isinstance(document.get("directory"), str)
+            or not isinstance(document.get("ca_bundle"), str | None)
+        ):
+            raise StorageError(
+                f'{where} is not valid CA settings (a JSON object with a "directory"); fix '
+                "or remove it",
+                path=where,
+            )
+        return cls(directory=document["directory"], ca_bundle=document.get("ca_bundle"))
+
+
+def _absolute(path: Path) -> str:
+    return str(path.expanduser().absolute())
+
+
+def find_ca_dirs(root: Path) -> list[str]:
+    """The CA directories (segments) in the state directory ``root``, sorted.
+
+    A CA directory is one with an ``accounts`` directory or a ``cli-settings.json``;
+    ``certificates`` (the default ``--out``) and ``accounts`` (the first cut's layout)
+    are not. Raises :class:`OSError` when ``root`` cannot be read.
+    """
+    found: list[str] = []
+    with os.scandir(root) as entries:
+        for entry in entries:
+            if entry.name.startswith(".") or entry.name in ("certificates", "accounts"):
+                continue
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            path = Path(entry.path)
+            if (path / "accounts").is_dir() or (path / CA_SETTINGS_FILE).is_file():
+                found.append(entry.name)
+    return sorted(found)
+
+
+async def read_ca_settings(storage: FileStorage, ca: str) -> CaSettings | None:
+    """The settings stored for the CA directory ``ca`` (a segment of the state directory).
+
+    State written before the settings file existed has the directory URL in the
+    account's ``account.json``; then the CA bundle is unknown (``None``). ``None`` when
+    neither is there.
+    """
+    key = f"{ca}/{CA_SETTINGS_FILE}"
+    value = await storage.load(key)
+    if value is not None:
+        return CaSettings.from_bytes(value.data, storage.path_for(key))
+    meta_key = f"{ca}/accounts/default/account.json"
+    meta = await storage.load(meta_key)
+    if meta is None:
+        return None
+    with contextlib.suppress(ValueError):
+        document = json.loads(meta.data)
+        if isinstance(document, dict) and isinstance(document.get("directory"), str):
+            return CaSettings(directory=document["directory"])
+    return None
 
 
 def _key_type_of(pem: bytes) -> KeyType | None:
@@ -329,6 +426,33 @@ class State:
 
     async def aclose(self) -> None:
         await self.storage.aclose()
+
+    # -- the CA's settings ----------------------------------------------------------------
+
+    @property
+    def settings_key(self) -> str:
+        """``<ca>/cli-settings.json``."""
+        return f"{self.layout.ca}/{CA_SETTINGS_FILE}"
+
+    async def save_ca_settings(self, ca_bundle: Path | None) -> None:
+        """Remember the directory URL and ``ca_bundle`` so ``renew`` needs no flags.
+
+        A bundle stored before is kept when ``ca_bundle`` is ``None`` (a command that
+        got by without one does not make the stored one wrong).
+        """
+        current = await self.storage.load(self.settings_key)
+        stored = (
+            None
+            if current is None
+            else CaSettings.from_bytes(current.data, self.path_for(self.settings_key))
+        )
+        bundle = _absolute(ca_bundle) if ca_bundle is not None else None
+        if bundle is None and stored is not None and stored.directory == self.directory_url:
+            bundle = stored.ca_bundle
+        settings = CaSettings(directory=self.directory_url, ca_bundle=bundle)
+        if settings == stored:
+            return
+        await self.storage.store(self.settings_key, settings.to_bytes())
 
     # -- the account --------------------------------------------------------------------
 

@@ -1,0 +1,384 @@
+"""``acmecerts renew``: every stored certificate, each with the CA it was issued from.
+
+The state directory holds one directory per CA (see :mod:`acmecerts.cli._state`). Each
+keeps its directory URL and ``--ca-bundle`` in ``cli-settings.json``, written by every
+command that ordered or registered there; state written before that file existed has
+the URL in its account's ``account.json``. ``renew`` walks every CA it finds, with that
+CA's account; ``--directory`` narrows it to one CA.
+
+Unusable state is an error, never "nothing to do": a state directory that is missing, a
+file, unreadable, or holds no CA at all exits 2 with one line naming the path, before
+anything is sent, and so does ``--directory`` naming a CA the state directory has no
+state for (a typo in a cron line must not let every certificate expire quietly). A state
+directory with CAs (accounts) but no certificate has nothing to do: exit 0.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import random
+import stat
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from acmecerts.errors import AcmeCertsError, InvalidInput, StorageError
+from acmecerts.manager import CertificateSpec
+from acmecerts.protocol.identifiers import parse_identifiers
+from acmecerts.protocol.keys import KeyType
+from acmecerts.storage import FileStorage
+from acmecerts.storage.keys import ca_slug
+
+from ._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    AccountArgs,
+    CaPlan,
+    CommonArgs,
+    Report,
+    configure_logging,
+    first_error,
+    guarded,
+    plan_ca,
+)
+from ._engine import Job, Outcome
+from ._firstcontact import resolve_directory
+from ._hooks import DEFAULT_HOOK_TIMEOUT, HookRunner, Hooks
+from ._interrupt import run_interruptible
+from ._issue import (
+    RESULT_JSON_BASE,
+    batch_result,
+    check_hook_timeout,
+    refuse_unusable,
+    renew_exit_code,
+    results_json,
+    run_jobs,
+    stored_webroot,
+)
+from ._solvers import ChallengeOptions, plan_challenge, routed_solvers
+from ._state import (
+    CaSettings,
+    CertificateRecord,
+    StoredCertificate,
+    default_state_dir,
+    find_ca_dirs,
+    read_ca_settings,
+)
+
+__all__ = ["RenewArgs", "random_fraction", "run_renew", "sleep"]
+
+log = logging.getLogger("acmecerts.cli")
+
+#: Draws the fraction of ``--random-delay`` to wait, in [0, 1) (a seam for tests).
+random_fraction: Callable[[], float] = random.random
+#: Sleeps the random delay (a seam for tests).
+sleep: Callable[[float], None] = time.sleep
+
+_Known = list[tuple[str, StoredCertificate | None, CertificateRecord | None]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RenewArgs:
+    """Options of ``acmecerts renew``."""
+
+    names: tuple[str, ...] = ()
+    force: bool = False
+    concurrency: int = 8
+    max_wait: float = 120.0
+    #: ``--directory`` was given (flag, environment or config file): that CA only.
+    only_directory: bool = False
+    #: ``-q``: print nothing unless a certificate was renewed or something failed.
+    quiet: bool = False
+    #: Wait a random time in [0, this) seconds before contacting any CA.
+    random_delay: float = 0.0
+    #: Hooks given on the command line: they replace the stored ones for this run.
+    hooks: Hooks = dataclasses.field(default_factory=Hooks)
+    hook_timeout: float = DEFAULT_HOOK_TIMEOUT
+
+
+def ca_dirs(root: Path, *, first_cut_ok: bool = False) -> list[str]:
+    """The CA directories of the state directory ``root``; :class:`InvalidInput` when it
+    is missing, not a directory, unreadable or holds no CA (``first_cut_ok``: unless it
+    holds the first cut's ``accounts`` directory)."""
+    try:
+        info = os.stat(root)
+    except FileNotFoundError:
+        raise InvalidInput(
+            f"state directory {root} does not exist: nothing was issued there "
+            "(check --state-dir or ACMECERTS_STATE_DIR)"
+        ) from None
+    except OSError as exc:
+        raise InvalidInput(f"cannot read state directory {root}: {exc.strerror or exc}") from exc
+    if not stat.S_ISDIR(info.st_mode):
+        raise InvalidInput(f"state directory {root} is not a directory")
+    try:
+        found = find_ca_dirs(root)
+    except OSError as exc:
+        raise InvalidInput(f"cannot read state directory {root}: {exc.strerror or exc}") from exc
+    if not found:
+        first_cut = (root / "accounts").is_dir()
+        if first_cut and first_cut_ok:
+            return found
+        if first_cut:
+            raise InvalidInput(
+                f"state directory {root} holds only accounts of the first acmecerts "
+                "(accounts/): give --directory URL to use one"
+            )
+        raise InvalidInput(
+            f"state directory {root} holds no acmecerts state (no CA's account or "
+            "certificates): issue a certificate first, or check --state-dir"
+        )
+    return found
+
+
+async def _settings(root: Path, slugs: Sequence[str]) -> tuple[list[CaSettings], list[str]]:
+    """The settings of each CA directory, and a message for each one that has none."""
+    found: list[CaSettings] = []
+    problems: list[str] = []
+    async with FileStorage(root) as storage:
+        for slug in slugs:
+            settings = await read_ca_settings(storage, slug)
+            where = root / slug
+            if settings is None:
+                problems.append(
+                    f"cannot tell which CA {where} is for (written by an older acmecerts, "
+                    "with no account URL stored): run `acmecerts renew --directory URL` "
+                    "once for it"
+                )
+                continue
+            try:
+                belongs = ca_slug(settings.directory)
+            except InvalidInput as exc:
+                problems.append(f"{where}: {exc}")
+                continue
+            if belongs != slug:
+                problems.append(
+                    f"{where} holds state for {settings.directory}, which is kept in "
+                    f"{root / belongs}: was the directory renamed?"
+                )
+                continue
+            found.append(settings)
+    return found, problems
+
+
+def _plan(
+    common: CommonArgs, account: AccountArgs, settings: CaSettings | None, max_wait: float
+) -> CaPlan:
+    bundle = common.ca_bundle
+    stored = settings is not None and settings.ca_bundle is not None and bundle is None
+    if stored:
+        assert settings is not None
+        assert settings.ca_bundle is not None
+        bundle = Path(settings.ca_bundle)
+    directory = settings.directory if settings is not None else common.directory
+    try:
+        return plan_ca(
+            dataclasses.replace(common, directory=directory, ca_bundle=bundle),
+            account,
+            max_wait=max_wait,
+        )
+    except InvalidInput as exc:
+        if stored:
+            raise InvalidInput(f"{exc} (stored for {directory}; give --ca-bundle)") from exc
+        raise
+
+
+def _jobs(ca: CaPlan, known: _Known, args: RenewArgs, challenge: ChallengeOptions) -> list[Job]:
+    jobs: list[Job] = []
+    state = ca.state
+    for name, stored, record in known:
+        if stored is not None:
+            ids = parse_identifiers(stored.identifiers)
+        else:  # asked for, never issued (deferred, failed): issue it now
+            assert record is not None
+            ids = parse_identifiers(record.identifiers)
+        kind = record.key_type if record and record.key_type else None
+        if kind is None and stored is not None and stored.key_type is not None:
+            kind = stored.key_type.value
+        revoked = (
+            stored is not None
+            and record is not None
+            and record.revoked_serial == stored.info.serial
+        )
+        spec = CertificateSpec.of(
+            name,
+            ids,
+            key_type=KeyType.parse(kind or KeyType.EC256),
+            profile=record.profile if record else None,
+            preferred_chain=record.preferred_chain if record else None,
+        )
+        out = Path(record.out) if record and record.out else state.default_out(name)
+        stored_hooks = (
+            Hooks(pre=record.pre_hook, post=record.post_hook, deploy=record.deploy_hook)
+            if record is not None
+            else Hooks()
+        )
+        jobs.append(
+            Job(
+                spec=spec,
+                out=out,
+                force=args.force or revoked,
+                record=record,
+                hooks=stored_hooks.overridden_by(args.hooks),
+                directory=ca.directory,
+                webroot=stored_webroot(challenge, record),
+            )
+        )
+    return jobs
+
+
+def _random_delay(seconds: float) -> float:
+    """Sleep a uniformly random time in [0, ``seconds``); return it."""
+    if seconds <= 0:
+        return 0.0
+    delay = seconds * random_fraction()
+    log.info("waiting %.1f s (--random-delay %g) before contacting the CA", delay, seconds)
+    sleep(delay)
+    return delay
+
+
+def run_renew(
+    args: RenewArgs, given: CommonArgs, account: AccountArgs, challenge: ChallengeOptions
+) -> int:
+    """Run ``acmecerts renew``; return the exit code."""
+    report = Report(json_mode=given.json, json_base=RESULT_JSON_BASE)
+    configure_logging(given.verbose, report.err)
+
+    def work() -> int:
+        directory = resolve_directory(given.directory, staging=given.staging)
+        common = dataclasses.replace(given, directory=directory, staging=False)
+        if args.concurrency < 1:
+            raise InvalidInput(f"--concurrency must be at least 1, not {args.concurrency}")
+        if not (0 <= args.random_delay < float("inf")):
+            raise InvalidInput(f"--random-delay must be 0 or more seconds, not {args.random_delay}")
+        hook_timeout = check_hook_timeout(args.hook_timeout)
+        plan_ca(common, account, max_wait=args.max_wait)  # the options, before the state
+        root = (common.state_dir or default_state_dir()).expanduser().absolute()
+        slugs = ca_dirs(root, first_cut_ok=args.only_directory)
+        found, problems = run_interruptible(
+            lambda: _settings(root, slugs), json_mode=report.json_mode
+        )
+        if args.only_directory:
+            first = _plan(common, account, None, args.max_wait)
+            if ca_slug(directory) not in slugs and first.state.legacy_account_dir() is None:
+                listed = ", ".join(sorted(s.directory for s in found)) or "none it can name"
+                raise InvalidInput(
+                    f"no state for {directory} in {root} (its CAs: {listed}); "
+                    "leave out --directory to renew at every CA"
+                )
+            mine = [s for s in found if s.directory == directory]
+            cas = [_plan(common, account, mine[0] if mine else None, args.max_wait)]
+            problems = []
+        else:
+            if not found:
+                raise InvalidInput(problems[0])
+            cas = [_plan(common, account, s, args.max_wait) for s in found]
+
+        async def load() -> list[tuple[CaPlan, _Known]]:
+            loaded = [(ca, await ca.state.known_certificates()) for ca in cas]
+            if args.names:
+                everywhere = {name for _, known in loaded for name, _, _ in known}
+                missing = [n for n in args.names if n.lower() not in everywhere]
+                if missing:
+                    raise InvalidInput(
+                        f"no certificate named {', '.join(missing)} in {root} "
+                        "(see `acmecerts status`)"
+                    )
+                wanted = {n.lower() for n in args.names}
+                loaded = [(ca, [k for k in known if k[0] in wanted]) for ca, known in loaded]
+            return [(ca, known) for ca, known in loaded if known]
+
+        groups = [
+            (ca, _jobs(ca, known, args, challenge))
+            for ca, known in run_interruptible(load, json_mode=report.json_mode)
+        ]
+        # Nothing is ordered for a certificate whose output directory or webroot became
+        # unusable: it fails now, the others go on.
+        position = {id(job): i for i, job in enumerate(j for _, jobs in groups for j in jobs)}
+        refused: list[Outcome] = []
+        usable_groups = []
+        for ca, jobs in groups:
+            usable, refusals = refuse_unusable(jobs)
+            refused += refusals
+            if usable:
+                usable_groups.append((ca, usable))
+        groups = usable_groups
+        for problem in problems:  # one line each; the JSON object lists them too
+            sys.stderr.write(f"acmecerts: error: {' '.join(problem.split())}\n")
+        if not groups:
+            if refused:
+                code = batch_result(report, refused, verb="Checked", failed=bool(problems))
+                return renew_exit_code(code, refused, [])
+            code = EXIT_FAILED if problems else EXIT_OK
+            if report.json_mode:
+                report.json({**results_json([], code), "errors": problems})
+            elif not args.quiet and not problems:
+                report.out.print(f"No certificates in {root}.")
+            return code
+        plan = plan_challenge(
+            challenge, [i for _, jobs in groups for job in jobs for i in job.spec.identifiers]
+        )
+        plan = routed_solvers(
+            plan,
+            (
+                (job.webroot, job.spec.identifiers)
+                for _, jobs in groups
+                for job in jobs
+                if job.webroot is not None
+            ),
+        )
+        delay = _random_delay(args.random_delay)
+        runner = HookRunner(timeout=hook_timeout)
+
+        async def main() -> list[Outcome]:
+            outcomes: list[Outcome] = []
+            try:
+                for ca, jobs in groups:
+                    try:
+                        outcomes += await run_jobs(
+                            ca,
+                            plan,
+                            jobs,
+                            report,
+                            concurrency=args.concurrency,
+                            single=False,
+                            eager=False,
+                            title="Renewing: ",
+                            hooks=runner,
+                            quiet=args.quiet,
+                        )
+                    except Exception as raised:
+                        # A CA that cannot be reached must not stop the renewals at others.
+                        exc = first_error(raised)
+                        if not isinstance(exc, AcmeCertsError) or isinstance(
+                            exc, InvalidInput | StorageError
+                        ):
+                            raise
+                        outcomes += [
+                            Outcome(job, "failed", error=exc, reason=f"{ca.directory}: {exc}")
+                            for job in jobs
+                        ]
+            finally:
+                await runner.after_all()
+            return outcomes
+
+        outcomes = run_interruptible(main, json_mode=report.json_mode)
+        extra: dict[str, object] = {"random_delay": round(delay, 3)}
+        if problems:
+            extra["errors"] = problems
+        every = sorted([*refused, *outcomes], key=lambda o: position[id(o.job)])
+        code = batch_result(
+            report,
+            every,
+            verb="Checked",
+            runner=runner,
+            failed=bool(problems),
+            quiet=args.quiet,
+            extra=extra,
+        )
+        return renew_exit_code(code, refused, outcomes)
+
+    return guarded(report, work)
