@@ -59,6 +59,11 @@ if [ ! -x /usr/sbin/named ] || [ ! -x /usr/bin/nsupdate ]; then
     apt_install bind9 bind9-utils bind9-dnsutils
 fi
 
+# 1d. systemd-analyze, which verifies the systemd units in examples/ops/ (Debian's systemd).
+if ! command -v systemd-analyze >/dev/null 2>&1; then
+    apt_install systemd
+fi
+
 # 2. The virtualenv. Debian's python3 needs python3-venv for `python3 -m venv` to work.
 if ! command -v python3 >/dev/null 2>&1; then
     apt_install python3 python3-venv
