@@ -31,6 +31,7 @@ from ._common import (
     EXIT_INPUT,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_TERMINATED,
     LETS_ENCRYPT,
     AccountArgs,
     CommonArgs,
@@ -48,6 +49,7 @@ __all__ = [
     "EXIT_INPUT",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_TERMINATED",
     "app",
     "main",
 ]
@@ -55,9 +57,12 @@ __all__ = [
 EXIT_CODES: Final = (
     "Exit codes: 0 ok (issued, or nothing was due); 1 failed (the CA's problem detail is "
     "printed); 2 bad input or unusable state (one line on stderr, nothing sent to the CA); "
-    "3 deferred by rate limits (the instant is printed and kept in the state directory); "
-    "130 interrupted (Ctrl-C: challenge responses are removed and pending authorizations "
-    "deactivated first, for 15 s at most; a second Ctrl-C quits at once)."
+    "3 deferred by rate limits, or the CA asked to wait longer than --max-wait (the instant "
+    "is printed and kept in the state directory); 130 interrupted (Ctrl-C, SIGINT) and "
+    "143 terminated (SIGTERM: systemctl stop, docker stop): challenge responses are removed "
+    "and pending authorizations deactivated first, for 15 s at most "
+    "(ACMECERTS_INTERRUPT_GRACE), finished certificates are listed; a second signal quits "
+    "at once."
 )
 CONFIG_HELP: Final = (
     "Every option can also be set as an ACMECERTS_* environment variable (ACMECERTS_STATE_DIR "
@@ -773,7 +778,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = command.main(
             args=args, prog_name="acmecerts", standalone_mode=False, default_map=default_map
         )
-    except (KeyboardInterrupt, typer.Abort):
+    except KeyboardInterrupt as exc:  # a signal before or after the work (_signals.Interrupted)
+        code, message = getattr(exc, "exit_code", EXIT_INTERRUPTED), str(exc) or "interrupted"
+        return Report(json_mode=json_mode).error(code, message)
+    except typer.Abort:
         return Report(json_mode=json_mode).error(EXIT_INTERRUPTED, "interrupted")
     except Exception as exc:
         usage = _usage_error(exc)

@@ -5,7 +5,8 @@ validated first (names, files, listen addresses, keys); then the state directory
 then challenge servers bind their ports; only then is anything written or the CA contacted.
 
 Exit codes: 0 ok; 1 failed (the CA's problem detail is printed); 2 bad input or unusable
-state (one line on stderr, nothing sent); 3 deferred by rate limits; 130 interrupted.
+state (one line on stderr, nothing sent); 3 deferred (rate limits, or a CA that asked to
+wait longer than ``--max-wait``); 130 interrupted (SIGINT); 143 terminated (SIGTERM).
 With ``--json`` exactly one JSON object goes to stdout, whatever happens.
 """
 
@@ -44,6 +45,7 @@ from acmecerts.retry import RequestRetry
 
 from ._display import LiveView, NullView, PlainView, QuietView, View
 from ._engine import Board, TrackingClient, problem_of
+from ._signals import EXIT_INTERRUPTED, EXIT_TERMINATED
 from ._state import State, default_state_dir, directory_slug
 
 __all__ = [
@@ -52,6 +54,7 @@ __all__ = [
     "EXIT_INPUT",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_TERMINATED",
     "LETS_ENCRYPT",
     "AccountArgs",
     "CaPlan",
@@ -62,6 +65,7 @@ __all__ = [
     "ensure_registered",
     "first_error",
     "guarded",
+    "interrupted_code",
     "iso",
     "open_client",
     "plan_ca",
@@ -78,7 +82,6 @@ EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_INPUT: Final = 2
 EXIT_DEFERRED: Final = 3
-EXIT_INTERRUPTED: Final = 130
 
 _EMAIL = re.compile(r"[^@\s,;:<>()\[\]\\\"]+@[^@\s,;:<>()\[\]\\\"]+")
 #: The longest a request waits inside the transport for a rateLimited/503 Retry-After;
@@ -221,6 +224,7 @@ class Report:
             status = {
                 EXIT_INPUT: "invalid-input",
                 EXIT_INTERRUPTED: "interrupted",
+                EXIT_TERMINATED: "interrupted",
                 EXIT_DEFERRED: "deferred",
             }.get(code, "failed")
             self.json({"status": status, "error": line, "problem": problem_json(problem), **extra})
@@ -311,6 +315,15 @@ def first_error(exc: BaseException) -> BaseException:
     return leaves[0] if leaves else exc
 
 
+def interrupted_code(exc: KeyboardInterrupt) -> tuple[int, str]:
+    """``(exit code, message)`` for a stop by a signal: 130 "interrupted" (SIGINT, also a
+    plain :class:`KeyboardInterrupt`), 143 "terminated" (SIGTERM)."""
+    return (
+        getattr(exc, "exit_code", EXIT_INTERRUPTED),
+        getattr(exc, "message", "interrupted"),
+    )
+
+
 def guarded(report: Report, work: Callable[[], int]) -> int:
     """Run ``work``; map errors to one line and an exit code."""
     try:
@@ -318,7 +331,7 @@ def guarded(report: Report, work: Callable[[], int]) -> int:
     except BaseException as raised:
         exc = first_error(raised)
         if isinstance(exc, KeyboardInterrupt):
-            return report.error(EXIT_INTERRUPTED, "interrupted")
+            return report.error(*interrupted_code(exc))
         if isinstance(exc, InvalidInput | StorageError | ExternalAccountRequired):
             return report.error(EXIT_INPUT, str(exc))
         if isinstance(exc, RateLimitDeferred):

@@ -351,8 +351,12 @@ async def execute(
     board: Board,
     concurrency: int,
     max_wait: float,
+    finished: list[Outcome] | None = None,
 ) -> list[Outcome]:
-    """Run every job in parallel; one :class:`Outcome` per job, in order."""
+    """Run every job in parallel; one :class:`Outcome` per job, in order.
+
+    ``finished`` gets each outcome as its job ends (what an interrupted run reports).
+    """
     manager = CertificateManager(
         client,
         solvers=solvers,
@@ -371,7 +375,10 @@ async def execute(
     outcomes: list[Outcome | None] = [None] * len(jobs)
 
     async def run(index: int, job: Job) -> None:
-        outcomes[index] = await _run_job(manager, state, job, board, max_wait)
+        outcome = await _run_job(manager, state, job, board, max_wait)
+        outcomes[index] = outcome
+        if finished is not None and not isinstance(outcome.error, AccountDoesNotExist):
+            finished.append(outcome)  # (a stale account is retried below)
 
     async with anyio.create_task_group() as tg:
         for index, job in enumerate(jobs):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import functools
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from ._common import (
     configure_logging,
     ensure_registered,
     guarded,
+    interrupted_code,
     iso,
     open_client,
     plan_ca,
@@ -36,7 +37,7 @@ from ._common import (
     when,
 )
 from ._engine import Board, Job, Outcome, execute, problem_of
-from ._interrupt import run_interruptible
+from ._interrupt import Interrupted, run_interruptible
 from ._solvers import ChallengeOptions, ChallengePlan, plan_challenge, running_solvers
 from ._state import CertificateRecord, StoredCertificate, certificate_name
 
@@ -228,6 +229,81 @@ def _batch_result(report: Report, outcomes: Sequence[Outcome], *, verb: str) -> 
     return code
 
 
+def _interrupted_parts(
+    certificates: Sequence[tuple[str, Sequence[str]]], finished: Sequence[Outcome]
+) -> tuple[list[Outcome], list[tuple[str, Sequence[str]]]]:
+    """The outcomes that ended (the last one per name) and the certificates that did not."""
+    ended = {o.job.name: o for o in finished if o.status != "cancelled"}
+    done = [ended[name] for name, _ in certificates if name in ended]
+    rest = [(name, names) for name, names in certificates if name not in ended]
+    return done, rest
+
+
+def _interrupted_json(
+    certificates: Sequence[tuple[str, Sequence[str]]], finished: Sequence[Outcome]
+) -> dict[str, Any]:
+    """``counts`` and ``certificates`` of an interrupted batch (finished ones as usual,
+    the others ``interrupted``)."""
+    done, rest = _interrupted_parts(certificates, finished)
+    documents = {o.job.name: _outcome_json(o) for o in done}
+    for name, names in rest:
+        documents[name] = {"name": name, "status": "interrupted", "names": list(names)}
+    counts: dict[str, int] = {}
+    for document in documents.values():
+        counts[document["status"]] = counts.get(document["status"], 0) + 1
+    return {"counts": counts, "certificates": [documents[n] for n, _ in certificates]}
+
+
+def _interrupted_lines(
+    certificates: Sequence[tuple[str, Sequence[str]]], finished: Sequence[Outcome]
+) -> list[str]:
+    """One line per certificate of an interrupted batch: how it ended, or that it did not."""
+    done, rest = _interrupted_parts(certificates, finished)
+    lines = [f"Interrupted: {len(done)} of {len(certificates)} certificates finished"]
+    for outcome in done:
+        label = "not due" if outcome.status == "current" else outcome.status
+        line = f"  {label:<13} {outcome.job.name}"
+        if outcome.files is not None and "fullchain" in outcome.files:
+            line += f" ({outcome.files['fullchain']})"
+        elif outcome.reason:
+            line += f": {' '.join(outcome.reason.split())}"
+        lines.append(line)
+    lines += [f"  {'not finished':<13} {name}" for name, _ in rest]
+    return lines
+
+
+def _run_batch(
+    report: Report,
+    certificates: Sequence[tuple[str, Sequence[str]]],
+    work: Callable[[list[Outcome]], Awaitable[list[Outcome]]],
+    *,
+    verb: str,
+) -> int:
+    """Run a batch's ``work``; when a signal stops it, list what finished and what not.
+
+    The list goes to stdout (one JSON object with ``--json``) and is also what a forced
+    exit (a second signal, the clean-up budget spent) prints on stderr.
+    """
+    finished: list[Outcome] = []
+
+    def final_words() -> tuple[list[str], dict[str, Any]]:
+        done = list(finished)  # another thread may append meanwhile
+        return _interrupted_lines(certificates, done), _interrupted_json(certificates, done)
+
+    try:
+        outcomes = run_interruptible(
+            functools.partial(work, finished), json_mode=report.json_mode, final_words=final_words
+        )
+    except Interrupted as exc:
+        code, message = interrupted_code(exc)
+        if report.json_mode:
+            return report.error(code, message, **_interrupted_json(certificates, finished))
+        for line in _interrupted_lines(certificates, finished):
+            report.out.print(Text(line))
+        return report.error(code, message)
+    return _batch_result(report, outcomes, verb=verb)
+
+
 # -- issue ----------------------------------------------------------------------------------
 
 
@@ -284,6 +360,7 @@ async def _run_jobs(
     single: bool,
     eager: bool,
     title: str,
+    finished: list[Outcome] | None = None,
 ) -> list[Outcome]:
     board = Board((j.name, [i.value for i in j.spec.identifiers]) for j in jobs)
     async with (
@@ -307,6 +384,7 @@ async def _run_jobs(
                 board=board,
                 concurrency=concurrency,
                 max_wait=ca.max_wait,
+                finished=finished,
             )
 
 
@@ -339,7 +417,7 @@ def run_issue(
         plan = plan_challenge(challenge, [i for w in wanted for i in w.identifiers])
         single = args.from_file is None
 
-        async def main() -> list[Outcome]:
+        async def main(finished: list[Outcome] | None = None) -> list[Outcome]:
             jobs = [
                 await _job(
                     ca,
@@ -360,12 +438,14 @@ def run_issue(
                 single=single,
                 eager=True,
                 title="Issuing: ",
+                finished=finished,
             )
 
-        outcomes = run_interruptible(main, json_mode=report.json_mode)
         if single:
+            outcomes = run_interruptible(main, json_mode=report.json_mode)
             return _single_result(report, outcomes[0])
-        return _batch_result(report, outcomes, verb="Issued")
+        certificates = [(w.name, [i.value for i in w.identifiers]) for w in wanted]
+        return _run_batch(report, certificates, main, verb="Issued")
 
     return guarded(report, work)
 
@@ -439,9 +519,8 @@ def run_renew(
             jobs.append(Job(spec=spec, out=out, force=force or revoked, record=record))
         plan = plan_challenge(challenge, [i for job in jobs for i in job.spec.identifiers])
 
-        outcomes = run_interruptible(
-            functools.partial(
-                _run_jobs,
+        async def renew(finished: list[Outcome]) -> list[Outcome]:
+            return await _run_jobs(
                 ca,
                 plan,
                 jobs,
@@ -450,9 +529,10 @@ def run_renew(
                 single=False,
                 eager=False,
                 title="Renewing: ",
-            ),
-            json_mode=report.json_mode,
-        )
-        return _batch_result(report, outcomes, verb="Checked")
+                finished=finished,
+            )
+
+        certificates = [(j.name, [i.value for i in j.spec.identifiers]) for j in jobs]
+        return _run_batch(report, certificates, renew, verb="Checked")
 
     return guarded(report, work)
