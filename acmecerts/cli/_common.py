@@ -20,19 +20,21 @@ import logging
 import math
 import re
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import anyio
 from rich.console import Console
 from rich.text import Text
 
+from acmecerts._time import Clock, SystemClock
 from acmecerts.client import AcmeClient, ExternalAccountBinding
 from acmecerts.errors import (
     AccountDoesNotExist,
     AcmeCertsError,
     AcmeProblem,
+    ErrorKind,
     ExternalAccountRequired,
     InvalidInput,
     RateLimitDeferred,
@@ -41,7 +43,7 @@ from acmecerts.errors import (
 from acmecerts.protocol.keys import AccountKey, KeyType
 from acmecerts.ratelimit import LETS_ENCRYPT as LETS_ENCRYPT_LIMITS
 from acmecerts.ratelimit import NO_LIMITS, RateLimitModel, model_for_directory
-from acmecerts.retry import RequestRetry
+from acmecerts.retry import RequestRetry, retry_request
 
 from ._display import LiveView, NullView, PlainView, QuietView, View
 from ._engine import Board, TrackingClient, problem_of
@@ -59,6 +61,7 @@ __all__ = [
     "AccountArgs",
     "CaPlan",
     "CommonArgs",
+    "Deferred",
     "Report",
     "choose_view",
     "configure_logging",
@@ -70,6 +73,7 @@ __all__ = [
     "open_client",
     "plan_ca",
     "problem_json",
+    "wait_or_defer",
     "when",
 ]
 
@@ -334,6 +338,10 @@ def guarded(report: Report, work: Callable[[], int]) -> int:
             return report.error(*interrupted_code(exc))
         if isinstance(exc, InvalidInput | StorageError | ExternalAccountRequired):
             return report.error(EXIT_INPUT, str(exc))
+        if isinstance(exc, Deferred):
+            return report.error(
+                EXIT_DEFERRED, str(exc), problem_of(exc.error), until=iso(exc.until)
+            )
         if isinstance(exc, RateLimitDeferred):
             until = exc.retry_after.isoformat() if exc.retry_after else None
             return report.error(EXIT_DEFERRED, str(exc), until=until)
@@ -397,6 +405,113 @@ async def open_client(
                         await state.save_account_url(url, client.account_key)
                     except AcmeCertsError as exc:
                         log.warning("could not save the account URL: %s", exc)
+
+
+T = TypeVar("T")
+#: Calls of one start-up request at most (the first included) while waiting within
+#: ``--max-wait``; every wait is the CA's ``Retry-After`` or longer.
+_MAX_START_CALLS = 20
+#: Sleep this much past the instant the CA named, so "not before" holds.
+_MARGIN = 0.05
+
+
+class Deferred(Exception):
+    """The CA asked to wait past ``--max-wait`` before the work could start (exit 3).
+
+    ``until`` is the instant it named; ``error`` its answer. Nothing was ordered.
+    """
+
+    def __init__(self, message: str, *, until: _dt.datetime, error: AcmeCertsError) -> None:
+        super().__init__(message)
+        self.until = until
+        self.error = error
+
+
+class _Beyond(Exception):
+    """Wraps a CA's answer that names an instant past the budget (not retried)."""
+
+    def __init__(self, error: AcmeCertsError, until: _dt.datetime) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.until = until
+
+
+class _AsItIs(Exception):
+    """Wraps an error that waiting does not cure (raised unchanged, not retried)."""
+
+    def __init__(self, error: AcmeCertsError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _told_to_wait(error: AcmeCertsError) -> _dt.datetime | None:
+    """The instant a ``rateLimited``/503 answer named (``Retry-After``), else ``None``."""
+    if error.kind not in (ErrorKind.RATE_LIMITED, ErrorKind.SERVER_BUSY):
+        return None
+    if error.retry_after is None or isinstance(error, RateLimitDeferred):
+        return None  # the ledger's own deferral is the engine's business (and exit 3)
+    until = error.retry_after
+    return until if until.tzinfo is not None else until.replace(tzinfo=_dt.UTC)
+
+
+async def wait_or_defer(
+    ca: CaPlan,
+    call: Callable[[], Awaitable[T]],
+    *,
+    what: str,
+    on_wait: Callable[[_dt.datetime, str], None] | None = None,
+    clock: Clock | None = None,
+) -> T:
+    """Await ``call()`` (the work's start: directory, newNonce, newAccount, account
+    lookup); when the CA answers ``rateLimited`` or 503 with a ``Retry-After``, wait for
+    that instant and call again, as long as the waits stay within ``--max-wait`` from now.
+
+    The waits are :func:`acmecerts.retry.retry_request`'s (the transport's policy, with
+    ``--max-wait`` as its bound): never sooner than the CA said, never a tight loop.
+    ``on_wait(until, reason)`` is called before each wait (the countdown). An instant
+    past the budget raises :class:`Deferred` at once; any other error is raised as it is.
+    """
+    clock = clock or SystemClock()
+    budget_end = clock.now() + _dt.timedelta(seconds=ca.max_wait + _MARGIN)
+
+    async def attempt() -> T:
+        try:
+            return await call()
+        except AcmeCertsError as exc:
+            until = _told_to_wait(exc)
+            if until is None:
+                raise _AsItIs(exc) from exc
+            if until > budget_end:
+                raise _Beyond(exc, until) from exc
+            raise  # retry_request waits until then and calls again
+
+    def waiting(calls: int, error: AcmeCertsError, delay: float) -> None:
+        log.info("%s: the CA asked to wait %.1f s: %s", what, delay, error)
+        if on_wait is not None:
+            reason = "the CA is busy" if error.kind is ErrorKind.SERVER_BUSY else "rate limited"
+            on_wait(clock.now() + _dt.timedelta(seconds=delay), f"{reason} ({what})")
+
+    policy = RequestRetry(max_wait=ca.max_wait + _MARGIN, max_attempts=_MAX_START_CALLS)
+    try:
+        return await retry_request(
+            attempt, policy=policy, clock=clock, idempotent=True, on_retry=waiting
+        )
+    except _AsItIs as wrapped:
+        raise wrapped.error from wrapped.error.__cause__
+    except _Beyond as beyond:
+        until, error = beyond.until, beyond.error
+    except AcmeCertsError as exc:  # still refused after _MAX_START_CALLS calls
+        told = _told_to_wait(exc)
+        if told is None:
+            raise
+        until, error = told, exc
+    raise Deferred(
+        f"{what}: the CA asked to wait until {when(until)} ({error}), more than "
+        f"--max-wait {ca.max_wait:g} s allows; nothing was ordered (run again after that "
+        "instant)",
+        until=until,
+        error=error,
+    ) from error
 
 
 async def ensure_registered(ca: CaPlan, client: AcmeClient) -> bool:

@@ -15,6 +15,7 @@ from acmecerts.errors import InvalidInput
 from acmecerts.manager import CertificateSpec
 from acmecerts.protocol.identifiers import Identifier, parse_identifiers
 from acmecerts.protocol.keys import KeyType
+from acmecerts.retry import AttemptState
 
 from ._common import (
     EXIT_DEFERRED,
@@ -24,6 +25,7 @@ from ._common import (
     AccountArgs,
     CaPlan,
     CommonArgs,
+    Deferred,
     Report,
     choose_view,
     configure_logging,
@@ -34,9 +36,10 @@ from ._common import (
     open_client,
     plan_ca,
     problem_json,
+    wait_or_defer,
     when,
 )
-from ._engine import Board, Job, Outcome, execute, problem_of
+from ._engine import Board, Job, Outcome, Stage, execute, problem_of, wanted_record
 from ._interrupt import Interrupted, run_interruptible
 from ._solvers import ChallengeOptions, ChallengePlan, plan_challenge, running_solvers
 from ._state import CertificateRecord, StoredCertificate, certificate_name
@@ -369,13 +372,28 @@ async def _run_jobs(
     ):
         client.track(board, ((j.name, [i.value for i in j.spec.identifiers]) for j in jobs))
         profiles = {j.spec.profile for j in jobs if j.spec.profile is not None}
-        if profiles:  # refuse an unknown profile before an account or an order is made
-            offered = (await client.directory()).profiles
-            for profile in sorted(profiles - set(offered)):
-                listed = ", ".join(sorted(offered)) or "none: it predates profiles"
-                raise InvalidInput(f"--profile {profile!r}: the CA offers {listed}")
-        await ensure_registered(ca, client)
+
+        async def set_up() -> None:
+            if profiles:  # refuse an unknown profile before an account or an order is made
+                offered = (await client.directory()).profiles
+                for profile in sorted(profiles - set(offered)):
+                    listed = ", ".join(sorted(offered)) or "none: it predates profiles"
+                    raise InvalidInput(f"--profile {profile!r}: the CA offers {listed}")
+            await ensure_registered(ca, client)
+
+        def waiting(until: _dt.datetime, reason: str) -> None:
+            for job in jobs:
+                board.set(job.name, Stage.WAITING, detail=reason, until=until)
+
         with choose_view(report, board, single=single, title=title):
+            # The CA may ask to wait already here (503 or rateLimited with Retry-After on
+            # the directory, newNonce or newAccount): within --max-wait, wait with the
+            # countdown; past it, the certificates are deferred.
+            try:
+                await wait_or_defer(ca, set_up, what="account set-up", on_wait=waiting)
+            except Deferred as deferred:
+                await _keep_deferral(ca, jobs, deferred)
+                raise
             return await execute(
                 state=ca.state,
                 client=client,
@@ -386,6 +404,29 @@ async def _run_jobs(
                 max_wait=ca.max_wait,
                 finished=finished,
             )
+
+
+async def _keep_deferral(ca: CaPlan, jobs: Sequence[Job], deferred: Deferred) -> None:
+    """Remember the certificates and the CA's instant in the state directory, as the
+    manager does for a deferred order: `status` shows it, the next run waits for it."""
+    state = ca.state
+    for job in jobs:
+        record = wanted_record(job)
+        if record != job.record:
+            await state.save_record(record)
+        previous = await state.attempt_state(job.name) or AttemptState()
+        until = deferred.until
+        if previous.next_attempt_at is not None and previous.next_attempt_at > until:
+            until = previous.next_attempt_at
+        await state.save_attempt_state(
+            job.name,
+            dataclasses.replace(
+                previous,
+                next_attempt_at=until,
+                last_error=f"{type(deferred.error).__name__}: {deferred.error}",
+                last_error_kind=deferred.error.kind.value,
+            ),
+        )
 
 
 def run_issue(
