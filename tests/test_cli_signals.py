@@ -272,3 +272,48 @@ def test_a_cli_started_with_sigint_ignored_says_so_and_still_stops_at_sigterm(
     assert line == f"{proc.pid} ready SIGTERM", line
     assert proc.returncode == 0, stderr
     assert stdout.startswith("acmecerts ")
+
+
+def test_a_forced_exit_still_lists_the_certificates_that_finished(
+    pebble: PebbleServer, tmp_path: Path, proxy: FaultProxy
+) -> None:
+    # The clean-up hangs on a CA that stopped answering and a second signal ends it on the
+    # spot: the one JSON object still says which certificate was issued.
+    done = "done-forced-sig.example.test"
+    batch = tmp_path / "batch.txt"
+    batch.write_text(f"{done}\n{SLOW}\n")
+    out = tmp_path / "out"
+    args = ["--from-file", str(batch), "--out", str(out), "--json"]
+    with start(pebble, tmp_path, *args, directory=proxy.directory_url) as proc:
+        try:
+            wait_ready(proc, tmp_path / "ready")
+            wait_for(
+                lambda: (
+                    (out / done / "fullchain.pem").exists()
+                    and "present" in hook_calls(tmp_path / "hook.log")
+                ),
+                proc,
+                f"{done} to be issued while {SLOW} is presented",
+            )
+            proxy.add_rule(Match("/"), Stall(600), times=None)
+            proc.send_signal(signal.SIGTERM)
+            wait_for(
+                lambda: any(isinstance(r.fault, Stall) for r in proxy.requests),
+                proc,
+                "the clean-up's first request to the CA",
+            )
+            stdout, stderr = stop(
+                proc, signal.SIGTERM, timeout=INTERRUPT_GRACE / 2, what="the forced exit"
+            )
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+
+    assert proc.returncode == 143, stderr
+    assert "Traceback" not in stderr
+    assert f"  issued        {done} ({out / done / 'fullchain.pem'})" in stderr.splitlines()
+    assert f"  not finished  {SLOW}" in stderr.splitlines()
+    document = json.loads(stdout)
+    assert (document["status"], document["error"]) == ("interrupted", "terminated")
+    assert document["counts"] == {"issued": 1, "interrupted": 1}
+    assert [c["status"] for c in document["certificates"]] == ["issued", "interrupted"]
