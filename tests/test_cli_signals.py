@@ -12,17 +12,22 @@ the clean-up budget, at once after a second signal), with generous margins.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import anyio
+import anyio.lowlevel
 import pytest
 from test_cli_challenges import dns_args, hook_calls, wait_for
 from test_cli_support import CLI, REPO, ca_args, cli_env
 from waits import finish, wait_ready
 
-from acmecerts.cli._signals import INTERRUPT_GRACE
+from acmecerts.cli._interrupt import run_interruptible
+from acmecerts.cli._signals import INTERRUPT_GRACE, Interrupted, guard_signals
 from tests.faults.proxy import FaultProxy, Match, Stall
 
 if TYPE_CHECKING:
@@ -317,3 +322,47 @@ def test_a_forced_exit_still_lists_the_certificates_that_finished(
     assert (document["status"], document["error"]) == ("interrupted", "terminated")
     assert document["counts"] == {"issued": 1, "interrupted": 1}
     assert [c["status"] for c in document["certificates"]] == ["issued", "interrupted"]
+
+
+# -- in-process: the guard itself ---------------------------------------------------------
+
+
+def test_sigterm_cancels_the_work_in_process_and_its_clean_up_runs() -> None:
+    events: list[str] = []
+
+    async def work() -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            await anyio.sleep(60)
+            events.append("not cancelled")
+        finally:
+            events.append("clean-up")
+
+    with guard_signals(json_mode=False, grace=600) as guard:  # never the exit here
+        assert guard is not None, "the guard must hold SIGTERM before the test sends it"
+        with pytest.raises(Interrupted) as raised:
+            run_interruptible(work, json_mode=False)
+    assert (raised.value.exit_code, raised.value.message) == (143, "terminated")
+    assert events == ["clean-up"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back
+
+
+def test_a_signal_before_the_work_stops_it_at_its_start() -> None:
+    started: list[bool] = []
+
+    async def work() -> None:
+        await anyio.lowlevel.checkpoint()
+        started.append(True)
+
+    with guard_signals(json_mode=False, grace=600) as guard:  # never the exit here
+        assert guard is not None
+        os.kill(os.getpid(), signal.SIGINT)
+        deadline = time.monotonic() + 30
+        while guard.signum is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # the watchdog thread takes it
+        assert guard.signum == signal.SIGINT
+        with pytest.raises(Interrupted) as raised:
+            run_interruptible(work, json_mode=False)
+    assert raised.value.exit_code == 130
+    assert started == []
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

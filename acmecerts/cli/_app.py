@@ -31,7 +31,6 @@ from ._common import (
     EXIT_INPUT,
     EXIT_INTERRUPTED,
     EXIT_OK,
-    EXIT_TERMINATED,
     LETS_ENCRYPT,
     AccountArgs,
     CommonArgs,
@@ -40,6 +39,7 @@ from ._common import (
 from ._config import ENV_PREFIX, config_default_map, find_config_path, load_config
 from ._issue import IssueArgs, run_issue, run_renew
 from ._revoke import run_revoke
+from ._signals import EXIT_TERMINATED
 from ._solvers import ChallengeOptions
 from ._status import run_status
 
