@@ -46,7 +46,7 @@ from acmecerts.ratelimit import NO_LIMITS, RateLimitModel, model_for_directory
 from acmecerts.retry import RequestRetry, retry_request
 
 from ._display import LiveView, NullView, PlainView, QuietView, View
-from ._engine import Board, TrackingClient, problem_of
+from ._engine import Board, Deferred, TrackingClient, problem_of
 from ._signals import EXIT_INTERRUPTED, EXIT_TERMINATED
 from ._state import State, default_state_dir, directory_slug
 
@@ -394,7 +394,9 @@ async def open_client(
     async with client:
         try:
             if await state.load_pending_key() is not None:
-                await _recover_rollover(ca, client)
+                await wait_or_defer(
+                    ca, lambda: _recover_rollover(ca, client), what="account lookup"
+                )
                 stored_url = client.account_url
             yield client
         finally:
@@ -413,18 +415,6 @@ T = TypeVar("T")
 _MAX_START_CALLS = 20
 #: Sleep this much past the instant the CA named, so "not before" holds.
 _MARGIN = 0.05
-
-
-class Deferred(Exception):
-    """The CA asked to wait past ``--max-wait`` before the work could start (exit 3).
-
-    ``until`` is the instant it named; ``error`` its answer. Nothing was ordered.
-    """
-
-    def __init__(self, message: str, *, until: _dt.datetime, error: AcmeCertsError) -> None:
-        super().__init__(message)
-        self.until = until
-        self.error = error
 
 
 class _Beyond(Exception):

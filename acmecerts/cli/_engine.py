@@ -25,7 +25,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 
 import anyio
@@ -65,6 +65,7 @@ from ._state import CertificateRecord, State, write_certificate_files
 __all__ = [
     "CLI_SCHEDULE",
     "Board",
+    "Deferred",
     "Job",
     "Outcome",
     "Row",
@@ -240,6 +241,18 @@ class TrackingClient(AcmeClient):
         return await super().finalize(order, csr_der)
 
 
+class Deferred(Exception):
+    """The CA asked to wait past ``--max-wait`` before the work could start (exit 3).
+
+    ``until`` is the instant it named; ``error`` its answer. Nothing was ordered.
+    """
+
+    def __init__(self, message: str, *, until: _dt.datetime, error: AcmeCertsError) -> None:
+        super().__init__(message)
+        self.until = until
+        self.error = error
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Job:
     """One certificate to obtain."""
@@ -352,10 +365,13 @@ async def execute(
     concurrency: int,
     max_wait: float,
     finished: list[Outcome] | None = None,
+    register: Callable[[], Awaitable[object]] | None = None,
 ) -> list[Outcome]:
     """Run every job in parallel; one :class:`Outcome` per job, in order.
 
-    ``finished`` gets each outcome as its job ends (what an interrupted run reports).
+    ``finished`` gets each outcome as its job ends (what an interrupted run reports);
+    ``register`` registers the account again when the CA forgot it (default:
+    ``client.register``; the CLI passes one that waits within ``--max-wait``).
     """
     manager = CertificateManager(
         client,
@@ -392,9 +408,10 @@ async def execute(
         log.warning("account %s no longer exists at the CA; registering again", client.account_url)
         client.account_url = None
         try:
-            await client.register()
-        except RateLimitDeferred as exc:
-            # the ledger has no room for a new account: the jobs below end deferred
+            await (register or client.register)()
+        except (RateLimitDeferred, Deferred) as exc:
+            # no room for a new account (the ledger), or the CA asked to wait past
+            # --max-wait: the jobs below end deferred
             log.warning("registering again is deferred: %s", exc)
         else:
             assert client.account_url is not None

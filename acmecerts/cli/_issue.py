@@ -403,6 +403,9 @@ async def _run_jobs(
                 concurrency=concurrency,
                 max_wait=ca.max_wait,
                 finished=finished,
+                register=lambda: wait_or_defer(
+                    ca, client.register, what="account set-up", on_wait=waiting
+                ),
             )
 
 
