@@ -36,6 +36,7 @@ from test_cli_support import (
     stored_account,
     stored_serial,
 )
+from waits import wait_ready
 
 from acmecerts.cli import main
 from acmecerts.cli._state import directory_slug
@@ -425,12 +426,14 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path: Path) -> None:
                 "interrupted.example.test",
             ],
             cwd=REPO,
-            env=cli_env(tmp_path),
+            env=cli_env(tmp_path, ACMECERTS_SIGNALS_READY=str(tmp_path / "ready")),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         ) as proc:
             try:
+                # SIGINT handled (not ignored since start), the handlers in place
+                wait_ready(proc, tmp_path / "ready")
                 try:
                     connection, _ = silent.accept()
                 except TimeoutError:

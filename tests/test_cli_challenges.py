@@ -27,6 +27,7 @@ from test_cli_support import (
     one_json,
     run_cli,
 )
+from waits import wait_ready
 
 from acmecerts.cli._interrupt import INTERRUPT_GRACE
 from tests.faults.proxy import FaultProxy, Match, Stall
@@ -161,6 +162,7 @@ def start_slow_issue(
 ) -> subprocess.Popen[str]:
     """``acmecerts issue`` whose dns hook takes 60 s to present (the test presses Ctrl-C)."""
     args, env = dns_args(pebble, tmp_path)
+    env["ACMECERTS_SIGNALS_READY"] = str(tmp_path / "ready")
     if json_mode:
         args.append("--json")
     return subprocess.Popen(
@@ -189,6 +191,7 @@ def test_ctrl_c_during_validation_cleans_up_and_exits_130(
     seen = len(pebble.requests_seen())
     with start_slow_issue(pebble, tmp_path) as proc:
         try:
+            wait_ready(proc, tmp_path / "ready")
             wait_for(lambda: "present" in hook_calls(log), proc, "the dns hook to be called")
             proc.send_signal(signal.SIGINT)
             stdout, stderr = finish(proc, timeout=40, waiting_for="the CLI to exit after SIGINT")
@@ -225,6 +228,7 @@ def test_ctrl_c_ends_the_cli_within_its_grace_when_the_ca_stops_answering(
     log = tmp_path / "hook.log"
     with start_slow_issue(pebble, tmp_path, directory=stalling_proxy.directory_url) as proc:
         try:
+            wait_ready(proc, tmp_path / "ready")
             wait_for(lambda: "present" in hook_calls(log), proc, "the dns hook to be called")
             # From now on the CA accepts requests and never answers them.
             stalling_proxy.add_rule(Match("/"), Stall(600), times=None)
@@ -257,6 +261,7 @@ def test_a_second_ctrl_c_quits_at_once(
     directory = stalling_proxy.directory_url
     with start_slow_issue(pebble, tmp_path, directory=directory, json_mode=json_mode) as proc:
         try:
+            wait_ready(proc, tmp_path / "ready")
             wait_for(lambda: "present" in hook_calls(log), proc, "the dns hook to be called")
             stalling_proxy.add_rule(Match("/"), Stall(600), times=None)
             proc.send_signal(signal.SIGINT)

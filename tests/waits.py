@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+import time
 from typing import TYPE_CHECKING
 
 import anyio
@@ -16,6 +17,7 @@ import pytest
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+    from pathlib import Path
 
 
 @contextlib.contextmanager
@@ -38,9 +40,60 @@ def finish(proc: subprocess.Popen[str], *, timeout: float, waiting_for: str) -> 
         return proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.kill()
-        stdout, stderr = proc.communicate()
+        try:
+            stdout, stderr = proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            # a process it started still holds the pipes open: read no further
+            for pipe in (proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+            proc.wait(timeout=10)
+            stdout, stderr = "", "(the pipes stayed open: a child process holds them)"
         pytest.fail(
             f"waited {timeout:g} s for {waiting_for}; it was still running (killed).\n"
             f"stdout: {stdout[-2000:]}\nstderr: {stderr[-4000:]}",
             pytrace=False,
         )
+
+
+def wait_ready(
+    proc: subprocess.Popen[str],
+    ready_file: Path,
+    *,
+    handles: tuple[str, ...] = ("SIGINT", "SIGTERM"),
+    timeout: float = 60,
+) -> None:
+    """Wait until the CLI ``proc`` has its signal handlers in place (its line in
+    ``ready_file``: it ran with ``ACMECERTS_SIGNALS_READY=ready_file``), and check that it
+    handles ``handles``.
+
+    A signal sent before that line may come while Python is still starting; a CLI that
+    does not handle SIGINT (started with SIGINT ignored, as a background job of a shell
+    without job control is) would wait for nothing: the test fails at once saying so.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        text = ready_file.read_text() if ready_file.exists() else ""
+        mine = [line.split() for line in text.splitlines() if line.startswith(f"{proc.pid} ")]
+        if mine:
+            handled = set(mine[0][2:])
+            missing = [name for name in handles if name not in handled]
+            if missing:
+                proc.kill()
+                proc.communicate(timeout=10)
+                pytest.fail(
+                    f"the CLI does not handle {', '.join(missing)} (it handles "
+                    f"{' '.join(sorted(handled)) or 'nothing'}): was the test run started "
+                    "with the signal ignored?",
+                    pytrace=False,
+                )
+            return
+        if proc.poll() is not None:
+            stdout, stderr = proc.communicate(timeout=10)
+            pytest.fail(
+                f"the CLI ended before its signal handlers were ready: {stdout}{stderr}",
+                pytrace=False,
+            )
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {timeout:g} s for the CLI's ready line", pytrace=False)
+        time.sleep(0.05)

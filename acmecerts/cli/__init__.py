@@ -14,14 +14,24 @@ __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line with ``argv`` (default: ``sys.argv[1:]``); return the exit code."""
-    try:
-        from acmecerts.cli._app import main as app_main
-    except ImportError as exc:  # the optional dependencies are missing
-        if exc.name not in ("typer", "rich", "click"):
-            raise
-        sys.stderr.write(
-            f"acmecerts: error: the command line needs {exc.name}: pip install 'acmecerts[cli]'\n"
-        )
-        return 2
-    return app_main(argv)
+    """Run the command line with ``argv`` (default: ``sys.argv[1:]``); return the exit code.
+
+    SIGINT and SIGTERM are taken over first, before the heavy imports (see
+    :mod:`acmecerts.cli._signals`): a signal that comes at any moment of the run stops it
+    cleanly.
+    """
+    from acmecerts.cli._signals import guard_signals, json_requested
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    with guard_signals(json_mode=json_requested(args)):
+        try:
+            from acmecerts.cli._app import main as app_main
+        except ImportError as exc:  # the optional dependencies are missing
+            if exc.name not in ("typer", "rich", "click"):
+                raise
+            sys.stderr.write(
+                f"acmecerts: error: the command line needs {exc.name}: "
+                "pip install 'acmecerts[cli]'\n"
+            )
+            return 2
+        return app_main(args)

@@ -38,6 +38,7 @@ from ._common import (
 from ._config import ENV_PREFIX, config_default_map, find_config_path, load_config
 from ._issue import IssueArgs, run_issue
 from ._revoke import run_revoke
+from ._signals import EXIT_TERMINATED
 from ._solvers import ChallengeOptions
 from ._status import run_status
 
@@ -47,6 +48,7 @@ __all__ = [
     "EXIT_INPUT",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_TERMINATED",
     "app",
     "main",
 ]
@@ -54,9 +56,12 @@ __all__ = [
 EXIT_CODES: Final = (
     "Exit codes: 0 ok (issued, or nothing was due); 1 failed (the CA's problem detail is "
     "printed); 2 bad input or unusable state (one line on stderr, nothing sent to the CA); "
-    "3 deferred by rate limits (the instant is printed and kept in the state directory); "
-    "130 interrupted (Ctrl-C: challenge responses are removed and pending authorizations "
-    "deactivated first, for 15 s at most; a second Ctrl-C quits at once)."
+    "3 deferred by rate limits, or the CA asked to wait longer than --max-wait (the instant "
+    "is printed and kept in the state directory); 130 interrupted (Ctrl-C, SIGINT) and "
+    "143 terminated (SIGTERM: systemctl stop, docker stop): challenge responses are removed "
+    "and pending authorizations deactivated first, for 15 s at most "
+    "(ACMECERTS_INTERRUPT_GRACE), finished certificates are listed; a second signal quits "
+    "at once."
 )
 CONFIG_HELP: Final = (
     "Every option can also be set as an ACMECERTS_* environment variable (ACMECERTS_STATE_DIR "
@@ -1153,7 +1158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = command.main(
             args=args, prog_name="acmecerts", standalone_mode=False, default_map=default_map
         )
-    except (KeyboardInterrupt, typer.Abort):
+    except KeyboardInterrupt as exc:  # a signal before or after the work (_signals.Interrupted)
+        code, message = getattr(exc, "exit_code", EXIT_INTERRUPTED), str(exc) or "interrupted"
+        return Report(json_mode=json_mode, json_base=_json_base(args)).error(code, message)
+    except typer.Abort:
         return Report(json_mode=json_mode, json_base=_json_base(args)).error(
             EXIT_INTERRUPTED, "interrupted"
         )

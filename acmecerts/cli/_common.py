@@ -5,7 +5,8 @@ validated first (names, files, listen addresses, keys); then the state directory
 then challenge servers bind their ports; only then is anything written or the CA contacted.
 
 Exit codes: 0 ok; 1 failed (the CA's problem detail is printed); 2 bad input or unusable
-state (one line on stderr, nothing sent); 3 deferred by rate limits; 130 interrupted.
+state (one line on stderr, nothing sent); 3 deferred (rate limits, or a CA that asked to
+wait longer than ``--max-wait``); 130 interrupted (SIGINT); 143 terminated (SIGTERM).
 With ``--json`` exactly one JSON object goes to stdout, whatever happens.
 """
 
@@ -19,19 +20,21 @@ import logging
 import math
 import re
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import anyio
 from rich.console import Console
 from rich.text import Text
 
+from acmecerts._time import Clock, SystemClock
 from acmecerts.client import AcmeClient, ExternalAccountBinding
 from acmecerts.errors import (
     AccountDoesNotExist,
     AcmeCertsError,
     AcmeProblem,
+    ErrorKind,
     ExternalAccountRequired,
     InvalidInput,
     RateLimitDeferred,
@@ -40,13 +43,14 @@ from acmecerts.errors import (
 from acmecerts.protocol.keys import AccountKey, KeyType
 from acmecerts.ratelimit import LETS_ENCRYPT as LETS_ENCRYPT_LIMITS
 from acmecerts.ratelimit import NO_LIMITS, RateLimitModel, model_for_directory
-from acmecerts.retry import RequestRetry
+from acmecerts.retry import RequestRetry, retry_request
 from acmecerts.transport import ProxyConfig
 
 from ._display import LiveView, NullView, PlainView, QuietView, View
-from ._engine import Board, TrackingClient, problem_of
+from ._engine import Board, Deferred, TrackingClient, problem_of
 from ._firstcontact import agree_to_terms, can_prompt, resolve_directory
 from ._proxy import cli_proxy
+from ._signals import EXIT_INTERRUPTED, EXIT_TERMINATED
 from ._state import State, default_state_dir, directory_slug
 
 __all__ = [
@@ -55,21 +59,25 @@ __all__ = [
     "EXIT_INPUT",
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_TERMINATED",
     "LETS_ENCRYPT",
     "AccountArgs",
     "CaPlan",
     "CommonArgs",
+    "Deferred",
     "Report",
     "choose_view",
     "configure_logging",
     "ensure_registered",
     "first_error",
     "guarded",
+    "interrupted_code",
     "iso",
     "open_client",
     "plan_ca",
     "problem_json",
     "status_word",
+    "wait_or_defer",
     "when",
 ]
 
@@ -82,7 +90,6 @@ EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1
 EXIT_INPUT: Final = 2
 EXIT_DEFERRED: Final = 3
-EXIT_INTERRUPTED: Final = 130
 
 _EMAIL = re.compile(r"[^@\s,;:<>()\[\]\\\"]+@[^@\s,;:<>()\[\]\\\"]+")
 #: The longest a request waits inside the transport for a rateLimited/503 Retry-After;
@@ -274,6 +281,7 @@ def status_word(code: int) -> str:
         EXIT_OK: "ok",
         EXIT_INPUT: "invalid-input",
         EXIT_INTERRUPTED: "interrupted",
+        EXIT_TERMINATED: "interrupted",
         EXIT_DEFERRED: "deferred",
     }.get(code, "failed")
 
@@ -355,6 +363,15 @@ def first_error(exc: BaseException) -> BaseException:
     return leaves[0] if leaves else exc
 
 
+def interrupted_code(exc: KeyboardInterrupt) -> tuple[int, str]:
+    """``(exit code, message)`` for a stop by a signal: 130 "interrupted" (SIGINT, also a
+    plain :class:`KeyboardInterrupt`), 143 "terminated" (SIGTERM)."""
+    return (
+        getattr(exc, "exit_code", EXIT_INTERRUPTED),
+        getattr(exc, "message", "interrupted"),
+    )
+
+
 def guarded(report: Report, work: Callable[[], int]) -> int:
     """Run ``work``; map errors to one line and an exit code."""
     try:
@@ -362,9 +379,13 @@ def guarded(report: Report, work: Callable[[], int]) -> int:
     except BaseException as raised:
         exc = first_error(raised)
         if isinstance(exc, KeyboardInterrupt):
-            return report.error(EXIT_INTERRUPTED, "interrupted")
+            return report.error(*interrupted_code(exc))
         if isinstance(exc, InvalidInput | StorageError | ExternalAccountRequired):
             return report.error(EXIT_INPUT, str(exc))
+        if isinstance(exc, Deferred):
+            return report.error(
+                EXIT_DEFERRED, str(exc), problem_of(exc.error), until=iso(exc.until)
+            )
         if isinstance(exc, RateLimitDeferred):
             until = exc.retry_after.isoformat() if exc.retry_after else None
             return report.error(EXIT_DEFERRED, str(exc), until=until)
@@ -421,7 +442,9 @@ async def open_client(
     async with client:
         try:
             if key is not None and await state.load_pending_key() is not None:
-                await _recover_rollover(ca, client)
+                await wait_or_defer(
+                    ca, lambda: _recover_rollover(ca, client), what="account lookup"
+                )
                 stored_url = client.account_url
             if create and client.account_url is None:
                 # First contact: no account is created (nor a key stored) before the
@@ -445,6 +468,101 @@ async def open_client(
                         await state.save_account_url(url, client.account_key)
                     except AcmeCertsError as exc:
                         log.warning("could not save the account URL: %s", exc)
+
+
+T = TypeVar("T")
+#: Calls of one start-up request at most (the first included) while waiting within
+#: ``--max-wait``; every wait is the CA's ``Retry-After`` or longer.
+_MAX_START_CALLS = 20
+#: Sleep this much past the instant the CA named, so "not before" holds.
+_MARGIN = 0.05
+
+
+class _Beyond(Exception):
+    """Wraps a CA's answer that names an instant past the budget (not retried)."""
+
+    def __init__(self, error: AcmeCertsError, until: _dt.datetime) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.until = until
+
+
+class _AsItIs(Exception):
+    """Wraps an error that waiting does not cure (raised unchanged, not retried)."""
+
+    def __init__(self, error: AcmeCertsError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _told_to_wait(error: AcmeCertsError) -> _dt.datetime | None:
+    """The instant a ``rateLimited``/503 answer named (``Retry-After``), else ``None``."""
+    if error.kind not in (ErrorKind.RATE_LIMITED, ErrorKind.SERVER_BUSY):
+        return None
+    if error.retry_after is None or isinstance(error, RateLimitDeferred):
+        return None  # the ledger's own deferral is the engine's business (and exit 3)
+    until = error.retry_after
+    return until if until.tzinfo is not None else until.replace(tzinfo=_dt.UTC)
+
+
+async def wait_or_defer(
+    ca: CaPlan,
+    call: Callable[[], Awaitable[T]],
+    *,
+    what: str,
+    on_wait: Callable[[_dt.datetime, str], None] | None = None,
+    clock: Clock | None = None,
+) -> T:
+    """Await ``call()`` (the work's start: directory, newNonce, newAccount, account
+    lookup); when the CA answers ``rateLimited`` or 503 with a ``Retry-After``, wait for
+    that instant and call again, as long as the waits stay within ``--max-wait`` from now.
+
+    The waits are :func:`acmecerts.retry.retry_request`'s (the transport's policy, with
+    ``--max-wait`` as its bound): never sooner than the CA said, never a tight loop.
+    ``on_wait(until, reason)`` is called before each wait (the countdown). An instant
+    past the budget raises :class:`Deferred` at once; any other error is raised as it is.
+    """
+    clock = clock or SystemClock()
+    budget_end = clock.now() + _dt.timedelta(seconds=ca.max_wait + _MARGIN)
+
+    async def attempt() -> T:
+        try:
+            return await call()
+        except AcmeCertsError as exc:
+            until = _told_to_wait(exc)
+            if until is None:
+                raise _AsItIs(exc) from exc
+            if until > budget_end:
+                raise _Beyond(exc, until) from exc
+            raise  # retry_request waits until then and calls again
+
+    def waiting(calls: int, error: AcmeCertsError, delay: float) -> None:
+        log.info("%s: the CA asked to wait %.1f s: %s", what, delay, error)
+        if on_wait is not None:
+            reason = "the CA is busy" if error.kind is ErrorKind.SERVER_BUSY else "rate limited"
+            on_wait(clock.now() + _dt.timedelta(seconds=delay), f"{reason} ({what})")
+
+    policy = RequestRetry(max_wait=ca.max_wait + _MARGIN, max_attempts=_MAX_START_CALLS)
+    try:
+        return await retry_request(
+            attempt, policy=policy, clock=clock, idempotent=True, on_retry=waiting
+        )
+    except _AsItIs as wrapped:
+        raise wrapped.error from wrapped.error.__cause__
+    except _Beyond as beyond:
+        until, error = beyond.until, beyond.error
+    except AcmeCertsError as exc:  # still refused after _MAX_START_CALLS calls
+        told = _told_to_wait(exc)
+        if told is None:
+            raise
+        until, error = told, exc
+    raise Deferred(
+        f"{what}: the CA asked to wait until {when(until)} ({error}), more than "
+        f"--max-wait {ca.max_wait:g} s allows; nothing was ordered (run again after that "
+        "instant)",
+        until=until,
+        error=error,
+    ) from error
 
 
 async def ensure_registered(ca: CaPlan, client: AcmeClient) -> bool:

@@ -25,7 +25,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
 
 import anyio
@@ -67,6 +67,7 @@ from ._state import CertificateRecord, State, write_certificate_files
 __all__ = [
     "CLI_SCHEDULE",
     "Board",
+    "Deferred",
     "Job",
     "Outcome",
     "Row",
@@ -285,6 +286,18 @@ class TrackingClient(AcmeClient):
         return await super().finalize(order, csr_der)
 
 
+class Deferred(Exception):
+    """The CA asked to wait past ``--max-wait`` before the work could start (exit 3).
+
+    ``until`` is the instant it named; ``error`` its answer. Nothing was ordered.
+    """
+
+    def __init__(self, message: str, *, until: _dt.datetime, error: AcmeCertsError) -> None:
+        super().__init__(message)
+        self.until = until
+        self.error = error
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Job:
     """One certificate to obtain."""
@@ -413,10 +426,15 @@ async def execute(
     concurrency: int,
     max_wait: float,
     hooks: HookRunner | None = None,
+    finished: list[Outcome] | None = None,
+    register: Callable[[], Awaitable[object]] | None = None,
 ) -> list[Outcome]:
     """Run every job in parallel; one :class:`Outcome` per job, in order.
 
     With ``hooks``, each job's deploy-hook runs after its new certificate was exported.
+    ``finished`` gets each outcome as its job ends (what an interrupted run reports);
+    ``register`` registers the account again when the CA forgot it (default:
+    ``client.register``; the CLI passes one that waits within ``--max-wait``).
     """
     manager = CertificateManager(
         client,
@@ -436,7 +454,10 @@ async def execute(
     outcomes: list[Outcome | None] = [None] * len(jobs)
 
     async def run(index: int, job: Job) -> None:
-        outcomes[index] = await _run_job(manager, state, job, board, max_wait, hooks)
+        outcome = await _run_job(manager, state, job, board, max_wait, hooks)
+        outcomes[index] = outcome
+        if finished is not None and not isinstance(outcome.error, AccountDoesNotExist):
+            finished.append(outcome)  # (a stale account is retried below)
 
     async with anyio.create_task_group() as tg:
         for index, job in enumerate(jobs):
@@ -450,9 +471,10 @@ async def execute(
         log.warning("account %s no longer exists at the CA; registering again", client.account_url)
         client.account_url = None
         try:
-            await client.register()
-        except RateLimitDeferred as exc:
-            # the ledger has no room for a new account: the jobs below end deferred
+            await (register or client.register)()
+        except (RateLimitDeferred, Deferred) as exc:
+            # no room for a new account (the ledger), or the CA asked to wait past
+            # --max-wait: the jobs below end deferred
             log.warning("registering again is deferred: %s", exc)
         else:
             assert client.account_url is not None

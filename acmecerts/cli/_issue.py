@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import functools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from acmecerts.errors import InvalidInput
 from acmecerts.manager import CertificateSpec
 from acmecerts.protocol.identifiers import Identifier, parse_identifiers
 from acmecerts.protocol.keys import KeyType
+from acmecerts.retry import AttemptState
 
 from ._common import (
     EXIT_DEFERRED,
@@ -27,23 +29,26 @@ from ._common import (
     AccountArgs,
     CaPlan,
     CommonArgs,
+    Deferred,
     Report,
     choose_view,
     configure_logging,
     ensure_registered,
     guarded,
+    interrupted_code,
     iso,
     open_client,
     plan_ca,
     problem_json,
     status_word,
+    wait_or_defer,
     when,
 )
 from ._display import NullView
-from ._engine import Board, Job, Outcome, execute, problem_of
+from ._engine import Board, Job, Outcome, Stage, execute, problem_of, wanted_record
 from ._firstcontact import check_out_dir, check_webroot
 from ._hooks import DEFAULT_HOOK_TIMEOUT, HookRunner, Hooks
-from ._interrupt import run_interruptible
+from ._interrupt import Interrupted, run_interruptible
 from ._lineage import choose_lineage, known_lineages, validate_cert_name
 from ._solvers import ChallengeOptions, ChallengePlan, plan_challenge, running_solvers
 from ._state import CertificateRecord, certificate_name
@@ -58,6 +63,7 @@ __all__ = [
     "renew_exit_code",
     "report_hook_failures",
     "results_json",
+    "run_batch",
     "run_issue",
     "run_jobs",
     "stored_webroot",
@@ -325,6 +331,82 @@ def batch_result(
     return code
 
 
+def _interrupted_parts(
+    certificates: Sequence[tuple[str, Sequence[str]]], finished: Sequence[Outcome]
+) -> tuple[list[Outcome], list[tuple[str, Sequence[str]]]]:
+    """The outcomes that ended (the last one per name) and the certificates that did not."""
+    ended = {o.job.name: o for o in finished if o.status != "cancelled"}
+    done = [ended[name] for name, _ in certificates if name in ended]
+    rest = [(name, names) for name, names in certificates if name not in ended]
+    return done, rest
+
+
+def _interrupted_json(
+    certificates: Sequence[tuple[str, Sequence[str]]], finished: Sequence[Outcome]
+) -> dict[str, Any]:
+    """``counts`` and ``certificates`` of an interrupted batch (finished ones as usual,
+    the others ``interrupted``)."""
+    done, rest = _interrupted_parts(certificates, finished)
+    documents = {o.job.name: _outcome_json(o) for o in done}
+    for name, names in rest:
+        documents[name] = {"name": name, "status": "interrupted", "names": list(names)}
+    counts: dict[str, int] = {}
+    for document in documents.values():
+        counts[document["status"]] = counts.get(document["status"], 0) + 1
+    return {"counts": counts, "certificates": [documents[n] for n, _ in certificates]}
+
+
+def _interrupted_lines(
+    certificates: Sequence[tuple[str, Sequence[str]]], finished: Sequence[Outcome]
+) -> list[str]:
+    """One line per certificate of an interrupted batch: how it ended, or that it did not."""
+    done, rest = _interrupted_parts(certificates, finished)
+    lines = [f"Interrupted: {len(done)} of {len(certificates)} certificates finished"]
+    for outcome in done:
+        label = "not due" if outcome.status == "current" else outcome.status
+        line = f"  {label:<13} {outcome.job.name}"
+        if outcome.files is not None and "fullchain" in outcome.files:
+            line += f" ({outcome.files['fullchain']})"
+        elif outcome.reason:
+            line += f": {' '.join(outcome.reason.split())}"
+        lines.append(line)
+    lines += [f"  {'not finished':<13} {name}" for name, _ in rest]
+    return lines
+
+
+def run_batch(
+    report: Report,
+    certificates: Sequence[tuple[str, Sequence[str]]],
+    work: Callable[[list[Outcome]], Awaitable[list[Outcome]]],
+    *,
+    finish: Callable[[list[Outcome]], int],
+) -> int:
+    """Run a batch's ``work`` and ``finish`` its outcomes (print them, return the exit
+    code); when a signal stops it, list what finished and what not instead.
+
+    The list goes to stdout (one JSON object with ``--json``) and is also what a forced
+    exit (a second signal, the clean-up budget spent) prints on stderr.
+    """
+    finished: list[Outcome] = []
+
+    def final_words() -> tuple[list[str], dict[str, Any]]:
+        done = list(finished)  # another thread may append meanwhile
+        return _interrupted_lines(certificates, done), _interrupted_json(certificates, done)
+
+    try:
+        outcomes = run_interruptible(
+            functools.partial(work, finished), json_mode=report.json_mode, final_words=final_words
+        )
+    except Interrupted as exc:
+        code, message = interrupted_code(exc)
+        if report.json_mode:
+            return report.error(code, message, **_interrupted_json(certificates, finished))
+        for line in _interrupted_lines(certificates, finished):
+            report.out.print(Text(line))
+        return report.error(code, message)
+    return finish(outcomes)
+
+
 # -- issue ----------------------------------------------------------------------------------
 
 
@@ -411,6 +493,7 @@ async def run_jobs(
     title: str,
     hooks: HookRunner | None = None,
     quiet: bool = False,
+    finished: list[Outcome] | None = None,
 ) -> list[Outcome]:
     """Obtain ``jobs`` from one CA (with ``hooks`` around the orders); ``quiet``: no
     progress display."""
@@ -423,15 +506,30 @@ async def run_jobs(
         if hooks is not None:
             client.track_hooks(hooks, {j.name: j.hooks for j in jobs})
         profiles = {j.spec.profile for j in jobs if j.spec.profile is not None}
-        if profiles:  # refuse an unknown profile before an account or an order is made
-            offered = (await client.directory()).profiles
-            for profile in sorted(profiles - set(offered)):
-                listed = ", ".join(sorted(offered)) or "none: it predates profiles"
-                raise InvalidInput(f"--profile {profile!r}: the CA offers {listed}")
-        await ensure_registered(ca, client)
-        await ca.state.save_ca_settings(ca.ca_bundle)  # `renew` finds this CA again
+
+        async def set_up() -> None:
+            if profiles:  # refuse an unknown profile before an account or an order is made
+                offered = (await client.directory()).profiles
+                for profile in sorted(profiles - set(offered)):
+                    listed = ", ".join(sorted(offered)) or "none: it predates profiles"
+                    raise InvalidInput(f"--profile {profile!r}: the CA offers {listed}")
+            await ensure_registered(ca, client)
+            await ca.state.save_ca_settings(ca.ca_bundle)  # `renew` finds this CA again
+
+        def waiting(until: _dt.datetime, reason: str) -> None:
+            for job in jobs:
+                board.set(job.name, Stage.WAITING, detail=reason, until=until)
+
         view = NullView(board) if quiet else choose_view(report, board, single=single, title=title)
         with view:
+            # The CA may ask to wait already here (503 or rateLimited with Retry-After on
+            # the directory, newNonce or newAccount): within --max-wait, wait with the
+            # countdown; past it, the certificates are deferred.
+            try:
+                await wait_or_defer(ca, set_up, what="account set-up", on_wait=waiting)
+            except Deferred as deferred:
+                await _keep_deferral(ca, jobs, deferred)
+                raise
             return await execute(
                 state=ca.state,
                 client=client,
@@ -441,7 +539,34 @@ async def run_jobs(
                 concurrency=concurrency,
                 max_wait=ca.max_wait,
                 hooks=hooks,
+                finished=finished,
+                register=lambda: wait_or_defer(
+                    ca, client.register, what="account set-up", on_wait=waiting
+                ),
             )
+
+
+async def _keep_deferral(ca: CaPlan, jobs: Sequence[Job], deferred: Deferred) -> None:
+    """Remember the certificates and the CA's instant in the state directory, as the
+    manager does for a deferred order: `status` shows it, the next run waits for it."""
+    state = ca.state
+    for job in jobs:
+        record = wanted_record(job)
+        if record != job.record:
+            await state.save_record(record)
+        previous = await state.attempt_state(job.name) or AttemptState()
+        until = deferred.until
+        if previous.next_attempt_at is not None and previous.next_attempt_at > until:
+            until = previous.next_attempt_at
+        await state.save_attempt_state(
+            job.name,
+            dataclasses.replace(
+                previous,
+                next_attempt_at=until,
+                last_error=f"{type(deferred.error).__name__}: {deferred.error}",
+                last_error_kind=deferred.error.kind.value,
+            ),
+        )
 
 
 def run_issue(
@@ -484,7 +609,7 @@ def run_issue(
         single = args.from_file is None
         runner = HookRunner(timeout=hook_timeout)
 
-        async def main() -> list[Outcome]:
+        async def main(finished: list[Outcome] | None = None) -> list[Outcome]:
             known = await known_lineages(ca.state)
             jobs = [
                 await _job(
@@ -519,14 +644,24 @@ def run_issue(
                     eager=not any(j.hooks.pre for j in jobs),
                     title="Issuing: ",
                     hooks=runner,
+                    finished=finished,
                 )
             finally:
                 await runner.after_all()
 
-        outcomes = run_interruptible(main, json_mode=report.json_mode)
         if single:
+            outcomes = run_interruptible(main, json_mode=report.json_mode)
             return _single_result(report, outcomes[0], runner)
-        return batch_result(report, outcomes, verb="Issued", runner=runner)
+        certificates = [
+            (certificate_name(w.identifiers[0].value), [i.value for i in w.identifiers])
+            for w in wanted
+        ]
+        return run_batch(
+            report,
+            certificates,
+            main,
+            finish=lambda outcomes: batch_result(report, outcomes, verb="Issued", runner=runner),
+        )
 
     return guarded(report, work)
 

@@ -44,7 +44,7 @@ from ._common import (
     guarded,
     plan_ca,
 )
-from ._engine import Job, Outcome
+from ._engine import Deferred, Job, Outcome
 from ._firstcontact import resolve_directory
 from ._hooks import DEFAULT_HOOK_TIMEOUT, HookRunner, Hooks
 from ._interrupt import run_interruptible
@@ -55,6 +55,7 @@ from ._issue import (
     refuse_unusable,
     renew_exit_code,
     results_json,
+    run_batch,
     run_jobs,
     stored_webroot,
 )
@@ -333,7 +334,7 @@ def run_renew(
         delay = _random_delay(args.random_delay)
         runner = HookRunner(timeout=hook_timeout)
 
-        async def main() -> list[Outcome]:
+        async def main(finished: list[Outcome] | None = None) -> list[Outcome]:
             outcomes: list[Outcome] = []
             try:
                 for ca, jobs in groups:
@@ -349,7 +350,21 @@ def run_renew(
                             title="Renewing: ",
                             hooks=runner,
                             quiet=args.quiet,
+                            finished=finished,
                         )
+                    except Deferred as deferred:
+                        # This CA asked to wait past --max-wait at set-up: its certificates
+                        # are deferred (kept in the state directory); the other CAs go on.
+                        outcomes += [
+                            Outcome(
+                                job,
+                                "deferred",
+                                until=deferred.until,
+                                reason=f"{ca.directory}: {deferred}",
+                                error=deferred.error,
+                            )
+                            for job in jobs
+                        ]
                     except Exception as raised:
                         # A CA that cannot be reached must not stop the renewals at others.
                         exc = first_error(raised)
@@ -365,20 +380,27 @@ def run_renew(
                 await runner.after_all()
             return outcomes
 
-        outcomes = run_interruptible(main, json_mode=report.json_mode)
-        extra: dict[str, object] = {"random_delay": round(delay, 3)}
-        if problems:
-            extra["errors"] = problems
-        every = sorted([*refused, *outcomes], key=lambda o: position[id(o.job)])
-        code = batch_result(
-            report,
-            every,
-            verb="Checked",
-            runner=runner,
-            failed=bool(problems),
-            quiet=args.quiet,
-            extra=extra,
-        )
-        return renew_exit_code(code, refused, outcomes)
+        def finish(outcomes: list[Outcome]) -> int:
+            extra: dict[str, object] = {"random_delay": round(delay, 3)}
+            if problems:
+                extra["errors"] = problems
+            every = sorted([*refused, *outcomes], key=lambda o: position[id(o.job)])
+            code = batch_result(
+                report,
+                every,
+                verb="Checked",
+                runner=runner,
+                failed=bool(problems),
+                quiet=args.quiet,
+                extra=extra,
+            )
+            return renew_exit_code(code, refused, outcomes)
+
+        certificates = [
+            (job.name, [i.value for i in job.spec.identifiers])
+            for _, jobs in groups
+            for job in jobs
+        ]
+        return run_batch(report, certificates, main, finish=finish)
 
     return guarded(report, work)

@@ -676,6 +676,12 @@ class State:
             path = self.path_for(key)
             raise StorageError(f"{path}: {exc}", path=path) from exc
 
+    async def save_attempt_state(self, name: str, attempt: AttemptState) -> None:
+        """Store the manager's attempt state for ``name`` (e.g. a deferral found before
+        the manager ran: the next run does not try before its instant)."""
+        data = json.dumps(attempt.to_json(), sort_keys=True, separators=(",", ":")).encode()
+        await self.storage.store(self.layout.attempt_state(name), data)
+
     # -- rate limits --------------------------------------------------------------------
 
     def ledger(self, model: RateLimitModel) -> RateLimitLedger:
