@@ -13,34 +13,34 @@ in that order of precedence (see :mod:`acmecerts.cli._config`).
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
 from acmecerts._version import __version__
 from acmecerts.errors import InvalidInput
 
-from ._account import run_account
-from ._common import (
+from ._config import ENV_PREFIX, config_default_map, find_config_path, load_config
+from ._constants import (
     EXIT_DEFERRED,
     EXIT_FAILED,
     EXIT_INPUT,
     EXIT_INTERRUPTED,
     EXIT_OK,
     LETS_ENCRYPT,
-    AccountArgs,
-    CommonArgs,
-    Report,
 )
-from ._config import ENV_PREFIX, config_default_map, find_config_path, load_config
-from ._issue import IssueArgs, run_issue, run_renew
-from ._revoke import run_revoke
-from ._solvers import ChallengeOptions
-from ._status import run_status
+
+if TYPE_CHECKING:
+    from ._common import CommonArgs
+
+# Only typer, the standard library and light modules at the top: ``acmecerts --version``
+# and ``--help`` must not import the library (tests/test_cli_start.py). Each command
+# imports what it runs inside its function.
 
 __all__ = [
     "EXIT_DEFERRED",
@@ -341,6 +341,8 @@ def _common(
     json_output: bool,
     verbose: int,
 ) -> CommonArgs:
+    from ._common import CommonArgs
+
     return CommonArgs(
         directory=directory,
         ca_bundle=ca_bundle,
@@ -445,6 +447,10 @@ def issue_command(
     A certificate already in the state directory for the same names that is not due for
     renewal is kept (and its files written to --out) unless --force.
     """
+    from ._common import AccountArgs
+    from ._issue import IssueArgs, run_issue
+    from ._solvers import ChallengeOptions
+
     code = run_issue(
         IssueArgs(
             names=tuple(names or ()),
@@ -519,6 +525,10 @@ def renew_command(
     asked for but not issued (deferred by rate limits, failed, interrupted) is issued. The
     files are written where the certificate's files were written before.
     """
+    from ._common import AccountArgs
+    from ._issue import run_renew
+    from ._solvers import ChallengeOptions
+
     code = run_renew(
         tuple(names or ()),
         force=force,
@@ -581,6 +591,8 @@ def revoke_command(
     config: Config = None,
 ) -> None:
     """Revoke a certificate (by file or by name); a stored one is renewed at the next run."""
+    from ._revoke import run_revoke
+
     code = run_revoke(
         target,
         reason=reason,
@@ -615,6 +627,8 @@ def status_command(
     what the rate-limit ledger says may be spent now, per limit, and when the next slot
     opens. Nothing is sent to the CA unless --ari.
     """
+    from ._status import run_status
+
     code = run_status(
         ari=ari,
         common=_common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
@@ -634,6 +648,8 @@ def account_show(
     config: Config = None,
 ) -> None:
     """Show the stored account and what the CA says about it."""
+    from ._account import run_account
+
     code = run_account(
         "show",
         common=_common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
@@ -665,6 +681,9 @@ def account_create(
     config: Config = None,
 ) -> None:
     """Register the account (idempotent: an existing one is shown; --email updates it)."""
+    from ._account import run_account
+    from ._common import AccountArgs
+
     code = run_account(
         "create",
         common=_common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
@@ -699,6 +718,8 @@ def account_rollover(
     The new key is stored first, then the CA is asked to switch, then the stored account
     key is replaced; an interrupted rollover is finished (or undone) by the next command.
     """
+    from ._account import run_account
+
     code = run_account(
         "rollover",
         common=_common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
@@ -729,6 +750,8 @@ def account_deactivate(
     The CA refuses its key afterwards; the key is moved aside in the state directory and
     the next command that needs an account creates a new one.
     """
+    from ._account import run_account
+
     code = run_account(
         "deactivate",
         common=_common(directory, ca_bundle, state_dir, rate_limits, timeout, json_output, verbose),
@@ -756,30 +779,61 @@ def _usage_error(exc: Exception) -> tuple[int, str] | None:
     return exit_code, message
 
 
+#: The group's own options whose values nothing converts or reads (see _unconverted).
+_UNCONVERTED: Final = ("help", "config")
+
+
+def _unconverted(command: Any) -> None:
+    """Let the group's ``--help`` and ``--config`` keep their values as parsed.
+
+    Recent typer converts every value through pydantic, imported the first time (about
+    0.07 s here), even for the group's ``--help`` when it is absent and for ``--config``,
+    whose value nothing reads (:func:`main` finds the file itself, before click runs). So
+    that ``acmecerts COMMAND --help`` starts without pydantic, those two pass their value
+    through (and still run their callbacks); the commands' own options are converted as
+    before.
+    """
+    ctx = command.context_class(command, info_name="acmecerts", **command.context_settings)
+    for param in command.get_params(ctx):
+        if param.name in _UNCONVERTED:
+            param.process_value = functools.partial(_as_parsed, param)
+
+
+def _as_parsed(param: Any, ctx: Any, value: Any) -> Any:
+    return value if param.callback is None else param.callback(ctx, param, value)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``acmecerts`` command line; return the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     json_env = os.environ.get(_env("json"), "").strip().lower()
     json_mode = "--json" in args or json_env in ("1", "true", "yes", "on")
     command = typer.main.get_command(app)
+    _unconverted(command)
     try:
         path, _ = find_config_path(args)
         default_map: dict[str, Any] | None = None
         if path is not None:
             default_map = config_default_map(command, load_config(path), path)
     except InvalidInput as exc:
+        from ._common import Report
+
         return Report(json_mode=json_mode).error(EXIT_INPUT, str(exc))
     try:
         result = command.main(
             args=args, prog_name="acmecerts", standalone_mode=False, default_map=default_map
         )
     except (KeyboardInterrupt, typer.Abort):
+        from ._common import Report
+
         return Report(json_mode=json_mode).error(EXIT_INTERRUPTED, "interrupted")
     except Exception as exc:
         usage = _usage_error(exc)
         if usage is None:
             raise
         code, message = usage
+        from ._common import Report
+
         # Usage errors in one line, like every other input error.
         return Report(json_mode=json_mode).error(code, message)
     return result if isinstance(result, int) else EXIT_OK

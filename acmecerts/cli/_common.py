@@ -21,7 +21,7 @@ import re
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import anyio
 from rich.console import Console
@@ -42,6 +42,14 @@ from acmecerts.ratelimit import LETS_ENCRYPT as LETS_ENCRYPT_LIMITS
 from acmecerts.ratelimit import NO_LIMITS, RateLimitModel, model_for_directory
 from acmecerts.retry import RequestRetry
 
+from ._constants import (
+    EXIT_DEFERRED,
+    EXIT_FAILED,
+    EXIT_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    LETS_ENCRYPT,
+)
 from ._display import LiveView, NullView, PlainView, QuietView, View
 from ._engine import Board, TrackingClient, problem_of
 from ._state import State, default_state_dir, directory_slug
@@ -70,15 +78,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("acmecerts.cli")
-
-#: Let's Encrypt's production directory, the default CA.
-LETS_ENCRYPT: Final = "https://acme-v02.api.letsencrypt.org/directory"
-
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_INPUT: Final = 2
-EXIT_DEFERRED: Final = 3
-EXIT_INTERRUPTED: Final = 130
 
 _EMAIL = re.compile(r"[^@\s,;:<>()\[\]\\\"]+@[^@\s,;:<>()\[\]\\\"]+")
 #: The longest a request waits inside the transport for a rateLimited/503 Retry-After;
