@@ -779,27 +779,28 @@ def _usage_error(exc: Exception) -> tuple[int, str] | None:
     return exit_code, message
 
 
-#: The group's own options whose values nothing converts or reads (see _unconverted).
-_UNCONVERTED: Final = ("help", "config")
-
-
-def _unconverted(command: Any) -> None:
-    """Let the group's ``--help`` and ``--config`` keep their values as parsed.
+def _unconverted(command: Any, parent: Any = None, name: str = "acmecerts") -> None:
+    """Let the options of ``command`` and of its subgroups that were not given stay ``None``.
 
     Recent typer converts every value through pydantic, imported the first time (about
-    0.07 s here), even for the group's ``--help`` when it is absent and for ``--config``,
-    whose value nothing reads (:func:`main` finds the file itself, before click runs). So
-    that ``acmecerts COMMAND --help`` starts without pydantic, those two pass their value
-    through (and still run their callbacks); the commands' own options are converted as
+    0.07 s here), even the ``None`` of an option that was not given, such as the ``--help``
+    and ``--config`` of a group on the way to ``acmecerts COMMAND --help``. That conversion
+    returns ``None``; so do we, without it (and still call the option's callback). Given
+    values, the commands' own options and required or repeatable ones are converted as
     before.
     """
-    ctx = command.context_class(command, info_name="acmecerts", **command.context_settings)
+    ctx = command.context_class(command, info_name=name, parent=parent, **command.context_settings)
     for param in command.get_params(ctx):
-        if param.name in _UNCONVERTED:
-            param.process_value = functools.partial(_as_parsed, param)
+        if not (param.required or param.multiple or param.nargs != 1):
+            param.process_value = functools.partial(_none_as_is, param, param.process_value)
+    for sub_name, sub in getattr(command, "commands", {}).items():
+        if hasattr(sub, "commands"):  # a group: its options are processed on the way too
+            _unconverted(sub, ctx, sub_name)
 
 
-def _as_parsed(param: Any, ctx: Any, value: Any) -> Any:
+def _none_as_is(param: Any, process: Any, ctx: Any, value: Any) -> Any:
+    if value is not None:
+        return process(ctx, value)
     return value if param.callback is None else param.callback(ctx, param, value)
 
 
