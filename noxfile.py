@@ -147,9 +147,12 @@ def bench(session: nox.Session) -> None:
     Peers (certbot's acme, aioacme, lego) live in their own venvs, installed on first use
     by ``bench/setup_peers.sh``; see docs/performance.md. Then the manager at scale
     (``bench/manager_scale.py``): 1,000, 10,000 and 100,000 certificates (not 100,000
-    with ``--quick``).
+    with ``--quick``). And how long the ``acmecerts`` command takes to start
+    (``bench/cli_start.py``).
     """
-    session.install("-e", ".")
+    session.install("-e", ".[cli]")
     session.run("python", "bench/run.py", *session.posargs)
     sizes = ["1000", "10000"] if "--quick" in session.posargs else ["1000", "10000", "100000"]
     session.run("python", "bench/manager_scale.py", *[a for n in sizes for a in ("--count", n)])
+    runs = "10" if "--quick" in session.posargs else "30"
+    session.run("python", "bench/cli_start.py", "--runs", runs)

@@ -144,7 +144,7 @@ def test_a_busy_new_account_with_an_http_date_is_waited_for(
                 proc.kill()
 
     assert proc.returncode == 0, stderr
-    assert json.loads(stdout)["status"] == "issued"
+    assert json.loads(stdout)["certificates"][0]["status"] == "issued"
     first, second = proxy.requests_to("/sign-me-up")
     assert (first.status, second.status) == (503, 201)
     # Not before the CA said; and longer than the transport ever waits by itself (2 s):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import inspect
 
 import acmecerts
@@ -41,3 +43,31 @@ def test_public_names_have_docstrings() -> None:
                     if attr.startswith("_") or not callable(member):
                         continue
                     assert inspect.getdoc(member), f"{name}.{attr} has no docstring"
+
+
+def test_lazy_names_match_the_type_checking_imports() -> None:
+    """``acmecerts/__init__.py`` names each public name twice: keep the two lists equal.
+
+    The imports under ``TYPE_CHECKING`` are what type checkers and IDEs see; ``_LAZY`` is what
+    ``acmecerts.NAME`` imports at run time. A name in one list only would type-check but fail
+    at run time, or the reverse.
+    """
+    tree = ast.parse(inspect.getsource(acmecerts))
+    block = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If)
+        and isinstance(node.test, ast.Name)
+        and node.test.id == "TYPE_CHECKING"
+    )
+    imported = {
+        alias.name: node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    lazy: dict[str, str] = acmecerts._LAZY
+    assert imported == lazy
+    assert set(lazy) == set(acmecerts.__all__) - {"__version__"}
+    for name, module in lazy.items():
+        assert getattr(importlib.import_module(module), name) is getattr(acmecerts, name), name

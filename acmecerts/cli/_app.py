@@ -13,34 +13,34 @@ in that order of precedence (see :mod:`acmecerts.cli._config`).
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
 from acmecerts._version import __version__
 from acmecerts.errors import InvalidInput
 
-from ._account import run_account
-from ._common import (
+from ._config import ENV_PREFIX, config_default_map, find_config_path, load_config
+from ._constants import (
     EXIT_DEFERRED,
     EXIT_FAILED,
     EXIT_INPUT,
     EXIT_INTERRUPTED,
     EXIT_OK,
-    AccountArgs,
-    CommonArgs,
-    Report,
+    EXIT_TERMINATED,
 )
-from ._config import ENV_PREFIX, config_default_map, find_config_path, load_config
-from ._issue import IssueArgs, run_issue
-from ._revoke import run_revoke
-from ._signals import EXIT_TERMINATED
-from ._solvers import ChallengeOptions
-from ._status import run_status
+
+if TYPE_CHECKING:
+    from ._common import CommonArgs
+
+# Only typer, the standard library and light modules at the top: ``acmecerts --version``
+# and ``--help`` must not import the library (tests/test_cli_start.py). Each command
+# imports what it runs inside its function.
 
 __all__ = [
     "EXIT_DEFERRED",
@@ -449,6 +449,8 @@ def _common(
     verbose: int,
     proxy: str | None = None,
 ) -> CommonArgs:
+    from ._common import CommonArgs
+
     return CommonArgs(
         directory=directory,
         staging=staging,
@@ -577,6 +579,10 @@ def issue_command(
     unless --force. When the first NAME already names a certificate for other names,
     nothing is ordered until --cert-name says which certificate to issue into.
     """
+    from ._common import AccountArgs
+    from ._issue import IssueArgs, run_issue
+    from ._solvers import ChallengeOptions
+
     code = run_issue(
         IssueArgs(
             names=tuple(names or ()),
@@ -712,7 +718,9 @@ def renew_command(
     stored with it run (hooks given here replace them for this run). A missing, empty or
     unreadable state directory is an error (exit 2), never "nothing to do".
     """
+    from ._common import AccountArgs
     from ._renew import RenewArgs, run_renew
+    from ._solvers import ChallengeOptions
 
     code = run_renew(
         RenewArgs(
@@ -801,6 +809,8 @@ def revoke_command(
     config: Config = None,
 ) -> None:
     """Revoke a certificate (by file or by name); a stored one is renewed at the next run."""
+    from ._revoke import run_revoke
+
     code = run_revoke(
         target,
         reason=reason,
@@ -916,6 +926,8 @@ def status_command(
     what the rate-limit ledger says may be spent now, per limit, and when the next slot
     opens. Nothing is sent to the CA unless --ari.
     """
+    from ._status import run_status
+
     code = run_status(
         ari=ari,
         common=_common(
@@ -947,6 +959,8 @@ def account_show(
     config: Config = None,
 ) -> None:
     """Show the stored account and what the CA says about it."""
+    from ._account import run_account
+
     code = run_account(
         "show",
         common=_common(
@@ -991,6 +1005,9 @@ def account_create(
     config: Config = None,
 ) -> None:
     """Register the account (idempotent: an existing one is shown; --email updates it)."""
+    from ._account import run_account
+    from ._common import AccountArgs
+
     code = run_account(
         "create",
         common=_common(
@@ -1042,6 +1059,8 @@ def account_rollover(
     The new key is stored first, then the CA is asked to switch, then the stored account
     key is replaced; an interrupted rollover is finished (or undone) by the next command.
     """
+    from ._account import run_account
+
     code = run_account(
         "rollover",
         common=_common(
@@ -1084,6 +1103,8 @@ def account_deactivate(
     The CA refuses its key afterwards; the key is moved aside in the state directory and
     the next command that needs an account creates a new one.
     """
+    from ._account import run_account
+
     code = run_account(
         "deactivate",
         common=_common(
@@ -1141,27 +1162,59 @@ def _json_base(args: Sequence[str]) -> dict[str, Any] | None:
     return None
 
 
+def _unconverted(command: Any, parent: Any = None, name: str = "acmecerts") -> None:
+    """Let the options of ``command`` and of its subgroups that were not given stay ``None``.
+
+    Recent typer converts every value through pydantic, imported the first time (about
+    0.07 s here), even the ``None`` of an option that was not given, such as the ``--help``
+    and ``--config`` of a group on the way to ``acmecerts COMMAND --help``. That conversion
+    returns ``None``; so do we, without it (and still call the option's callback). Given
+    values, the commands' own options and required or repeatable ones are converted as
+    before.
+    """
+    ctx = command.context_class(command, info_name=name, parent=parent, **command.context_settings)
+    for param in command.get_params(ctx):
+        if not (param.required or param.multiple or param.nargs != 1):
+            param.process_value = functools.partial(_none_as_is, param, param.process_value)
+    for sub_name, sub in getattr(command, "commands", {}).items():
+        if hasattr(sub, "commands"):  # a group: its options are processed on the way too
+            _unconverted(sub, ctx, sub_name)
+
+
+def _none_as_is(param: Any, process: Any, ctx: Any, value: Any) -> Any:
+    if value is not None:
+        return process(ctx, value)
+    return value if param.callback is None else param.callback(ctx, param, value)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``acmecerts`` command line; return the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     json_env = os.environ.get(_env("json"), "").strip().lower()
     json_mode = "--json" in args or json_env in ("1", "true", "yes", "on")
     command = typer.main.get_command(app)
+    _unconverted(command)
     try:
         path, _ = find_config_path(args)
         default_map: dict[str, Any] | None = None
         if path is not None:
             default_map = config_default_map(command, load_config(path), path)
     except InvalidInput as exc:
+        from ._common import Report
+
         return Report(json_mode=json_mode, json_base=_json_base(args)).error(EXIT_INPUT, str(exc))
     try:
         result = command.main(
             args=args, prog_name="acmecerts", standalone_mode=False, default_map=default_map
         )
     except KeyboardInterrupt as exc:  # a signal before or after the work (_signals.Interrupted)
+        from ._common import Report
+
         code, message = getattr(exc, "exit_code", EXIT_INTERRUPTED), str(exc) or "interrupted"
         return Report(json_mode=json_mode, json_base=_json_base(args)).error(code, message)
     except typer.Abort:
+        from ._common import Report
+
         return Report(json_mode=json_mode, json_base=_json_base(args)).error(
             EXIT_INTERRUPTED, "interrupted"
         )
@@ -1170,6 +1223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if usage is None:
             raise
         code, message = usage
+        from ._common import Report
+
         # Usage errors in one line, like every other input error.
         return Report(json_mode=json_mode, json_base=_json_base(args)).error(code, message)
     return result if isinstance(result, int) else EXIT_OK

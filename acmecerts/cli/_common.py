@@ -22,7 +22,7 @@ import re
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 from rich.console import Console
@@ -46,11 +46,19 @@ from acmecerts.ratelimit import NO_LIMITS, RateLimitModel, model_for_directory
 from acmecerts.retry import RequestRetry, retry_request
 from acmecerts.transport import ProxyConfig
 
+from ._constants import (
+    EXIT_DEFERRED,
+    EXIT_FAILED,
+    EXIT_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TERMINATED,
+    LETS_ENCRYPT,
+)
 from ._display import LiveView, NullView, PlainView, QuietView, View
 from ._engine import Board, Deferred, TrackingClient, problem_of
 from ._firstcontact import agree_to_terms, can_prompt, resolve_directory
 from ._proxy import cli_proxy
-from ._signals import EXIT_INTERRUPTED, EXIT_TERMINATED
 from ._state import State, default_state_dir, directory_slug
 
 __all__ = [
@@ -82,14 +90,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("acmecerts.cli")
-
-#: Let's Encrypt's production directory, the default CA.
-LETS_ENCRYPT: Final = "https://acme-v02.api.letsencrypt.org/directory"
-
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_INPUT: Final = 2
-EXIT_DEFERRED: Final = 3
 
 _EMAIL = re.compile(r"[^@\s,;:<>()\[\]\\\"]+@[^@\s,;:<>()\[\]\\\"]+")
 #: The longest a request waits inside the transport for a rateLimited/503 Retry-After;

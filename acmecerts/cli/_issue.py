@@ -170,6 +170,26 @@ def _outcome_json(outcome: Outcome) -> dict[str, Any]:
     }
 
 
+#: The fields of every entry of ``certificates`` (``null`` where they do not apply).
+_ENTRY_FIELDS: tuple[str, ...] = (
+    "name",
+    "status",
+    "names",
+    "serial",
+    "not_before",
+    "not_after",
+    "order_url",
+    "certificate_url",
+    "renewal_at",
+    "files",
+    "until",
+    "error",
+    "problem",
+    "directory",
+    "deploy_hook",
+)
+
+
 def results_json(
     outcomes: Sequence[Outcome], code: int, runner: HookRunner | None = None
 ) -> dict[str, Any]:
@@ -349,7 +369,8 @@ def _interrupted_json(
     done, rest = _interrupted_parts(certificates, finished)
     documents = {o.job.name: _outcome_json(o) for o in done}
     for name, names in rest:
-        documents[name] = {"name": name, "status": "interrupted", "names": list(names)}
+        entry = dict.fromkeys(_ENTRY_FIELDS)  # the same fields as every other entry
+        documents[name] = {**entry, "name": name, "status": "interrupted", "names": list(names)}
     counts: dict[str, int] = {}
     for document in documents.values():
         counts[document["status"]] = counts.get(document["status"], 0) + 1

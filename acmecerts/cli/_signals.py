@@ -48,6 +48,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, NoReturn
 
+from ._constants import EXIT_INTERRUPTED, EXIT_TERMINATED
+
 __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_TERMINATED",
@@ -63,10 +65,6 @@ __all__ = [
     "json_requested",
 ]
 
-#: Exit code after SIGINT (128 + 2), as a shell reports a process Ctrl-C killed.
-EXIT_INTERRUPTED: Final = 130
-#: Exit code after SIGTERM (128 + 15).
-EXIT_TERMINATED: Final = 143
 #: Seconds from the first signal until the process exits, cleaned up or not. A clean-up
 #: the CA answers takes a second or two; this is what ends a command whose CA stopped
 #: answering. 15 s plus the interpreter's exit stays well within the 20 s promised.

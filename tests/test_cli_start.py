@@ -1,0 +1,161 @@
+"""``acmecerts --version`` and ``acmecerts COMMAND --help`` start without the library.
+
+They used to import all of acmecerts, httpx, cryptography, dnspython and acme first (0.5 to
+0.9 s); now only typer, the standard library and the light modules. What each run imported
+is read from ``python -X importtime`` (every module the process imported, in order), so
+these tests count modules, not seconds: they fail the day someone adds an eager import
+back to ``acmecerts/__init__.py`` or ``acmecerts/cli/_app.py``, whatever the machine's
+speed. ``bench/cli_start.py`` measures the time itself.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_cli_support import CLI, REPO, cli_env
+
+pytestmark = pytest.mark.timeout(60)
+
+#: Top-level packages that nothing on the way to a version or a help text needs.
+HEAVY: frozenset[str] = frozenset(
+    {
+        "acme",  # certbot's acme
+        "anyio",
+        "cryptography",
+        "dns",  # dnspython
+        "h11",
+        "h2",
+        "httpcore",
+        "httpx",
+        "josepy",
+        "lightkube",
+        "OpenSSL",
+        "publicsuffixlist",
+        # typer converts option values through pydantic, imported on first use; _app's
+        # _unconverted() keeps `COMMAND --help` from using it (about 0.07 s).
+        "pydantic",
+        "tenacity",
+    }
+)
+#: The only parts of acmecerts outside ``acmecerts.cli`` that may be imported.
+LIGHT: frozenset[str] = frozenset({"acmecerts", "acmecerts._version", "acmecerts.errors"})
+#: The command implementations, imported inside the command functions.
+COMMANDS: frozenset[str] = frozenset(
+    f"acmecerts.cli.{name}"
+    for name in (
+        "_account",
+        "_common",
+        "_display",
+        "_engine",
+        "_interrupt",
+        "_issue",
+        "_revoke",
+        "_solvers",
+        "_state",
+        "_status",
+    )
+)
+#: The console script's own code (pyproject's ``acmecerts = "acmecerts.cli:main"``).
+SCRIPT = "import sys; from acmecerts.cli import main; sys.exit(main(sys.argv[1:]))"
+LAUNCHERS = {"python -m acmecerts.cli": CLI[1:], "console script": ("-c", SCRIPT)}
+
+
+def imported_modules(
+    *args: str, launcher: str
+) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """Run the CLI with ``args`` in a fresh interpreter; the modules it imported."""
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", *LAUNCHERS[launcher], *args],
+        cwd=REPO,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    # "import time: <self us> | <cumulative us> | <indented module name>", a header first.
+    modules = {
+        line.rpartition("|")[2].strip()
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:") and "[us]" not in line
+    }
+    assert "acmecerts.cli" in modules, result.stderr[-2000:]  # the parsing found something
+    return result, modules
+
+
+def forbidden(modules: set[str]) -> list[str]:
+    """The modules among ``modules`` that a start-up must not import."""
+    return sorted(
+        name
+        for name in modules
+        if name.partition(".")[0] in HEAVY
+        or name in COMMANDS
+        or (
+            name.partition(".")[0] == "acmecerts"
+            and name not in LIGHT
+            and name != "acmecerts.cli"
+            and not name.startswith("acmecerts.cli.")
+        )
+    )
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_version_imports_neither_the_library_nor_rich(launcher: str) -> None:
+    result, modules = imported_modules("--version", launcher=launcher)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("acmecerts ")
+    assert forbidden(modules) == []
+    # Nothing is rendered: rich (typer's help renderer) is not needed either.
+    assert not {name for name in modules if name.partition(".")[0] == "rich"}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("issue", "--help"),
+        ("--help",),
+        ("renew", "-h"),
+        ("account", "create", "--help"),
+    ],
+    ids=" ".join,
+)
+@pytest.mark.parametrize("launcher", sorted(LAUNCHERS))
+def test_help_imports_no_library(args: tuple[str, ...], launcher: str) -> None:
+    result, modules = imported_modules(*args, launcher=launcher)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Usage: acmecerts" in result.stdout
+    assert forbidden(modules) == []
+
+
+def test_import_acmecerts_imports_no_library() -> None:
+    """The package's public names are imported when first used, not with the package."""
+    code = (
+        "import sys, acmecerts; before = set(sys.modules); acmecerts.AcmeClient;"
+        "print(' '.join(sorted(before))); print('acmecerts.client' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    before, loaded = result.stdout.splitlines()
+    assert forbidden(set(before.split())) == []
+    assert loaded == "True"  # and the first use imports it
+
+
+def test_the_check_sees_a_command_that_imports_the_library(tmp_path: Path) -> None:
+    """The check itself: a command that runs (status, nothing sent to the CA) is caught."""
+    result, modules = imported_modules(
+        "status", "--state-dir", str(tmp_path / "state"), launcher="python -m acmecerts.cli"
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert {"acmecerts.cli._status", "acmecerts.client", "httpx", "cryptography"} <= set(
+        forbidden(modules)
+    )
