@@ -93,7 +93,9 @@ CLIENTS = {
         Client("raw", "raw_client.py"),
         Client("certbot-acme", "certbot_acme_client.py", venv="certbot-acme", peer=True),
         # the same driver, timed from its process start to exit (the CLI's comparison)
-        Client("certbot-acme-process", "certbot_acme_client.py", venv="certbot-acme", timing="process"),
+        Client(
+            "certbot-acme-process", "certbot_acme_client.py", venv="certbot-acme", timing="process"
+        ),
         Client("aioacme", "aioacme_client.py", venv="aioacme", peer=True),
         Client("lego", "lego_client.py", peer=True),
     )
@@ -379,8 +381,7 @@ def _cli_argv(
     names_file = scratch / "names.txt"
     names_file.write_text(
         "".join(
-            " ".join(f"c{i}-{j}.{label}.bench.test" for j in range(names)) + "\n"
-            for i in range(n)
+            " ".join(f"c{i}-{j}.{label}.bench.test" for j in range(names)) + "\n" for i in range(n)
         ),
         encoding="ascii",
     )

@@ -31,14 +31,13 @@ def _extra(parser) -> None:
 async def main() -> None:
     args = parse_args(__doc__.split("\n\n")[0], _extra)
     workdir = Path(args.workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
     phase = Phase()
     errors: list[str] = []
     issued = 0
     async with (
         Http01Server(host="127.0.0.1", port=args.http_port) as solver,
         AcmeClient(args.directory, ca_bundle=args.ca) as client,
-        FileStorage(workdir / "store") as storage,
+        FileStorage(workdir / "store") as storage,  # created on the first write
     ):
         await client.register()  # directory, nonce, account: the warm-up
         manager = CertificateManager(
