@@ -26,6 +26,7 @@ STYLE: dict[str, tuple[str, str]] = {
     "acmecerts": ("#08519c", "acmecerts (AcmeClient)"),
     "acmecerts-h2": ("#4292c6", "acmecerts, http2=True"),
     "acmecerts-manager": ("#2171b5", "acmecerts CertificateManager + FileStorage"),
+    "acmecerts-manager-nostore": ("#9ecae1", "acmecerts CertificateManager, no store"),
     "acmecerts-cli": ("#6baed6", "acmecerts CLI (process start to exit)"),
     "raw": ("#41ab5d", "raw floor client"),
     "certbot-acme": ("#d94801", "certbot's acme"),

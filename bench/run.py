@@ -89,6 +89,13 @@ CLIENTS = {
         Client("acmecerts", "acmecerts_client.py"),
         Client("acmecerts-h2", "acmecerts_client.py", args=("--http2",)),
         Client("acmecerts-manager", "acmecerts_manager_client.py", baseline="acmecerts"),
+        # the manager without a store: what the manager costs apart from FileStorage
+        Client(
+            "acmecerts-manager-nostore",
+            "acmecerts_manager_client.py",
+            args=("--no-store",),
+            baseline="acmecerts",
+        ),
         Client("acmecerts-cli", "", timing="process", baseline="certbot-acme-process"),
         Client("raw", "raw_client.py"),
         Client("certbot-acme", "certbot_acme_client.py", venv="certbot-acme", peer=True),
@@ -100,7 +107,13 @@ CLIENTS = {
         Client("lego", "lego_client.py", peer=True),
     )
 }
-OURS = ("acmecerts", "acmecerts-h2", "acmecerts-manager", "acmecerts-cli")
+OURS = (
+    "acmecerts",
+    "acmecerts-h2",
+    "acmecerts-manager",
+    "acmecerts-manager-nostore",
+    "acmecerts-cli",
+)
 
 
 # -- measuring helpers --------------------------------------------------------------------

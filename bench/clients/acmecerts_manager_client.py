@@ -5,7 +5,8 @@ defaults as ``acmecerts_client.py``), one ``Http01Server``, a ``FileStorage`` in
 scratch directory and a manager with ``concurrency`` = N, so every certificate is ordered at
 once as in the bare client's run; the measured phase is ``issue_many`` of the N names, which
 stores every key, certificate, order record and attempt state (each write fsynced) and
-takes the store's lock per certificate. ``--profile FILE`` writes a cProfile of that phase.
+takes the store's lock per certificate. ``--no-store``: the same manager without a store
+(what the manager itself costs). ``--profile FILE`` writes a cProfile of that phase.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from acmecerts.storage import FileStorage
 
 def _extra(parser) -> None:
     parser.add_argument("--profile", default=None, help="cProfile the measured phase to FILE")
+    parser.add_argument(
+        "--no-store", action="store_true", help="a manager without storage (what the store costs)"
+    )
 
 
 async def main() -> None:
@@ -41,7 +45,10 @@ async def main() -> None:
     ):
         await client.register()  # directory, nonce, account: the warm-up
         manager = CertificateManager(
-            client, solvers=[solver], storage=storage, concurrency=max(1, args.count)
+            client,
+            solvers=[solver],
+            storage=None if args.no_store else storage,
+            concurrency=max(1, args.count),
         )
         specs = [manager.manage(f"c{i}", names_for(args, i)) for i in range(args.count)]
         profiler = None
