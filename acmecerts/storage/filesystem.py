@@ -24,15 +24,18 @@ Design:
 
 * **Atomic writes.** A value is written to ``.<segment>.tmp`` in the same directory
   (``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0600), fsynced, renamed over the key's file with
-  ``os.replace`` and the directory is fsynced: a crash at any instant leaves the old value
-  or the new one.
+  ``os.replace`` and the directory is fsynced before the call returns: a crash at any
+  instant leaves the old value or the new one.
 * **Every file is 0600, every directory 0700**, not only ``secret`` values: the ledger
   and order state are nobody else's business either, and one rule is harder to get wrong.
 * **Compare-and-swap across processes.** Writers and deleters hold an exclusive
   ``fcntl.flock`` on the key's *directory* while they check the version and replace the
   file. The directory is never replaced, so the lock always guards the current file, and
   because only lock holders create temp files, a temp file found under the lock is a
-  crashed writer's and is removed. Readers take no lock: ``rename`` is atomic.
+  crashed writer's and is removed. Readers take no lock: ``rename`` is atomic. Threads
+  of one process first queue on a mutex per directory (no polling), so the ``flock`` is
+  contended only by other processes; the directory's fsync happens after both are let
+  go, and one fsync covers every change made in the directory before it started.
 * **Locks are leases.** ``lock(name)`` writes ``.locks/<name>`` (the same envelope, JSON
   inside: holder id, pid, host, acquired and expiry instants) under the directory flock
   when that file is absent or its lease has run out. While the ``async with`` block
