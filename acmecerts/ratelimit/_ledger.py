@@ -561,8 +561,15 @@ class RateLimitLedger:
                 batch, self._pending = self._pending, []
                 try:
                     await self._commit(batch)
+                except Exception as exc:
+                    # the store failed (maybe after writing): each change of the group
+                    # fails with it, as its own write would have; none is applied twice
+                    for change in batch:
+                        if not change.done:
+                            change.error, change.done = exc, True
                 except BaseException:
-                    # unknown whether it was stored: the others ask again themselves
+                    # cancelled before the group was written (the write is shielded):
+                    # nothing of it is stored, the others ask again themselves
                     self._pending[:0] = [p for p in batch if p is not mine and not p.done]
                     raise
         finally:
@@ -594,11 +601,15 @@ class RateLimitLedger:
             try:
                 if changed:
                     state.prune(self.model, now)
-                    version = await self.storage.store(
-                        self._key(),
-                        state.to_bytes(),
-                        expect_version=None if stored is None else stored.version,
-                    )
+                    # shielded: a cancellation arriving while the group is written must
+                    # not leave it stored but reported unknown (its changes would then
+                    # be applied again by their callers)
+                    with anyio.CancelScope(shield=True):
+                        version = await self.storage.store(
+                            self._key(),
+                            state.to_bytes(),
+                            expect_version=None if stored is None else stored.version,
+                        )
                     self._version = version
             except VersionConflict:
                 self._version = _UNLOADED  # the cached state holds our unsaved changes

@@ -234,3 +234,46 @@ async def test_a_change_that_raises_fails_alone_in_its_group(
     document = json.loads(stored.data)
     assert len(document["buckets"]["certificates_per_exact_identifier_set"]) == 7
     assert "half-done.example.com" not in json.dumps(document)
+
+
+class FailingOnceStorage(FileStorage):
+    """A FileStorage whose first write fails (a full disk, say)."""
+
+    failed = False
+
+    async def store(self, key: str, data: bytes, **kwargs: object) -> str:  # type: ignore[override]
+        if not self.failed:
+            self.failed = True
+            raise StorageError("disk full", path=key)
+        return await super().store(key, data, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_a_failed_group_write_fails_every_change_in_it_and_applies_none(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    storage = FailingOnceStorage(tmp_path)
+    ledger = RateLimitLedger(LETS_ENCRYPT, clock=clock, storage=storage, key=KEY)
+    outcomes: list[object] = []
+
+    async def reserve(i: int) -> None:
+        try:
+            outcomes.append(
+                (await ledger.reserve([f"h{i}.example{i}.com"], account=ACCOUNT)).allowed
+            )
+        except StorageError as exc:
+            outcomes.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(6):
+            tg.start_soon(reserve, i)
+
+    failed = [o for o in outcomes if isinstance(o, StorageError)]
+    assert failed  # the group written first failed as a whole...
+    assert outcomes.count(True) == 6 - len(failed)  # ...later groups were stored
+    stored = await FileStorage(tmp_path).load(KEY)
+    spent = (
+        0
+        if stored is None
+        else len(json.loads(stored.data)["buckets"]["certificates_per_exact_identifier_set"])
+    )
+    assert spent == 6 - len(failed)  # nothing of the failed group, nothing twice
