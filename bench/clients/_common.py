@@ -11,7 +11,9 @@ certificates of ``K`` names each concurrently, and prints ``{"event": "done", ..
 wall time and its own CPU time for that phase only (``getrusage`` of itself plus its waited-for
 children), the certificates issued, and its resident memory (``VmRSS`` at ready, ``VmHWM`` at
 the end). Warm-up requests (directory, nonce, account) happen before ``go`` and are therefore
-excluded from both the timing and the request counts of every client alike.
+excluded from both the timing and the request counts of every client alike. With
+``BENCH_NO_GO=1`` in its environment a client does not wait for ``go``: run.py then times
+it from process start to exit (the ``certbot-acme-process`` row).
 
 :class:`ChallengeResponder` is the tiny http-01 server the peers share (acmecerts uses its
 own ``Http01Server``): asyncio, HTTP/1.1 with keep-alive, tokens from a dict or a webroot.
