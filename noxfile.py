@@ -145,13 +145,17 @@ def bench(session: nox.Session) -> None:
     """acmecerts against its peers on a local Pebble: ``nox -s bench -- --quick``.
 
     Peers (certbot's acme, aioacme, lego) live in their own venvs, installed on first use
-    by ``bench/setup_peers.sh``; see docs/performance.md. Then the manager at scale
+    by ``bench/setup_peers.sh``; see docs/performance.md. The run's chart is drawn by
+    ``bench/chart.py`` (matplotlib, installed here only) into the session's tmp directory
+    as ``bench.svg``, with its JSON beside it (``bench.json``). Then the manager at scale
     (``bench/manager_scale.py``): 1,000, 10,000 and 100,000 certificates (not 100,000
     with ``--quick``). And how long the ``acmecerts`` command takes to start
     (``bench/cli_start.py``).
     """
-    session.install("-e", ".[cli]")
-    session.run("python", "bench/run.py", *session.posargs)
+    session.install("-e", ".[cli]", "matplotlib")  # matplotlib: bench/chart.py only
+    results = f"{session.create_tmp()}/bench.json"
+    session.run("python", "bench/run.py", "--json", results, *session.posargs)
+    session.run("python", "bench/chart.py", results, "-o", f"{session.create_tmp()}/bench.svg")
     sizes = ["1000", "10000"] if "--quick" in session.posargs else ["1000", "10000", "100000"]
     session.run("python", "bench/manager_scale.py", *[a for n in sizes for a in ("--count", n)])
     runs = "10" if "--quick" in session.posargs else "30"

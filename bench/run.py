@@ -42,6 +42,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,11 @@ class Client:
     venv: str | None = None  # None: this interpreter (acmecerts, raw, the lego wrapper)
     args: tuple[str, ...] = ()
     peer: bool = False
+    #: "phase": timed from ``go`` to ``done`` (after its warm-up), like every peer;
+    #: "process": from process start to exit (imports, account, exports included)
+    timing: str = "phase"
+    #: The row of the same N this one's ``vs_base_*`` ratios are taken against.
+    baseline: str | None = None
 
     @property
     def python(self) -> str:
@@ -82,13 +88,32 @@ CLIENTS = {
     for c in (
         Client("acmecerts", "acmecerts_client.py"),
         Client("acmecerts-h2", "acmecerts_client.py", args=("--http2",)),
+        Client("acmecerts-manager", "acmecerts_manager_client.py", baseline="acmecerts"),
+        # the manager without a store: what the manager costs apart from FileStorage
+        Client(
+            "acmecerts-manager-nostore",
+            "acmecerts_manager_client.py",
+            args=("--no-store",),
+            baseline="acmecerts",
+        ),
+        Client("acmecerts-cli", "", timing="process", baseline="certbot-acme-process"),
         Client("raw", "raw_client.py"),
         Client("certbot-acme", "certbot_acme_client.py", venv="certbot-acme", peer=True),
+        # the same driver, timed from its process start to exit (the CLI's comparison)
+        Client(
+            "certbot-acme-process", "certbot_acme_client.py", venv="certbot-acme", timing="process"
+        ),
         Client("aioacme", "aioacme_client.py", venv="aioacme", peer=True),
         Client("lego", "lego_client.py", peer=True),
     )
 }
-OURS = ("acmecerts", "acmecerts-h2")
+OURS = (
+    "acmecerts",
+    "acmecerts-h2",
+    "acmecerts-manager",
+    "acmecerts-manager-nostore",
+    "acmecerts-cli",
+)
 
 
 # -- measuring helpers --------------------------------------------------------------------
@@ -215,7 +240,13 @@ def _start_py_spy(
     return spy
 
 
-def _kill_group(proc: subprocess.Popen[str]) -> None:
+def _signal_group(pid: int) -> None:
+    """SIGKILL a client's process group (from a timer: the main thread reaps it)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _kill_group(proc: subprocess.Popen[Any]) -> None:
     """Stop a client and whatever it started (it leads its own process group)."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
@@ -255,6 +286,8 @@ def _measure_on(
     proxy: ProxyProcess | None,
 ) -> dict[str, Any]:
     directory = proxy.directory_url if proxy else pebble.directory_url
+    if client.timing == "process":
+        return _measure_process(client, n, names, label, args, workdir, pebble, proxy)
     argv = [
         client.python,
         str(CLIENTS_DIR / client.script),
@@ -324,6 +357,7 @@ def _measure_on(
     peak_kib = done.get("peak_rss_kib") or rusage.ru_maxrss
     return {
         "client": client.name,
+        "timing": "phase",
         "n": n,
         "names": names,
         "label": label,
@@ -338,6 +372,169 @@ def _measure_on(
         "requests_per_cert": requests / n,
         "requests_by_route": dict(sorted(counts.items())),
         "pebble_log_requests": sum(log_counts.values()),
+        "server_cpu_ms_per_cert": 1000 * server_cpu / n,
+        "proxy_cpu_ms_per_cert": 1000 * proxy_cpu / n,
+        "others_cpu_pct": 100 * others / (wall * (os.cpu_count() or 1)),
+        "load1_at_start": load,
+        "issued": done["issued"],
+        "failed": done["failed"],
+        "errors": done.get("errors", []),
+        "client_extra": {
+            k: v
+            for k, v in done.items()
+            if k not in {"event", "wall_s", "cpu_s", "issued", "failed", "errors", "peak_rss_kib"}
+        },
+    }
+
+
+def _cli_argv(
+    n: int, names: int, label: str, directory: str, pebble: PebbleServer, scratch: Path
+) -> list[str]:
+    """``acmecerts issue --from-file`` of N certificates, as an operator would run it."""
+    names_file = scratch / "names.txt"
+    names_file.write_text(
+        "".join(
+            " ".join(f"c{i}-{j}.{label}.bench.test" for j in range(names)) + "\n" for i in range(n)
+        ),
+        encoding="ascii",
+    )
+    return [
+        *("issue", "--from-file", str(names_file)),
+        *("--directory", directory, "--ca-bundle", str(pebble.ca_bundle)),
+        *("--state-dir", str(scratch / "state"), "--out", str(scratch / "out")),
+        *("--http-01-listen", f"127.0.0.1:{pebble.http_port}"),
+        *("--concurrency", str(n)),
+    ]
+
+
+def _issued_files(out: Path) -> int:
+    """Certificates the CLI exported: ``out/NAME/fullchain.pem`` holding a certificate."""
+    return sum(
+        b"-----BEGIN CERTIFICATE-----" in p.read_bytes() for p in out.glob("*/fullchain.pem")
+    )
+
+
+def _measure_process(
+    client: Client,
+    n: int,
+    names: int,
+    label: str,
+    args: argparse.Namespace,
+    workdir: Path,
+    pebble: PebbleServer,
+    proxy: ProxyProcess | None,
+) -> dict[str, Any]:
+    """Time a client from process start to exit: imports, account, exports included.
+
+    CPU and peak RSS come from ``wait4``'s rusage of the process (its waited-for
+    children included); requests, Pebble's CPU and the machine's from the same sources
+    as a phase-timed run, taken just before the process starts and after it exits.
+    """
+    directory = proxy.directory_url if proxy else pebble.directory_url
+    scratch = workdir / f"client-{label}"
+    scratch.mkdir(parents=True, exist_ok=True)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if client.name == "acmecerts-cli":
+        env = {k: v for k, v in env.items() if not k.startswith("ACMECERTS_")}
+        env.update(
+            PYTHONPATH=str(ROOT),
+            XDG_CONFIG_HOME=str(scratch / "xdg-config"),  # no config file from the machine
+            ACMECERTS_AGREE_TOS="1",
+        )
+        cli_args = _cli_argv(n, names, label, directory, pebble, scratch)
+        if args.profile_dir:
+            out = Path(args.profile_dir) / f"{client.name}-{label}.prof"
+            argv = [sys.executable, str(CLIENTS_DIR / "cli_profiled.py"), str(out), *cli_args]
+        else:
+            argv = [sys.executable, "-m", "acmecerts.cli", *cli_args]
+    else:
+        env.update(PYTHONPATH="" if client.venv else str(ROOT), BENCH_NO_GO="1")
+        argv = [
+            client.python,
+            str(CLIENTS_DIR / client.script),
+            *("--directory", directory, "--ca", str(pebble.ca_bundle)),
+            *("--http-port", str(pebble.http_port), "--count", str(n), "--names", str(names)),
+            *("--label", label, "--workdir", str(scratch), *client.args),
+        ]
+    if args.py_spy and client.name in OURS:
+        py_spy = shutil.which("py-spy") or str(PEERS_DIR.parent / "bench-tools" / "bin" / "py-spy")
+        out = Path(args.py_spy) / f"{client.name}-{label}.txt"
+        argv = [
+            *(py_spy, "record", "--rate", "250", "--nonblocking", "--format", "raw"),
+            *("--output", str(out), "--", *argv),
+        ]
+    timeout = args.timeout or max(90.0, 30.0 + 0.6 * n * max(1, names // 2))
+    counts0 = proxy.counts() if proxy else pebble_counts(pebble)
+    pids = pebble.pids
+    server0 = sum(proc_cpu_s(p) for p in pids)
+    proxy0 = proc_cpu_s(proxy.proc.pid) if proxy else 0.0
+    load = os.getloadavg()[0]
+    stdout_path, stderr_path = scratch / "stdout.txt", scratch / "stderr.txt"
+    with open(stdout_path, "wb") as stdout, open(stderr_path, "wb") as stderr:
+        busy0 = system_busy_s()
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=stdout,
+            stderr=stderr,
+            env=env,
+            cwd=scratch,
+            start_new_session=True,
+        )
+        timer = threading.Timer(timeout, _signal_group, (proc.pid,))
+        timer.start()
+        try:
+            _, status, rusage = os.wait4(proc.pid, 0)
+        except BaseException:
+            _kill_group(proc)
+            raise
+        finally:
+            timer.cancel()
+        wall = time.perf_counter() - t0
+        busy = system_busy_s() - busy0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    server_cpu = sum(proc_cpu_s(p) for p in pids) - server0
+    proxy_cpu = (proc_cpu_s(proxy.proc.pid) - proxy0) if proxy else 0.0
+    counts = (proxy.counts() if proxy else pebble_counts(pebble)) - counts0
+    stdout_text = stdout_path.read_text(errors="replace")
+    if not args.quiet_clients:
+        sys.stderr.write(stderr_path.read_text(errors="replace")[-2000:])
+    done: dict[str, Any] = {}
+    for line in stdout_text.splitlines():
+        with contextlib.suppress(ValueError):
+            event = json.loads(line)
+            if isinstance(event, dict) and event.get("event") == "done":
+                done = event
+    if client.name == "acmecerts-cli":
+        issued = _issued_files(scratch / "out")
+        errors = [] if proc.returncode == 0 else [f"exit status {proc.returncode}"]
+        done = {"issued": issued, "failed": n - issued, "errors": errors, "exit": proc.returncode}
+    elif not done:
+        raise RunFailed(f"{client.name} exited with status {proc.returncode} and no result")
+    if proc.returncode < 0 and not done.get("issued"):
+        raise RunFailed(f"{client.name} killed (signal {-proc.returncode}): timeout?")
+    cpu = rusage.ru_utime + rusage.ru_stime
+    requests = sum(counts.values())
+    others = max(0.0, busy - cpu - server_cpu - proxy_cpu)
+    peak_kib = rusage.ru_maxrss
+    return {
+        "client": client.name,
+        "timing": "process",
+        "n": n,
+        "names": names,
+        "label": label,
+        "wall_s": wall,
+        "certs_per_s": n / wall,
+        "cpu_ms_per_cert": 1000 * cpu / n,
+        "user_ms_per_cert": 1000 * rusage.ru_utime / n,
+        "sys_ms_per_cert": 1000 * rusage.ru_stime / n,
+        "peak_rss_mib": peak_kib / 1024,
+        "rss_growth_mib": 0.0,
+        "requests": requests,
+        "requests_per_cert": requests / n,
+        "requests_by_route": dict(sorted(counts.items())),
+        "pebble_log_requests": requests,
         "server_cpu_ms_per_cert": 1000 * server_cpu / n,
         "proxy_cpu_ms_per_cert": 1000 * proxy_cpu / n,
         "others_cpu_pct": 100 * others / (wall * (os.cpu_count() or 1)),
@@ -376,7 +573,9 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     groups: dict[tuple[str, str], list[dict[str, Any]]] = collections.defaultdict(list)
     for row in rows:
         groups[(row["client"], _size_key(row))].append(row)
-    table = [_median_row(g) for g in groups.values()]
+    # a run that lost certificates twice (Pebble stuck both times) stays out of the median
+    # when another round of that cell succeeded
+    table = [_median_row([r for r in g if not r["failed"]] or g) for g in groups.values()]
     by_size: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
     for row in table:
         by_size[_size_key(row)].append(row)
@@ -395,6 +594,19 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if raw:
                 row["vs_raw_rate"] = row["certs_per_s"] / raw["certs_per_s"]
                 row["vs_raw_cpu"] = row["cpu_ms_per_cert"] / raw["cpu_ms_per_cert"]
+            base = next(
+                (
+                    r
+                    for r in size_rows
+                    if r["client"] == CLIENTS[row["client"]].baseline and not r["failed"]
+                ),
+                None,
+            )
+            if base:
+                row["baseline"] = base["client"]
+                row["baseline_wall_s"] = base["wall_s"]
+                row["vs_base_rate"] = row["certs_per_s"] / base["certs_per_s"]
+                row["vs_base_cpu"] = row["cpu_ms_per_cert"] / base["cpu_ms_per_cert"]
     order = list(CLIENTS)
     table.sort(key=lambda r: (r["names"], r["n"], order.index(r["client"])))
     return table
@@ -408,7 +620,7 @@ def format_table(table: list[dict[str, Any]]) -> str:
     header = (
         "| client | N | wall s | certs/s | CPU ms/cert | peak RSS MiB (growth) | req/cert "
         "| Pebble CPU ms/cert | others' CPU % | rate xbest peer | CPU xbest peer "
-        "| rate xraw | CPU xraw | failed |"
+        "| rate xraw | CPU xraw | rate xbase | CPU xbase | failed |"
     )
     lines = [header, header_rule(header)]
     for r in table:
@@ -420,6 +632,7 @@ def format_table(table: list[dict[str, Any]]) -> str:
             f"| {_fmt(r.get('vs_best_peer_rate'), '.2f')} "
             f"| {_fmt(r.get('vs_best_peer_cpu'), '.2f')} "
             f"| {_fmt(r.get('vs_raw_rate'), '.2f')} | {_fmt(r.get('vs_raw_cpu'), '.2f')} "
+            f"| {_fmt(r.get('vs_base_rate'), '.2f')} | {_fmt(r.get('vs_base_cpu'), '.2f')} "
             f"| {r['failed'] or ''} |"
         )
     return "\n".join(lines)
@@ -487,9 +700,48 @@ def targets(table: list[dict[str, Any]], client: str) -> list[tuple[str, str, bo
     return out
 
 
+def path_targets(table: list[dict[str, Any]]) -> list[tuple[str, str, bool | None]]:
+    """Issue #17's targets for the paths people run: the manager with its store, the CLI."""
+    out: list[tuple[str, str, bool | None]] = []
+    for r in table:
+        if r["names"] != 1 or "vs_base_rate" not in r:
+            continue
+        size, rate, cpu = r["n"], r["vs_base_rate"], r["vs_base_cpu"]
+        if r["client"] == "acmecerts-manager" and size >= 200:
+            out.append(
+                (
+                    f"manager N={size}: ≥ 0.8x the bare client's certs/s",
+                    f"{rate:.2f}x ({r['certs_per_s']:.1f}/s)",
+                    rate >= 0.8,
+                )
+            )
+            out.append(
+                (
+                    f"manager N={size}: CPU/cert ≤ 1.5x the bare client's",
+                    f"{cpu:.2f}x ({r['cpu_ms_per_cert']:.1f} ms)",
+                    cpu <= 1.5,
+                )
+            )
+        if r["client"] == "acmecerts-cli" and size >= 100:
+            out.append(
+                (
+                    f"CLI N={size}: ≥ 2x certbot's acme, process start to exit",
+                    f"{rate:.2f}x ({r['wall_s']:.2f} s vs {r['baseline_wall_s']:.2f} s)",
+                    rate >= 2,
+                )
+            )
+    return out
+
+
 def format_targets(table: list[dict[str, Any]]) -> str:
     lines = []
-    for client in OURS:
+    found_paths = path_targets(table)
+    if found_paths:
+        lines.append("\nTargets for the manager and the CLI:")
+        for name, measured, met in found_paths:
+            mark = "met" if met else "NOT met"
+            lines.append(f"  {mark:8} {name}: {measured}")
+    for client in ("acmecerts", "acmecerts-h2"):
         found = targets(table, client)
         if not found:
             continue

@@ -5,7 +5,7 @@
 #
 #   bash bench/setup_peers.sh            # idempotent: skips what is already installed
 #   FORCE=1 bash bench/setup_peers.sh    # recreate the venvs
-#   bash bench/setup_peers.sh --tools    # also py-spy (bench-tools/ venv) for profiling
+#   bash bench/setup_peers.sh --tools    # also py-spy and matplotlib (bench-tools/ venv): profiles, chart
 #
 # Peers:
 #   certbot-acme/  certbot's `acme` library (ClientV2, synchronous, used from a thread pool)
@@ -50,11 +50,12 @@ echo "bench-peers: lego $(lego --version 2>&1 | head -1)"
 
 if [[ "${1:-}" == "--tools" ]]; then
     TOOLS="$(dirname "$ROOT")/bench-tools"
-    if [[ -n "${FORCE:-}" || ! -x "$TOOLS/bin/py-spy" ]]; then
+    if [[ -n "${FORCE:-}" || ! -x "$TOOLS/bin/py-spy" ]] || ! "$TOOLS/bin/python" -c "import matplotlib" 2>/dev/null; then
         rm -rf "$TOOLS"
         "$PY" -m venv "$TOOLS"
-        "$TOOLS/bin/python" -m pip install --quiet --disable-pip-version-check py-spy
+        "$TOOLS/bin/python" -m pip install --quiet --disable-pip-version-check py-spy matplotlib
     fi
     echo "bench-peers: $("$TOOLS/bin/py-spy" --version) in $TOOLS/bin (run.py --py-spy DIR)"
+    echo "bench-peers: matplotlib in $TOOLS ($TOOLS/bin/python bench/chart.py RESULTS.json)"
 fi
 echo "bench-peers: ready in $ROOT"

@@ -446,11 +446,25 @@ async def execute(
     )
     manager.subscribe(board.on_event)
     # Remember every certificate before ordering it: one that ends deferred or failed is
-    # known to `status` and issued by the next `renew`.
-    for job in jobs:
-        record = wanted_record(job)
-        if record != job.record:
+    # known to `status` and issued by the next `renew`. Written side by side (each one
+    # fsynced, all of them before the first order), not one fsync after the other.
+    failures: list[AcmeCertsError] = []
+
+    async def remember(record: CertificateRecord) -> None:
+        try:
             await state.save_record(record)
+        except AcmeCertsError as exc:
+            failures.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        for job in jobs:
+            record = wanted_record(job)
+            if record != job.record:
+                tg.start_soon(remember, record)
+    if failures:
+        raise failures[0]
+    # what is stored now: the export writes a record again only if it changes
+    jobs = [dataclasses.replace(job, record=wanted_record(job)) for job in jobs]
     outcomes: list[Outcome | None] = [None] * len(jobs)
 
     async def run(index: int, job: Job) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as _dt
 import random
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import anyio
 
@@ -104,6 +104,8 @@ class RateLimitLedger:
         #: Whether the store was read once (what :meth:`cached_budget` needs).
         self._loaded = False
         self._lock = anyio.Lock()
+        #: Changes waiting for the lock, applied by whichever task takes it next.
+        self._pending: list[_PendingChange] = []
         self._pruned_at = 0
         self._writes = 0
         self._prune_after = _MIN_PRUNE_WRITES
@@ -542,34 +544,90 @@ class RateLimitLedger:
                     self._pruned_at, self._writes = now, 0
                     self._prune_after = max(_MIN_PRUNE_WRITES, self._state.size())
             return result
-        async with self._lock:
-            for attempt in range(1, _MAX_CAS_ATTEMPTS + 1):
-                state, stored = await self._load()
-                now = self._now()
+        # Group commit: changes asked for while another one is being stored wait in
+        # ``_pending``; the next task to hold the lock applies all of them (in order) and
+        # stores the ledger once, so each change is durable before its caller returns,
+        # with one compare-and-swap (one fsync) for the group instead of one each.
+        mine = _PendingChange(fn)
+        self._pending.append(mine)
+        try:
+            await self._lock.acquire()
+        except BaseException:
+            if mine in self._pending:
+                self._pending.remove(mine)  # not taken yet: a cancelled caller records nothing
+            raise  # (taken by a group being stored: recorded, as if cancelled while storing)
+        try:
+            if not mine.done:
+                batch, self._pending = self._pending, []
                 try:
-                    result, changed = fn(state, now)
-                    if not changed:
-                        return result
-                    state.prune(self.model, now)
-                    version = await self.storage.store(
-                        self._key(),
-                        state.to_bytes(),
-                        expect_version=None if stored is None else stored.version,
-                    )
-                except VersionConflict:
-                    self._version = _UNLOADED  # the cached state holds our unsaved change
-                    await anyio.sleep(self._rng.uniform(0, 0.002 * attempt))
-                    continue
+                    await self._commit(batch)
+                except Exception as exc:
+                    # the store failed (maybe after writing): each change of the group
+                    # fails with it, as its own write would have; none is applied twice
+                    for change in batch:
+                        if not change.done:
+                            change.error, change.done = exc, True
                 except BaseException:
-                    self._version = _UNLOADED
+                    # cancelled before the group was written (the write is shielded):
+                    # nothing of it is stored, the others ask again themselves
+                    self._pending[:0] = [p for p in batch if p is not mine and not p.done]
                     raise
-                self._version = version
-                return result
-            raise StorageError(
-                f"the rate-limit ledger {self.key} kept changing while it was updated "
-                f"({_MAX_CAS_ATTEMPTS} attempts)",
-                path=self.key,
-            )
+        finally:
+            self._lock.release()
+        return cast(T, mine.outcome())
+
+    async def _commit(self, batch: list[_PendingChange]) -> None:
+        """Apply every change of ``batch`` to the stored state and store it once (CAS)."""
+        assert self.storage is not None
+        left = list(batch)
+        for attempt in range(1, _MAX_CAS_ATTEMPTS + 1):
+            state, stored = await self._load()
+            now = self._now()
+            changed = False
+            failed: _PendingChange | None = None
+            for change in left:
+                try:
+                    change.result, changed_here = change.fn(state, now)
+                except Exception as exc:
+                    change.error, failed = exc, change
+                    break
+                changed |= changed_here
+            if failed is not None:
+                # its partial change is in the cached state: drop it, start again without it
+                self._version = _UNLOADED
+                failed.done = True
+                left.remove(failed)
+                continue
+            try:
+                if changed:
+                    state.prune(self.model, now)
+                    # shielded: a cancellation arriving while the group is written must
+                    # not leave it stored but reported unknown (its changes would then
+                    # be applied again by their callers)
+                    with anyio.CancelScope(shield=True):
+                        version = await self.storage.store(
+                            self._key(),
+                            state.to_bytes(),
+                            expect_version=None if stored is None else stored.version,
+                        )
+                    self._version = version
+            except VersionConflict:
+                self._version = _UNLOADED  # the cached state holds our unsaved changes
+                await anyio.sleep(self._rng.uniform(0, 0.002 * attempt))
+                continue
+            except BaseException:
+                self._version = _UNLOADED
+                raise
+            for change in left:
+                change.done = True
+            return
+        error = StorageError(
+            f"the rate-limit ledger {self.key} kept changing while it was updated "
+            f"({_MAX_CAS_ATTEMPTS} attempts)",
+            path=self.key,
+        )
+        for change in left:
+            change.error, change.done = error, True
 
     async def _load(self) -> tuple[LedgerState, StoredValue | None]:
         assert self.storage is not None
@@ -585,6 +643,24 @@ class RateLimitLedger:
     def _key(self) -> str:
         assert self.key is not None
         return self.key
+
+
+class _PendingChange:
+    """One :meth:`RateLimitLedger._write` call waiting to be applied and stored."""
+
+    __slots__ = ("done", "error", "fn", "result")
+
+    def __init__(self, fn: Callable[[LedgerState, int], tuple[object, bool]]) -> None:
+        self.fn = fn
+        self.result: object = None
+        self.error: Exception | None = None
+        #: Applied and stored (or failed): its caller returns ``result`` or raises ``error``.
+        self.done = False
+
+    def outcome(self) -> object:
+        if self.error is not None:
+            raise self.error
+        return self.result
 
 
 def _request(

@@ -24,15 +24,18 @@ Design:
 
 * **Atomic writes.** A value is written to ``.<segment>.tmp`` in the same directory
   (``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0600), fsynced, renamed over the key's file with
-  ``os.replace`` and the directory is fsynced: a crash at any instant leaves the old value
-  or the new one.
+  ``os.replace`` and the directory is fsynced before the call returns: a crash at any
+  instant leaves the old value or the new one.
 * **Every file is 0600, every directory 0700**, not only ``secret`` values: the ledger
   and order state are nobody else's business either, and one rule is harder to get wrong.
 * **Compare-and-swap across processes.** Writers and deleters hold an exclusive
   ``fcntl.flock`` on the key's *directory* while they check the version and replace the
   file. The directory is never replaced, so the lock always guards the current file, and
   because only lock holders create temp files, a temp file found under the lock is a
-  crashed writer's and is removed. Readers take no lock: ``rename`` is atomic.
+  crashed writer's and is removed. Readers take no lock: ``rename`` is atomic. Threads
+  of one process first queue on a mutex per directory (no polling), so the ``flock`` is
+  contended only by other processes; the directory's fsync happens after both are let
+  go, and one fsync covers every change made in the directory before it started.
 * **Locks are leases.** ``lock(name)`` writes ``.locks/<name>`` (the same envelope, JSON
   inside: holder id, pid, host, acquired and expiry instants) under the directory flock
   when that file is absent or its lease has run out. While the ``async with`` block
@@ -70,6 +73,7 @@ import re
 import secrets
 import socket
 import stat
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
@@ -171,6 +175,46 @@ def _seconds(value: float | _dt.timedelta, name: str, *, positive: bool) -> floa
         bound = "> 0" if positive else ">= 0"
         raise InvalidInput(f"{name} must be a finite number of seconds {bound}, got {value!r}")
     return seconds
+
+
+class _DirMutex:
+    """This process's lock on one directory, how many threads use it, and its fsyncs.
+
+    Group commit of the directory's fsync: ``changed`` counts renames and removals made
+    under the lock, ``synced`` is the count the last completed fsync covered (an fsync
+    makes durable every change made before it started). A thread whose change is already
+    covered returns without an fsync of its own; otherwise one thread at a time
+    (``sync_lock``) fsyncs for every change made so far.
+    """
+
+    __slots__ = ("changed", "lock", "sync_lock", "synced", "users")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.users = 0
+        self.sync_lock = threading.Lock()
+        self.changed = 0
+        self.synced = 0
+
+    def sync(self, fd: int, change: int) -> None:
+        """Make change number ``change`` (and all before it) durable: fsync ``fd`` if needed."""
+        with self.sync_lock:
+            if self.synced >= change:
+                return  # an fsync that started after our change has completed
+            target = self.changed
+            os.fsync(fd)
+            self.synced = max(self.synced, target)
+
+
+class _LockedDir:
+    """A directory held by :meth:`FileStorage._dir_locked`: its fd, and whether to fsync it."""
+
+    __slots__ = ("fd", "sync")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        #: Set by a body that renamed or removed a file in the directory.
+        self.sync = False
 
 
 class _LeaseRecord:
@@ -275,6 +319,9 @@ class FileStorage:
         # Wakes waiters of this instance when a lock is released (other processes poll).
         self._released: dict[str, anyio.Event] = {}
         self._host = socket.gethostname()
+        # This process's writers queue per directory here before taking its flock.
+        self._mutexes: dict[str, _DirMutex] = {}
+        self._mutexes_lock = threading.Lock()
 
     @property
     def root(self) -> str:
@@ -325,35 +372,81 @@ class FileStorage:
                 os.chmod(path, _DIR_MODE)  # mkdir's mode is filtered by the umask
 
     @contextlib.contextmanager
-    def _dir_locked(self, dirpath: str) -> Iterator[int]:
-        """Hold an exclusive flock on ``dirpath``; yield its fd (to fsync it)."""
-        fd = os.open(dirpath, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    def _dir_locked(self, dirpath: str) -> Iterator[_LockedDir]:
+        """Hold ``dirpath``'s lock: first against this process's threads, then others.
+
+        Threads of this process queue on a mutex per directory (no polling, first come
+        first served); the holder then takes the exclusive ``flock`` that other processes
+        contend for. A body that renamed or removed a file sets ``sync``: the directory
+        is fsynced after both locks are released (so the next writer goes on meanwhile)
+        and before this returns, so the change is durable before the caller is answered.
+        """
+        deadline = time.monotonic() + _DIR_LOCK_WAIT
+        with self._mutexes_lock:
+            entry = self._mutexes.get(dirpath)
+            if entry is None:
+                entry = self._mutexes[dirpath] = _DirMutex()
+            entry.users += 1
         try:
-            deadline = time.monotonic() + _DIR_LOCK_WAIT
-            delay = 0.0005
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    pass
-                except OSError as exc:
-                    raise _os_error("lock directory", dirpath, exc) from exc
+            while not entry.lock.acquire(timeout=0.05):
                 if time.monotonic() >= deadline:
                     raise StorageError(
                         f"directory {dirpath} stayed locked for {_DIR_LOCK_WAIT:.0f}s "
-                        "(is a process that uses this store stopped?)",
+                        "by this process (is a write stuck?)",
                         path=dirpath,
                     )
                 _check_cancelled()
-                time.sleep(delay)
-                delay = min(delay * 2, 0.02)
+            change = 0
             try:
-                yield fd
+                locked = _LockedDir(os.open(dirpath, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+                try:
+                    self._flock(locked.fd, dirpath, deadline)
+                    try:
+                        yield locked
+                        if locked.sync:
+                            entry.changed += 1
+                            change = entry.changed
+                    finally:
+                        fcntl.flock(locked.fd, fcntl.LOCK_UN)
+                except BaseException:
+                    os.close(locked.fd)
+                    raise
             finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
+                entry.lock.release()
+            try:
+                if change:
+                    entry.sync(locked.fd, change)
+            except OSError as exc:
+                raise _os_error("sync directory", dirpath, exc) from exc
+            finally:
+                os.close(locked.fd)
         finally:
-            os.close(fd)
+            with self._mutexes_lock:
+                entry.users -= 1
+                if entry.users == 0:
+                    del self._mutexes[dirpath]
+
+    @staticmethod
+    def _flock(fd: int, dirpath: str, deadline: float) -> None:
+        """Take the exclusive ``flock`` on the directory ``fd`` (other processes hold it)."""
+        delay = 0.0005
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                pass
+            except OSError as exc:
+                raise _os_error("lock directory", dirpath, exc) from exc
+            if time.monotonic() >= deadline:
+                raise StorageError(
+                    f"directory {dirpath} stayed locked for {_DIR_LOCK_WAIT:.0f}s "
+                    "(is a process that uses this store stopped?)",
+                    path=dirpath,
+                )
+            _check_cancelled()
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
 
     def _read(self, path: str, key: str) -> StoredValue | None:
         """Read and verify one file; ``None`` if there is no value at ``path``."""
@@ -386,8 +479,12 @@ class FileStorage:
             os.close(fd)
         return _decode(b"".join(chunks), key, path)
 
-    def _write(self, dirfd: int, path: str, content: bytes) -> None:
-        """Replace ``path`` atomically with ``content``; the caller holds the dir lock."""
+    def _write(self, locked: _LockedDir, path: str, content: bytes) -> None:
+        """Replace ``path`` atomically with ``content``; the caller holds the dir lock.
+
+        The temp file's data is fsynced before the rename; the rename is made durable by
+        the directory's fsync when the lock is let go (``locked.sync``).
+        """
         dirpath, name = os.path.split(path)
         tmp = os.path.join(dirpath, f".{name}.tmp")
         with contextlib.suppress(FileNotFoundError):
@@ -407,6 +504,7 @@ class FileStorage:
             finally:
                 os.close(fd)
             os.replace(tmp, path)
+            locked.sync = True
         except BaseException as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -419,10 +517,6 @@ class FileStorage:
             if isinstance(exc, OSError):
                 raise _os_error("write", path, exc) from exc
             raise
-        try:
-            os.fsync(dirfd)
-        except OSError as exc:
-            raise _os_error("sync directory", dirpath, exc) from exc
 
     @staticmethod
     def _check_version(
@@ -446,12 +540,12 @@ class FileStorage:
         dirpath = os.path.dirname(path)
         self._ensure_dir(dirpath)
         try:
-            with self._dir_locked(dirpath) as dirfd:
+            with self._dir_locked(dirpath) as locked:
                 if not isinstance(expect, _AnyVersion):
                     self._check_version(self._read(path, key), expect, key, path)
                 version = secrets.token_hex(16)
-                self._write(dirfd, path, _encode(version, data))
-                return version
+                self._write(locked, path, _encode(version, data))
+            return version
         except NotADirectoryError as exc:
             raise StorageError(
                 f"cannot write {key!r}: a file is in the way of {dirpath} "
@@ -465,7 +559,7 @@ class FileStorage:
         path = self.path_for(key)
         dirpath = os.path.dirname(path)
         try:
-            with self._dir_locked(dirpath) as dirfd:
+            with self._dir_locked(dirpath) as locked:
                 if not isinstance(expect, _AnyVersion):
                     self._check_version(self._read(path, key), expect, key, path)
                 try:
@@ -474,8 +568,8 @@ class FileStorage:
                     os.unlink(path)
                 except FileNotFoundError:
                     return False
-                os.fsync(dirfd)
-                return True
+                locked.sync = True
+            return True
         except (FileNotFoundError, NotADirectoryError):
             # No directory, so no value: only an expected version makes that a conflict.
             if isinstance(expect, str):
@@ -556,7 +650,7 @@ class FileStorage:
         path = self._lock_path(name)
         dirpath = os.path.dirname(path)
         self._ensure_dir(dirpath)
-        with self._dir_locked(dirpath) as dirfd:
+        with self._dir_locked(dirpath) as locked:
             current = self._read_lease(path, name)
             now = self._clock.now()
             if (
@@ -569,8 +663,8 @@ class FileStorage:
             record = _LeaseRecord(
                 holder, now + _dt.timedelta(seconds=lease), now, self._host, os.getpid()
             )
-            self._write(dirfd, path, _encode(secrets.token_hex(16), record.to_json()))
-            return record, None
+            self._write(locked, path, _encode(secrets.token_hex(16), record.to_json()))
+        return record, None
 
     def _holder_died(self, record: _LeaseRecord) -> bool:
         """Whether the lock's holder was a process on this machine that no longer exists.
@@ -591,24 +685,24 @@ class FileStorage:
     def _renew_sync(self, name: str, holder: str, lease: float) -> _dt.datetime | None:
         """Extend our lease; ``None`` if someone else holds the lock now."""
         path = self._lock_path(name)
-        with self._dir_locked(os.path.dirname(path)) as dirfd:
+        with self._dir_locked(os.path.dirname(path)) as locked:
             current = self._read_lease(path, name)
             if current is None or current.holder != holder:
                 return None
             current.expires_at = self._clock.now() + _dt.timedelta(seconds=lease)
-            self._write(dirfd, path, _encode(secrets.token_hex(16), current.to_json()))
-            return current.expires_at
+            self._write(locked, path, _encode(secrets.token_hex(16), current.to_json()))
+        return current.expires_at
 
     def _release_sync(self, name: str, holder: str) -> None:
         path = self._lock_path(name)
-        with self._dir_locked(os.path.dirname(path)) as dirfd:
+        with self._dir_locked(os.path.dirname(path)) as locked:
             try:
                 current = self._read_lease(path, name)
             except StorageError:
                 return  # not ours to judge; leave it for an operator
             if current is not None and current.holder == holder:
                 os.unlink(path)
-                os.fsync(dirfd)
+                locked.sync = True
 
     async def _wait(self, seconds: float, event: anyio.Event) -> None:
         """Sleep ``seconds`` on the clock, or until ``event`` is set."""

@@ -12,6 +12,7 @@ import pytest
 from acmecerts import FakeClock
 from acmecerts.errors import InvalidInput, ProblemType, RateLimited, StorageError
 from acmecerts.ratelimit import LETS_ENCRYPT, RateLimitLedger
+from acmecerts.ratelimit._state import LedgerState
 from acmecerts.storage import FileStorage, KeyLayout, StoredValue
 from tests.ratelimit.conftest import ACCOUNT, T0
 
@@ -162,3 +163,117 @@ async def test_compare_and_swap_retries_with_the_other_writers_change(
 async def test_a_stored_ledger_needs_a_key(tmp_path: Path, clock: FakeClock) -> None:
     with pytest.raises(InvalidInput, match="key"):
         RateLimitLedger(LETS_ENCRYPT, clock=clock, storage=FileStorage(tmp_path))
+
+
+class CountingStorage(FileStorage):
+    """A FileStorage that counts its writes (each one is an fsynced compare-and-swap)."""
+
+    stores = 0
+
+    async def store(self, key: str, data: bytes, **kwargs: object) -> str:  # type: ignore[override]
+        self.stores += 1
+        return await super().store(key, data, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_concurrent_changes_are_stored_in_groups_and_none_is_lost(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    storage = CountingStorage(tmp_path)
+    ledger = RateLimitLedger(LETS_ENCRYPT, clock=clock, storage=storage, key=KEY)
+    decisions: list[bool] = []
+
+    async def reserve(i: int) -> None:
+        decisions.append((await ledger.reserve([f"h{i}.example{i}.com"], account=ACCOUNT)).allowed)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(40):
+            tg.start_soon(reserve, i)
+
+    assert decisions == [True] * 40
+    # every reservation is in the store when its call returns, most of them in a shared write
+    assert 1 <= storage.stores < 40
+    stored = await FileStorage(tmp_path).load(KEY)
+    assert stored is not None
+    document = json.loads(stored.data)
+    assert len(document["buckets"]["certificates_per_exact_identifier_set"]) == 40
+    restarted = stored_ledger(tmp_path, clock)
+    lines = {(line.limit, line.scope_key): line for line in await restarted.budget()}
+    assert lines["new_orders_per_account", ACCOUNT].remaining == (
+        lines["new_orders_per_account", ACCOUNT].capacity - 40
+    )
+
+
+async def test_a_change_that_raises_fails_alone_in_its_group(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    ledger = stored_ledger(tmp_path, clock)
+    outcomes: dict[int, object] = {}
+
+    def half_done(state: LedgerState, now: int) -> tuple[None, bool]:
+        state.paused["half-done.example.com"] = now  # a change left half made...
+        raise RuntimeError("a bug in the middle of a change")  # ...by a failure
+
+    async def change(i: int) -> None:
+        try:
+            if i == 3:
+                outcomes[i] = await ledger._write(half_done)
+            else:
+                names = [f"h{i}.example{i}.com"]
+                outcomes[i] = (await ledger.reserve(names, account=ACCOUNT)).allowed
+        except RuntimeError as exc:
+            outcomes[i] = exc
+
+    async with anyio.create_task_group() as tg:
+        for i in range(8):
+            tg.start_soon(change, i)
+
+    assert isinstance(outcomes.pop(3), RuntimeError)
+    assert outcomes == dict.fromkeys([0, 1, 2, 4, 5, 6, 7], True)
+    stored = await FileStorage(tmp_path).load(KEY)
+    assert stored is not None
+    document = json.loads(stored.data)
+    assert len(document["buckets"]["certificates_per_exact_identifier_set"]) == 7
+    assert "half-done.example.com" not in json.dumps(document)
+
+
+class FailingOnceStorage(FileStorage):
+    """A FileStorage whose first write fails (a full disk, say)."""
+
+    failed = False
+
+    async def store(self, key: str, data: bytes, **kwargs: object) -> str:  # type: ignore[override]
+        if not self.failed:
+            self.failed = True
+            raise StorageError("disk full", path=key)
+        return await super().store(key, data, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_a_failed_group_write_fails_every_change_in_it_and_applies_none(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    storage = FailingOnceStorage(tmp_path)
+    ledger = RateLimitLedger(LETS_ENCRYPT, clock=clock, storage=storage, key=KEY)
+    outcomes: list[object] = []
+
+    async def reserve(i: int) -> None:
+        try:
+            outcomes.append(
+                (await ledger.reserve([f"h{i}.example{i}.com"], account=ACCOUNT)).allowed
+            )
+        except StorageError as exc:
+            outcomes.append(exc)
+
+    async with anyio.create_task_group() as tg:
+        for i in range(6):
+            tg.start_soon(reserve, i)
+
+    failed = [o for o in outcomes if isinstance(o, StorageError)]
+    assert failed  # the group written first failed as a whole...
+    assert outcomes.count(True) == 6 - len(failed)  # ...later groups were stored
+    stored = await FileStorage(tmp_path).load(KEY)
+    spent = (
+        0
+        if stored is None
+        else len(json.loads(stored.data)["buckets"]["certificates_per_exact_identifier_set"])
+    )
+    assert spent == 6 - len(failed)  # nothing of the failed group, nothing twice

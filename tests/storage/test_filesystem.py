@@ -451,3 +451,41 @@ async def test_sigkill_at_a_random_moment_never_corrupts(tmp_path: Path) -> None
         loaded = await FileStorage(root).load("a/value")
         assert loaded is not None
         assert loaded.data in values
+
+
+async def test_writers_of_one_process_queue_without_polling_and_every_write_is_synced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import acmecerts.storage.filesystem as fs
+
+    store = FileStorage(tmp_path)
+    await store.store("a/first", b"0")
+    real_fsync = os.fsync
+    synced_files: list[int] = []
+    directory_syncs = 0
+
+    def no_sleep(seconds: float) -> None:
+        raise AssertionError(f"a writer polled the directory lock (slept {seconds}s)")
+
+    def counting_fsync(fd: int) -> None:
+        nonlocal directory_syncs
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            directory_syncs += 1
+        else:
+            synced_files.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(fs.time, "sleep", no_sleep)  # the flock is never busy within a process
+    monkeypatch.setattr(fs.os, "fsync", counting_fsync)
+    async with anyio.create_task_group() as tg:
+        for i in range(40):
+            tg.start_soon(store.store, f"a/value-{i}", b"%d" % i)
+        tg.start_soon(store.delete, "a/first")
+
+    assert len(synced_files) == 40  # every value's data, before its rename
+    assert 1 <= directory_syncs <= 41  # the renames and the unlink, some in shared fsyncs
+    assert await store.list("a/") == [f"a/value-{i}" for i in sorted(range(40), key=str)]
+    for i in range(40):
+        value = await store.load(f"a/value-{i}")
+        assert value is not None
+        assert value.data == b"%d" % i

@@ -1,0 +1,93 @@
+"""The manager's store traffic for N certificates at once, without a CA: FileStorage alone.
+
+    python bench/storage_bench.py              # N = 200, 3 rounds
+    python bench/storage_bench.py --count 50 --rounds 5 --dir /var/tmp
+
+Each of N concurrent tasks does what ``CertificateManager`` + ``FileStorage`` do to the
+store for one new certificate (see ``acmecerts/manager/_manager.py``): read the retired
+record, the certificate's ``meta.json`` and attempt state; take the certificate's lock; read
+them again, the retired record and the order record; write the order intent and then the
+order (``orders/``, secret); save the certificate (delete ``meta.json``, write the key, the
+chain, ``meta.json``); delete the order record and the attempt state; release the lock.
+Every write is fsynced as in production. Prints the wall time and the process's CPU time
+(user + system, every thread) per certificate, the median over ``--rounds`` fresh stores in
+``--dir`` (a real disk: fsync must cost what it costs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from acmecerts.storage import FileStorage, KeyLayout
+
+KEY_PEM = b"-----BEGIN PRIVATE KEY-----\n" + b"A" * 180 + b"\n-----END PRIVATE KEY-----\n"
+CHAIN_PEM = b"-----BEGIN CERTIFICATE-----\n" + b"B" * 2600 + b"\n-----END CERTIFICATE-----\n"
+
+
+async def one(storage: FileStorage, layout: KeyLayout, i: int) -> None:
+    name = f"c{i}"
+    keys = layout.certificate(name)
+    order = layout.order(name)
+    attempts = layout.attempt_state(name)
+    retired = f"{layout.account_prefix}retired/{i:064x}.json"
+    for key in (retired, keys.meta, attempts):  # the first _load (reclaim + reads)
+        await storage.load(key)
+    async with storage.lock(layout.certificate_lock(name), lease=120):
+        for key in (keys.meta, attempts, retired, order):  # _load again, _adopt, load_order
+            await storage.load(key)
+        await storage.store(order, b'{"order_url":null,"private_key_pem":"..."}', secret=True)
+        await storage.store(order, b'{"order_url":"https://ca/order/1","pem":"..."}', secret=True)
+        await storage.delete(keys.meta)
+        await storage.store(keys.privkey, KEY_PEM, secret=True)
+        await storage.store(keys.cert, CHAIN_PEM)
+        await storage.store(keys.meta, b'{"format":1,"name":"' + name.encode() + b'"}')
+        await storage.delete(order)
+        await storage.delete(attempts)
+
+
+def cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def round_(count: int, base: str) -> tuple[float, float]:
+    with tempfile.TemporaryDirectory(dir=base, prefix="acmecerts-storage-bench-") as tmp:
+        layout = KeyLayout("https://ca.example/dir")
+        async with FileStorage(Path(tmp) / "store") as storage:
+            await storage.store(f"{layout.account_prefix}key.pem", KEY_PEM)  # the tree exists
+            cpu0, t0 = cpu_s(), time.perf_counter()
+            async with anyio.create_task_group() as tg:
+                for i in range(count):
+                    tg.start_soon(one, storage, layout, i)
+            return time.perf_counter() - t0, cpu_s() - cpu0
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--count", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dir", default=tempfile.gettempdir(), help="on a real disk")
+    args = parser.parse_args()
+    results = [await round_(args.count, args.dir) for _ in range(args.rounds)]
+    wall = statistics.median(r[0] for r in results)
+    cpu = statistics.median(r[1] for r in results)
+    print(
+        f"N={args.count}: {wall:.2f} s wall, {args.count / wall:.0f} certificates/s of store "
+        f"traffic, {1000 * cpu / args.count:.2f} ms CPU/cert (median of {args.rounds}; "
+        f"load {os.getloadavg()[0]:.1f})"
+    )
+
+
+if __name__ == "__main__":
+    anyio.run(main)
