@@ -35,9 +35,19 @@ from pebble_health import PebbleProbe
 from proxy_server import TinyProxy
 
 from acmecerts.testing import PebbleServer
+from tests.faults.proxy import FaultProxy, make_proxy
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+
+@pytest.fixture
+def proxy(pebble: PebbleServer) -> Iterator[FaultProxy]:
+    """The fault proxy (tests/faults/proxy.py) in front of the session Pebble, no rules yet:
+    to count what a client sent or to inject what Pebble cannot produce. Point clients at
+    ``proxy.directory_url``; stopped after the test."""
+    with make_proxy(pebble) as running:
+        yield running
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -8,7 +8,6 @@ the library and through the CLI; the uid is injected (never faked process-wide).
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,17 +40,6 @@ pytestmark = pytest.mark.timeout(60)
 @pytest.fixture(autouse=True)
 def _clean_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clean_environment(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def proxy(pebble: PebbleServer) -> Iterator[FaultProxy]:
-    with FaultProxy(
-        pebble.directory_url,
-        certfile=pebble.tls_cert_path,
-        keyfile=pebble.tls_key_path,
-        upstream_ca=pebble.ca_bundle,
-    ) as running:
-        yield running
 
 
 # -- natural order ---------------------------------------------------------------------------

@@ -82,18 +82,6 @@ def count(pebble: PebbleServer, since: int, request: tuple[str, str]) -> int:
     return pebble.requests_seen()[since:].count(request)
 
 
-@pytest.fixture
-def proxy(pebble: PebbleServer) -> Iterator[FaultProxy]:
-    """The session Pebble behind the fault proxy (to read what the CLI sent)."""
-    with FaultProxy(
-        pebble.directory_url,
-        certfile=pebble.tls_cert_path,
-        keyfile=pebble.tls_key_path,
-        upstream_ca=pebble.ca_bundle,
-    ) as running:
-        yield running
-
-
 # -- terms of service -------------------------------------------------------------------------
 
 

@@ -7,7 +7,6 @@ run in-process (``run_main``). A deletion that fails half-way is made with a rea
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,17 +43,6 @@ REVOKE = ("POST", "/revoke-cert")
 @pytest.fixture(autouse=True)
 def _clean_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clean_environment(tmp_path, monkeypatch)
-
-
-@pytest.fixture
-def proxy(pebble: PebbleServer) -> Iterator[FaultProxy]:
-    with FaultProxy(
-        pebble.directory_url,
-        certfile=pebble.tls_cert_path,
-        keyfile=pebble.tls_key_path,
-        upstream_ca=pebble.ca_bundle,
-    ) as running:
-        yield running
 
 
 def issue(pebble: PebbleServer, state: Path, *args: str, directory: str | None = None) -> list[str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as _dt
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -41,17 +40,6 @@ EXACT_SET = (
     "168h0m0s: see https://letsencrypt.org/docs/rate-limits/#new-certificates-per-exact-set-of-"
     "identifiers"
 )
-
-
-@pytest.fixture
-def proxy(pebble: PebbleServer) -> Iterator[FaultProxy]:
-    with FaultProxy(
-        pebble.directory_url,
-        certfile=pebble.tls_cert_path,
-        keyfile=pebble.tls_key_path,
-        upstream_ca=pebble.ca_bundle,
-    ) as running:
-        yield running
 
 
 def limit_first_order(proxy: FaultProxy, retry_after: str) -> None:

@@ -13,7 +13,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -51,18 +50,6 @@ pytestmark = pytest.mark.timeout(120)
 def _clean_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clean_environment(tmp_path, monkeypatch)
     monkeypatch.delenv("SSL_CERT_FILE", raising=False)  # Pebble is trusted by --ca-bundle only
-
-
-@pytest.fixture
-def proxy(pebble: PebbleServer) -> Iterator[FaultProxy]:
-    """The session Pebble under a second directory URL: a second CA for the CLI."""
-    with FaultProxy(
-        pebble.directory_url,
-        certfile=pebble.tls_cert_path,
-        keyfile=pebble.tls_key_path,
-        upstream_ca=pebble.ca_bundle,
-    ) as running:
-        yield running
 
 
 class Sleeps:

@@ -31,8 +31,6 @@ from acmecerts.cli._signals import INTERRUPT_GRACE, Interrupted, guard_signals
 from tests.faults.proxy import FaultProxy, Match, Stall
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from acmecerts.testing import PebbleServer
 
 pytestmark = pytest.mark.timeout(120)
@@ -65,18 +63,6 @@ def start(
         stderr=subprocess.PIPE,
         text=True,
     )
-
-
-@pytest.fixture
-def proxy(pebble: PebbleServer) -> Iterator[FaultProxy]:
-    """The session Pebble behind a fault proxy."""
-    with FaultProxy(
-        pebble.directory_url,
-        certfile=pebble.tls_cert_path,
-        keyfile=pebble.tls_key_path,
-        upstream_ca=pebble.ca_bundle,
-    ) as proxy:
-        yield proxy
 
 
 def stop(proc: subprocess.Popen[str], signum: int, *, timeout: float, what: str) -> tuple[str, str]:

@@ -36,25 +36,11 @@ from acmecerts.cli._state import State
 from tests.faults.proxy import FaultProxy, Hold, Match, Respond
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
-
     from acmecerts.testing import PebbleServer
 
 pytestmark = pytest.mark.timeout(120)
 
 BUSY = "urn:ietf:params:acme:error:serverInternal"
-
-
-@pytest.fixture
-def proxy(pebble: PebbleServer) -> Iterator[FaultProxy]:
-    """The session Pebble behind a fault proxy."""
-    with FaultProxy(
-        pebble.directory_url,
-        certfile=pebble.tls_cert_path,
-        keyfile=pebble.tls_key_path,
-        upstream_ca=pebble.ca_bundle,
-    ) as proxy:
-        yield proxy
 
 
 def issue(

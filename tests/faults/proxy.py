@@ -60,6 +60,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from types import TracebackType
 
+    from acmecerts.testing import PebbleServer
+
 __all__ = [
     "ALREADY_REPLACED",
     "BAD_NONCE",
@@ -79,6 +81,7 @@ __all__ = [
     "Stall",
     "Truncate",
     "jws_payload",
+    "make_proxy",
 ]
 
 _log = logging.getLogger(__name__)
@@ -1009,3 +1012,14 @@ def _raw_head(response: h11.Response) -> bytes:
     lines = [f"HTTP/1.1 {response.status_code} {response.reason.decode('latin-1')}".encode()]
     lines += [k + b": " + v for k, v in response.headers]
     return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+def make_proxy(pebble: PebbleServer, *, port: int = 0) -> FaultProxy:
+    """A (not yet started) proxy in front of ``pebble``, with Pebble's TLS certificate."""
+    return FaultProxy(
+        pebble.directory_url,
+        certfile=pebble.tls_cert_path,
+        keyfile=pebble.tls_key_path,
+        upstream_ca=pebble.ca_bundle,
+        port=port,
+    )

@@ -7,7 +7,6 @@ Pebble (a fresh proxy per test, so a fresh CA in the store's layout).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,6 @@ from acmecerts.ratelimit import LETS_ENCRYPT, NO_LIMITS, RateLimitLedger
 from acmecerts.storage import FileStorage, KeyLayout
 from acmecerts.testing import PebbleServer
 from acmecerts.transport import AcmeTransport
-from tests.faults.conftest import make_proxy
 from tests.faults.proxy import RATE_LIMITED, FaultProxy, Match, Respond, Stall
 
 from .conftest import assert_valid_chain
@@ -35,12 +33,6 @@ from .conftest import assert_valid_chain
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]
 
 NEW_ACCOUNT = "/sign-me-up"
-
-
-@pytest.fixture
-def proxy(pebble: PebbleServer) -> Iterator[FaultProxy]:
-    with make_proxy(pebble) as running:
-        yield running
 
 
 def created_accounts(proxy: FaultProxy) -> int:

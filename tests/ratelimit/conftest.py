@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
 from acmecerts import FakeClock, Http01Server
 from acmecerts.ratelimit import LETS_ENCRYPT, RateLimitLedger
 from acmecerts.testing import PebbleServer
-from tests.faults.conftest import make_proxy
-from tests.faults.proxy import FaultProxy
 
 #: Where every fake clock of these tests starts.
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -28,13 +26,6 @@ def clock() -> FakeClock:
 def ledger(clock: FakeClock) -> RateLimitLedger:
     """An in-memory ledger of Let's Encrypt's limits on the fake clock."""
     return RateLimitLedger(LETS_ENCRYPT, clock=clock)
-
-
-@pytest.fixture
-def proxy(pebble: PebbleServer) -> Iterator[FaultProxy]:
-    """A fault proxy in front of the session Pebble (no rules, no hook yet)."""
-    with make_proxy(pebble) as running:
-        yield running
 
 
 @pytest.fixture

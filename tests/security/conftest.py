@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 
 from acmecerts import Http01Server
 from acmecerts.testing import PebbleServer
-from tests.faults.conftest import make_proxy
-from tests.faults.proxy import FaultProxy
 
 
 @pytest.fixture
@@ -17,10 +15,3 @@ async def http01(pebble: PebbleServer) -> AsyncIterator[Http01Server]:
     """An http-01 solver where the session Pebble validates (127.0.0.1:http_port)."""
     async with Http01Server(host="127.0.0.1", port=pebble.http_port) as solver:
         yield solver
-
-
-@pytest.fixture
-def proxy(pebble: PebbleServer) -> Iterator[FaultProxy]:
-    """A running fault proxy in front of the session Pebble, with no rules yet."""
-    with make_proxy(pebble) as running:
-        yield running
