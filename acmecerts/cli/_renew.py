@@ -298,7 +298,9 @@ def run_renew(
         ]
         # Nothing is ordered for a certificate whose output directory or webroot became
         # unusable: it fails now, the others go on.
-        position = {id(job): i for i, job in enumerate(j for _, jobs in groups for j in jobs)}
+        # (the CA, the name) is one certificate; the engine may hand back a changed Job
+        every_job = (j for _, jobs in groups for j in jobs)
+        position = {(job.directory, job.name): i for i, job in enumerate(every_job)}
         refused: list[Outcome] = []
         usable_groups = []
         for ca, jobs in groups:
@@ -384,7 +386,9 @@ def run_renew(
             extra: dict[str, object] = {"random_delay": round(delay, 3)}
             if problems:
                 extra["errors"] = problems
-            every = sorted([*refused, *outcomes], key=lambda o: position[id(o.job)])
+            every = sorted(
+                [*refused, *outcomes], key=lambda o: position[(o.job.directory, o.job.name)]
+            )
             code = batch_result(
                 report,
                 every,
