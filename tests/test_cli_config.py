@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
-from test_cli_support import cli_env, one_json, run_many
+from test_cli_support import CLI, REPO, cli_env, one_json, run_many
 
 from acmecerts.cli import main
 
@@ -118,3 +121,56 @@ def test_a_missing_config_file_named_explicitly_is_bad_input(
     code = main(["status", "--config", str(tmp_path / "nope.toml")])
     assert code == 2
     assert f"cannot read config file {tmp_path / 'nope.toml'}" in capsys.readouterr().err
+
+
+def test_an_unreadable_default_config_path_counts_as_absent(tmp_path: Path) -> None:
+    """``HOME=/root`` under another user: ``~/.config`` cannot even be looked at.
+
+    The default file counts as absent (the command runs); the same path given with
+    ``--config`` is one line and exit 2. Never a traceback.
+    """
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        pytest.skip("root reads a directory whatever its mode, and there is no setpriv")
+    base = Path(tempfile.mkdtemp(prefix="acmecerts-home-", dir="/tmp"))
+    try:
+        home = base / "home"
+        config = home / ".config" / "acmecerts" / "config.toml"
+        config.parent.mkdir(parents=True)
+        config.write_text('directory = "https://home.example.test/dir"\n')
+        base.chmod(0o755)
+        home.chmod(0o700)  # as /root is: another user cannot search it
+        env = cli_env(None, HOME=str(home))
+        del env["XDG_CONFIG_HOME"]
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        prefix = as_nobody if os.geteuid() == 0 else []
+        if not prefix:
+            home.chmod(0)  # not root: take the permission away from ourselves
+
+        def run(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [*prefix, *CLI, *args],
+                cwd=base,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+
+        version = run("--version")
+        bad_input = run("issue", "--key-type", "dsa", "a.example")
+        explicit = run("--config", str(config), "--version")
+    finally:
+        home.chmod(0o700)
+        shutil.rmtree(base)
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.startswith("acmecerts ")
+    # the command ran past the configuration, to its own input check
+    assert bad_input.returncode == 2, bad_input.stderr
+    (line,) = bad_input.stderr.splitlines()
+    assert line.startswith("acmecerts: error: ") and "dsa" in line
+    assert explicit.returncode == 2, explicit.stderr
+    (line,) = explicit.stderr.splitlines()
+    assert line.startswith("acmecerts: error: cannot read config file ")
+    assert str(config) in line
