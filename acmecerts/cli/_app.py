@@ -942,7 +942,16 @@ def status_command(
             "a third of the lifetime.",
         ),
     ] = False,
-    directory: Directory = None,
+    directory: Annotated[
+        str | None,
+        _opt(
+            "directory",
+            metavar="URL",
+            help="Show only the certificates of this CA (its ACME directory URL) "
+            "[default: every CA in the state directory].",
+            show_default=False,
+        ),
+    ] = None,
     staging: Staging = False,
     ca_bundle: CaBundle = None,
     proxy: Proxy = None,
@@ -953,16 +962,19 @@ def status_command(
     verbose: Verbose = 0,
     config: Config = None,
 ) -> None:
-    """Show the certificates in the state directory and the rate-limit budget.
+    """Show the certificates in the state directory and the rate-limit budget, at every CA.
 
-    For each certificate: its names, expiry, next renewal and any deferral; for the CA:
-    what the rate-limit ledger says may be spent now, per limit, and when the next slot
-    opens. Nothing is sent to the CA unless --ari.
+    For each CA the state directory holds (--directory narrows to one): its account; for
+    each certificate: its names, expiry, next renewal and any deferral; what the
+    rate-limit ledger says may be spent now, per limit, and when the next slot opens. A
+    missing, empty or unreadable state directory is an error (exit 2). Nothing is sent to
+    the CA unless --ari.
     """
     from ._status import run_status
 
     code = run_status(
         ari=ari,
+        only_directory=directory is not None or staging,
         common=_common(
             directory,
             staging,

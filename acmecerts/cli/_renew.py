@@ -68,7 +68,7 @@ from ._state import (
     read_ca_settings,
 )
 
-__all__ = ["RenewArgs", "random_fraction", "run_renew", "sleep"]
+__all__ = ["RenewArgs", "ca_dirs", "ca_plans", "random_fraction", "run_renew", "sleep"]
 
 log = logging.getLogger("acmecerts.cli")
 
@@ -238,6 +238,43 @@ def _place(job: Job) -> tuple[str | None, str]:
     return job.directory, job.name
 
 
+def ca_plans(
+    common: CommonArgs,
+    account: AccountArgs,
+    *,
+    only_directory: bool,
+    max_wait: float,
+    json_mode: bool,
+    verb: str = "renew",
+) -> tuple[Path, list[CaPlan], list[str]]:
+    """The state directory, a plan for each of its CAs, and a message for each CA
+    directory that cannot be used (``renew`` and ``status``).
+
+    ``common.directory`` is resolved (``--staging`` applied); ``only_directory``: it was
+    given, and narrows to that CA, which must have state there. Raises
+    :class:`InvalidInput` for an unusable state directory (see :func:`ca_dirs`).
+    """
+    directory = common.directory
+    assert directory is not None
+    plan_ca(common, account, max_wait=max_wait)  # the options, before the state
+    root = (common.state_dir or default_state_dir()).expanduser().absolute()
+    slugs = ca_dirs(root, first_cut_ok=only_directory)
+    found, problems = run_interruptible(lambda: _settings(root, slugs), json_mode=json_mode)
+    if only_directory:
+        first = _plan(common, account, None, max_wait)
+        if ca_slug(directory) not in slugs and first.state.legacy_account_dir() is None:
+            listed = ", ".join(sorted(s.directory for s in found)) or "none it can name"
+            raise InvalidInput(
+                f"no state for {directory} in {root} (its CAs: {listed}); "
+                f"leave out --directory to {verb} at every CA"
+            )
+        mine = [s for s in found if s.directory == directory]
+        return root, [_plan(common, account, mine[0] if mine else None, max_wait)], []
+    if not found:
+        raise InvalidInput(problems[0])
+    return root, [_plan(common, account, s, max_wait) for s in found], problems
+
+
 def _jobs(
     ca: CaPlan, known: _Known, args: RenewArgs, challenge: ChallengeOptions
 ) -> list[tuple[Job, ChallengeOptions, bool]]:
@@ -309,27 +346,13 @@ def run_renew(
         if not (0 <= args.random_delay < float("inf")):
             raise InvalidInput(f"--random-delay must be 0 or more seconds, not {args.random_delay}")
         hook_timeout = check_hook_timeout(args.hook_timeout)
-        plan_ca(common, account, max_wait=args.max_wait)  # the options, before the state
-        root = (common.state_dir or default_state_dir()).expanduser().absolute()
-        slugs = ca_dirs(root, first_cut_ok=args.only_directory)
-        found, problems = run_interruptible(
-            lambda: _settings(root, slugs), json_mode=report.json_mode
+        root, cas, problems = ca_plans(
+            common,
+            account,
+            only_directory=args.only_directory,
+            max_wait=args.max_wait,
+            json_mode=report.json_mode,
         )
-        if args.only_directory:
-            first = _plan(common, account, None, args.max_wait)
-            if ca_slug(directory) not in slugs and first.state.legacy_account_dir() is None:
-                listed = ", ".join(sorted(s.directory for s in found)) or "none it can name"
-                raise InvalidInput(
-                    f"no state for {directory} in {root} (its CAs: {listed}); "
-                    "leave out --directory to renew at every CA"
-                )
-            mine = [s for s in found if s.directory == directory]
-            cas = [_plan(common, account, mine[0] if mine else None, args.max_wait)]
-            problems = []
-        else:
-            if not found:
-                raise InvalidInput(problems[0])
-            cas = [_plan(common, account, s, args.max_wait) for s in found]
 
         async def load() -> list[tuple[CaPlan, _Known]]:
             loaded = [(ca, await ca.state.known_certificates()) for ca in cas]
