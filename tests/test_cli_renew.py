@@ -724,7 +724,8 @@ def test_status_shows_every_ca_and_directory_narrows(
     )
     assert unknown.returncode == 2
     (line,) = unknown.stderr.splitlines()
-    assert "no state for https://ca.invalid/dir" in line and pebble.directory_url in line
+    assert "no state for https://ca.invalid/dir" in line
+    assert pebble.directory_url in line
     missing = run_main(capsys, "status", "--json", "--state-dir", str(tmp_path / "nope"))
     assert missing.returncode == 2
     assert str(tmp_path / "nope") in one_json(missing)["error"]
