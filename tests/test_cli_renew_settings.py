@@ -139,6 +139,11 @@ def test_bare_renew_answers_each_certificate_with_its_own_challenge_and_flags_ov
     assert dns_settings.http_01_listen is None
     http_settings = record_of(state, ca.directory_url, HTTP_NAME).challenge
     assert http_settings == StoredChallenge("http-01", http_01_listen=f"127.0.0.1:{ca.http_port}")
+    # status shows them (what a bare renew will do)
+    shown = one_json(run_main(capsys, "status", "--json", "--state-dir", str(state)))
+    challenges = {c["name"]: c["challenge"] for c in shown["certificates"]}
+    assert challenges[DNS_NAME]["challenge"] == "dns-01"
+    assert challenges[HTTP_NAME]["http_01_listen"] == f"127.0.0.1:{ca.http_port}"
     before = {"http": http_validations(ca, HTTP_NAME), "dns": presented(hook_log)}
     serials = {n: serial_of(tmp_path / n) for n in ("http", "dns")}
 

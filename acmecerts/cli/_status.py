@@ -195,7 +195,17 @@ async def _certificate_status(
         "last_error": attempt.last_error if attempt is not None else None,
         "key_type": stored.key_type.value if stored.key_type is not None else None,
         "files": record.out if record is not None else None,
+        "challenge": _challenge_json(record),
     }
+
+
+def _challenge_json(record: CertificateRecord | None) -> dict[str, Any] | None:
+    """How ``renew`` answers the certificate's challenges without options: the settings
+    stored at issue (never a secret), its webroot among them; ``None`` when none were
+    stored (an earlier acmecerts: ``renew``'s own options apply)."""
+    if record is None or record.challenge is None:
+        return None
+    return {**record.challenge.to_json(), "webroot": record.webroot}
 
 
 async def _pending_status(
@@ -224,6 +234,7 @@ async def _pending_status(
         "last_error": attempt.last_error if attempt is not None else None,
         "key_type": record.key_type,
         "files": record.out,
+        "challenge": _challenge_json(record),
     }
 
 
@@ -243,6 +254,7 @@ def _half_deleted_status(record: CertificateRecord) -> dict[str, Any]:
         "last_error": f"deletion interrupted: run `acmecerts delete {record.name} --yes`",
         "key_type": record.key_type,
         "files": record.out,
+        "challenge": _challenge_json(record),
     }
 
 
