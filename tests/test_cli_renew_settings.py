@@ -3,8 +3,10 @@ flags) answers each certificate as it was issued, and an option given to ``renew
 replaces the stored one for that run only.
 
 Against a Pebble that reuses no authorization, so that every renewal is validated again:
-the http-01 validations are read from Pebble's log, the dns-01 ones from the log of the
-``--dns-hook`` program (which puts the TXT values into pebble-challtestsrv).
+one state directory holds an http-01, a dns-01 (with a wildcard: only dns-01 can renew
+it) and a tls-alpn-01 certificate. The http-01 validations are read from Pebble's log,
+the dns-01 ones from the log of the ``--dns-hook`` program (which puts the TXT values
+into pebble-challtestsrv).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ pytestmark = pytest.mark.timeout(60)
 
 HTTP_NAME = "mix-http.example.test"
 DNS_NAME = "mix-dns.example.test"
+ALPN_NAME = "mix-alpn.example.test"
 SECRET = "c2VjcmV0LXRzaWctdmFsdWUtbm90LXRvLWJlLXN0b3JlZA=="
 
 
@@ -128,6 +131,20 @@ def test_bare_renew_answers_each_certificate_with_its_own_challenge_and_flags_ov
         *ca_args(ca, state),
     )
     assert dns.returncode == 0, dns.stderr
+    alpn = run_main(
+        capsys,
+        "issue",
+        ALPN_NAME,
+        "--out",
+        str(tmp_path / "alpn"),
+        "--json",
+        "--challenge",
+        "tls-alpn-01",
+        "--tls-alpn-01-listen",
+        f"127.0.0.1:{ca.tls_port}",
+        *ca_args(ca, state),
+    )
+    assert alpn.returncode == 0, alpn.stderr
     # Stored as issued, with no secret and only what each type uses.
     dns_settings = record_of(state, ca.directory_url, DNS_NAME).challenge
     assert dns_settings is not None
@@ -144,19 +161,22 @@ def test_bare_renew_answers_each_certificate_with_its_own_challenge_and_flags_ov
     challenges = {c["name"]: c["challenge"] for c in shown["certificates"]}
     assert challenges[DNS_NAME]["challenge"] == "dns-01"
     assert challenges[HTTP_NAME]["http_01_listen"] == f"127.0.0.1:{ca.http_port}"
+    assert challenges[ALPN_NAME]["tls_alpn_01_listen"] == f"127.0.0.1:{ca.tls_port}"
     before = {"http": http_validations(ca, HTTP_NAME), "dns": presented(hook_log)}
-    serials = {n: serial_of(tmp_path / n) for n in ("http", "dns")}
+    serials = {n: serial_of(tmp_path / n) for n in ("http", "dns", "alpn")}
 
     # cron's renew: no --directory, no --ca-bundle, no challenge option at all
     bare = run_main(capsys, "renew", "--force", "--json", "--state-dir", str(state))
 
     assert bare.returncode == 0, bare.stderr
     found = {c["name"]: c["status"] for c in one_json(bare)["certificates"]}
-    assert found == {HTTP_NAME: "renewed", DNS_NAME: "renewed"}
+    assert found == {HTTP_NAME: "renewed", DNS_NAME: "renewed", ALPN_NAME: "renewed"}
     assert http_validations(ca, HTTP_NAME) == before["http"] + 1  # through its http-01
     assert presented(hook_log) == before["dns"] + 2  # the name and its wildcard, by dns-01
-    assert http_validations(ca, DNS_NAME) == 0
-    for n in ("http", "dns"):
+    # tls-alpn-01 on its port: no http-01 validation, no TXT value for it
+    assert http_validations(ca, DNS_NAME) == http_validations(ca, ALPN_NAME) == 0
+    assert ALPN_NAME not in hook_log.read_text()
+    for n in ("http", "dns", "alpn"):
         assert serial_of(tmp_path / n) != serials[n]
 
     # The stored --http-01-listen is used: moved where Pebble does not look, it fails ...
@@ -196,7 +216,7 @@ def test_bare_renew_answers_each_certificate_with_its_own_challenge_and_flags_ov
     from_env = run_main(capsys, "renew", "--force", "--json", "--state-dir", str(state))
     assert from_env.returncode == 0, from_env.stderr
     found = {c["name"]: c["status"] for c in one_json(from_env)["certificates"]}
-    assert found == {HTTP_NAME: "renewed", DNS_NAME: "renewed"}
+    assert found == {HTTP_NAME: "renewed", DNS_NAME: "renewed", ALPN_NAME: "renewed"}
     assert presented(hook_log) == hooks_before + 2
 
 
