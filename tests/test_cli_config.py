@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
+import tempfile
 from pathlib import Path
 
+import anyio
 import pytest
-from test_cli_support import cli_env, one_json, run_many
+from test_cli_support import CLI, REPO, cli_env, one_json, run_many
 
 from acmecerts.cli import main
+from acmecerts.cli._state import State
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -22,7 +27,20 @@ ENV_CA = "https://env.example.test/dir"
 FLAG_CA = "https://flag.example.test/dir"
 
 
+def seed_cas(state: Path, *directories: str) -> None:
+    """State for each CA in ``state`` (its settings file only): status shows a CA it has
+    state for, and nothing else is there."""
+
+    async def seed() -> None:
+        for directory in directories:
+            await State(state, directory).save_ca_settings(None)
+
+    anyio.run(seed)
+
+
 def test_flag_beats_environment_beats_file_beats_default(tmp_path: Path) -> None:
+    seed_cas(tmp_path / "file-state", FILE_CA, ENV_CA, FLAG_CA)
+    before = sorted(p.name for p in (tmp_path / "file-state").iterdir())
     # The default file: $XDG_CONFIG_HOME/acmecerts/config.toml, found without --config.
     config = tmp_path / "xdg-config" / "acmecerts" / "config.toml"
     config.parent.mkdir(parents=True)
@@ -53,8 +71,8 @@ def test_flag_beats_environment_beats_file_beats_default(tmp_path: Path) -> None
     assert one_json(from_env)["directory"] == ENV_CA
     assert one_json(from_env)["state_dir"] == str(tmp_path / "file-state")
     assert one_json(from_flag)["directory"] == FLAG_CA
-    # status reads, it never creates the state directory
-    assert not (tmp_path / "file-state").exists()
+    # status reads the state directory, it writes nothing there
+    assert sorted(p.name for p in (tmp_path / "file-state").iterdir()) == before
 
 
 def test_defaults_apply_to_what_nothing_sets(
@@ -67,14 +85,23 @@ def test_defaults_apply_to_what_nothing_sets(
     (tmp_path / "empty.toml").write_text("# nothing set here\n")
 
     # in-process; --config names a file that sets nothing (the XDG default is not read)
-    assert main(["status", "--json", "--config", str(tmp_path / "empty.toml")]) == 0
-
+    empty = ["--config", str(tmp_path / "empty.toml")]
+    # root keeps the state in /var/lib/acmecerts (status never creates it); others under
+    # HOME: there is nothing there, which status says (exit 2, naming the directory)
+    assert main(["status", "--json", *empty]) == 2
     document = json.loads(capsys.readouterr().out)
-    assert document["directory"] == "https://acme-v02.api.letsencrypt.org/directory"
-    # root keeps the state in /var/lib/acmecerts (status never creates it); others under HOME
     home = tmp_path / "home/.local/share/acmecerts"
-    assert document["state_dir"] == ("/var/lib/acmecerts" if os.geteuid() == 0 else str(home))
-    assert document["rate_limits"]["model"] == "lets-encrypt"  # auto: Let's Encrypt's
+    default_state = "/var/lib/acmecerts" if os.geteuid() == 0 else str(home)
+    assert f"state directory {default_state} does not exist" in document["error"]
+
+    # The CA's state: its directory URL and the rate limits' default (auto: Let's Encrypt's
+    # for its production directory).
+    production = "https://acme-v02.api.letsencrypt.org/directory"
+    seed_cas(tmp_path / "s", production)
+    assert main(["status", "--json", *empty, "--state-dir", str(tmp_path / "s")]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["directory"] == production
+    assert document["rate_limits"]["model"] == "lets-encrypt"
 
 
 @pytest.mark.parametrize(
@@ -118,3 +145,57 @@ def test_a_missing_config_file_named_explicitly_is_bad_input(
     code = main(["status", "--config", str(tmp_path / "nope.toml")])
     assert code == 2
     assert f"cannot read config file {tmp_path / 'nope.toml'}" in capsys.readouterr().err
+
+
+def test_an_unreadable_default_config_path_counts_as_absent(tmp_path: Path) -> None:
+    """``HOME=/root`` under another user: ``~/.config`` cannot even be looked at.
+
+    The default file counts as absent (the command runs); the same path given with
+    ``--config`` is one line and exit 2. Never a traceback.
+    """
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    if os.geteuid() == 0 and shutil.which("setpriv") is None:
+        pytest.skip("root reads a directory whatever its mode, and there is no setpriv")
+    base = Path(tempfile.mkdtemp(prefix="acmecerts-home-", dir="/tmp"))
+    try:
+        home = base / "home"
+        config = home / ".config" / "acmecerts" / "config.toml"
+        config.parent.mkdir(parents=True)
+        config.write_text('directory = "https://home.example.test/dir"\n')
+        base.chmod(0o755)
+        home.chmod(0o700)  # as /root is: another user cannot search it
+        env = cli_env(None, HOME=str(home))
+        del env["XDG_CONFIG_HOME"]
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        prefix = as_nobody if os.geteuid() == 0 else []
+        if not prefix:
+            home.chmod(0)  # not root: take the permission away from ourselves
+
+        def run(*args: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run(
+                [*prefix, *CLI, *args],
+                cwd=base,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+
+        version = run("--version")
+        bad_input = run("issue", "--key-type", "dsa", "a.example")
+        explicit = run("--config", str(config), "--version")
+    finally:
+        home.chmod(0o700)
+        shutil.rmtree(base)
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.startswith("acmecerts ")
+    # the command ran past the configuration, to its own input check
+    assert bad_input.returncode == 2, bad_input.stderr
+    (line,) = bad_input.stderr.splitlines()
+    assert line.startswith("acmecerts: error: ")
+    assert "dsa" in line
+    assert explicit.returncode == 2, explicit.stderr
+    (line,) = explicit.stderr.splitlines()
+    assert line.startswith("acmecerts: error: cannot read config file ")
+    assert str(config) in line

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import anyio
 import httpx
 import pytest
 from test_cli_support import (
@@ -49,6 +50,7 @@ from test_cli_support import (
 )
 
 from acmecerts.cli._firstcontact import LETS_ENCRYPT_STAGING
+from acmecerts.cli._state import State
 from acmecerts.storage import KeyLayout
 from tests.faults.proxy import FaultProxy
 
@@ -328,6 +330,7 @@ def test_staging_is_lets_encrypts_staging_directory(
     clean_environment(tmp_path, monkeypatch)
 
     # status reads the state directory only: nothing is sent anywhere
+    anyio.run(State(tmp_path / "s", LETS_ENCRYPT_STAGING).save_ca_settings, None)
     result = run_main(capsys, "status", "--staging", "--json", "--state-dir", str(tmp_path / "s"))
 
     assert result.returncode == 0, result.stderr

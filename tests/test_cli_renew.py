@@ -650,3 +650,69 @@ def test_a_pre_hook_may_free_the_challenge_port_before_issue_binds_it(
             holder.stdout.close()
     assert result.returncode == 0, result.stderr
     assert "Certificate issued" in result.stdout
+
+
+# -- status, at every CA as renew -----------------------------------------------------------------
+
+
+def test_status_shows_every_ca_and_directory_narrows(
+    pebble: PebbleServer,
+    proxy: FaultProxy,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    state = tmp_path / "state"
+    issue(capsys, pebble, state, "status-a.example.test", "--out", str(tmp_path / "a"))
+    issue(
+        capsys,
+        pebble,
+        state,
+        "status-b.example.test",
+        "--out",
+        str(tmp_path / "b"),
+        directory=proxy.directory_url,
+    )
+    requests = len(proxy.requests)
+
+    # no --directory: every CA of the state directory, each certificate naming its CA
+    both = run_main(capsys, "status", "--json", "--state-dir", str(state))
+
+    assert both.returncode == 0, both.stderr
+    document = one_json(both)
+    found = {c["name"]: (c["directory"], c["status"]) for c in document["certificates"]}
+    assert found == {
+        "status-a.example.test": (pebble.directory_url, "valid"),
+        "status-b.example.test": (proxy.directory_url, "valid"),
+    }
+    assert sorted(ca["directory"] for ca in document["cas"]) == sorted(
+        [pebble.directory_url, proxy.directory_url]
+    )
+    assert all(ca["account"]["url"] for ca in document["cas"])
+    assert (document["directory"], document["errors"]) == (None, [])
+    human = run_main(capsys, "status", "--state-dir", str(state))
+    assert human.returncode == 0, human.stderr
+    for text in (pebble.directory_url, proxy.directory_url, "status-a", "status-b"):
+        assert text in human.stdout
+    assert len(proxy.requests) == requests  # status sends nothing
+
+    # --directory narrows to that CA: one certificate, the CA's account and budget on top
+    only_b = run_main(
+        capsys, "status", "--json", "--state-dir", str(state), "--directory", proxy.directory_url
+    )
+    assert only_b.returncode == 0, only_b.stderr
+    document = one_json(only_b)
+    assert [c["name"] for c in document["certificates"]] == ["status-b.example.test"]
+    assert document["directory"] == proxy.directory_url
+    assert document["rate_limits"]["model"] is not None
+
+    # the same exit-2 rules as renew: a CA without state, a missing state directory
+    unknown = run_main(
+        capsys, "status", "--state-dir", str(state), "--directory", "https://ca.invalid/dir"
+    )
+    assert unknown.returncode == 2
+    (line,) = unknown.stderr.splitlines()
+    assert "no state for https://ca.invalid/dir" in line
+    assert pebble.directory_url in line
+    missing = run_main(capsys, "status", "--json", "--state-dir", str(tmp_path / "nope"))
+    assert missing.returncode == 2
+    assert str(tmp_path / "nope") in one_json(missing)["error"]

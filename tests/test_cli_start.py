@@ -60,7 +60,11 @@ COMMANDS: frozenset[str] = frozenset(
 )
 #: The console script's own code (pyproject's ``acmecerts = "acmecerts.cli:main"``).
 SCRIPT = "import sys; from acmecerts.cli import main; sys.exit(main(sys.argv[1:]))"
-LAUNCHERS = {"python -m acmecerts.cli": CLI[1:], "console script": ("-c", SCRIPT)}
+LAUNCHERS = {
+    "python -m acmecerts.cli": CLI[1:],
+    "python -m acmecerts": ("-m", "acmecerts"),
+    "console script": ("-c", SCRIPT),
+}
 
 
 def imported_modules(
@@ -155,7 +159,37 @@ def test_the_check_sees_a_command_that_imports_the_library(tmp_path: Path) -> No
     result, modules = imported_modules(
         "status", "--state-dir", str(tmp_path / "state"), launcher="python -m acmecerts.cli"
     )
-    assert result.returncode == 0, result.stderr[-2000:]
+    # exit 2: nothing was issued in that state directory (it was read all the same)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "does not exist" in result.stderr
     assert {"acmecerts.cli._status", "acmecerts.client", "httpx", "cryptography"} <= set(
         forbidden(modules)
     )
+
+
+def test_python_m_acmecerts_is_the_command() -> None:
+    """``python -m acmecerts`` runs the command line: its exit codes and its one-line errors."""
+    version = subprocess.run(
+        [sys.executable, "-m", "acmecerts", "--version"],
+        cwd=REPO,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert version.returncode == 0, version.stderr
+    assert version.stdout.startswith("acmecerts ")
+    bad = subprocess.run(
+        [sys.executable, "-m", "acmecerts", "issue", "--key-type", "dsa", "a.example"],
+        cwd=REPO,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert bad.returncode == 2, bad.stderr
+    (line,) = bad.stderr.splitlines()
+    assert line.startswith("acmecerts: error: ")
+    assert "dsa" in line

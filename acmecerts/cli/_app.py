@@ -632,8 +632,37 @@ def issue_command(
     raise typer.Exit(code)
 
 
+#: ``renew``'s challenge options, by parameter name: the ``ChallengeOptions`` field each sets.
+_RENEW_CHALLENGE_OPTIONS: Final = {
+    "challenge": "challenge",
+    "http_01_listen": "http_01_listen",
+    "webroot": "webroot",
+    "tls_alpn_01_listen": "tls_alpn_01_listen",
+    "dns_rfc2136_server": "dns_rfc2136_server",
+    "dns_tsig_key": "dns_tsig_key",
+    "dns_tsig_algorithm": "dns_tsig_algorithm",
+    "dns_hook": "dns_hook",
+    "dns_propagation_nameserver": "dns_propagation_nameservers",
+    "dns_propagation_timeout": "dns_propagation_timeout",
+}
+
+
+def _given(ctx: typer.Context, names: dict[str, str]) -> frozenset[str]:
+    """The options among ``names`` that were given: on the command line, in the
+    environment or in the config file (click's parameter source), not left at their
+    default; mapped to the values of ``names``."""
+    found = set()
+    for param, field in names.items():
+        source = ctx.get_parameter_source(param)
+        # by name: typer ships its own copy of click in some versions
+        if source is not None and getattr(source, "name", "DEFAULT") != "DEFAULT":
+            found.add(field)
+    return frozenset(found)
+
+
 @app.command("renew", epilog=_EPILOG)
 def renew_command(
+    ctx: typer.Context,
     names: Annotated[
         list[str] | None,
         typer.Argument(
@@ -715,8 +744,11 @@ def renew_command(
     CA has no ARI (and a revoked certificate); --force renews now. A certificate that was
     asked for but not issued (deferred by rate limits, failed, interrupted) is issued. The
     files are written where the certificate's files were written before, and the hooks
-    stored with it run (hooks given here replace them for this run). A missing, empty or
-    unreadable state directory is an error (exit 2), never "nothing to do".
+    stored with it run (hooks given here replace them for this run). Its challenges are
+    answered as at issue (the challenge options are stored with it; the TSIG secret is
+    not: give it to every run); a challenge option given here (flag, environment or
+    config file) replaces the stored one for this run. A missing, empty or unreadable
+    state directory is an error (exit 2), never "nothing to do".
     """
     from ._common import AccountArgs
     from ._renew import RenewArgs, run_renew
@@ -733,6 +765,7 @@ def renew_command(
             random_delay=random_delay,
             hooks=_hooks(pre_hook, post_hook, deploy_hook),
             hook_timeout=hook_timeout,
+            challenge_given=_given(ctx, _RENEW_CHALLENGE_OPTIONS),
         ),
         _common(
             directory,
@@ -909,7 +942,16 @@ def status_command(
             "a third of the lifetime.",
         ),
     ] = False,
-    directory: Directory = None,
+    directory: Annotated[
+        str | None,
+        _opt(
+            "directory",
+            metavar="URL",
+            help="Show only the certificates of this CA (its ACME directory URL) "
+            "[default: every CA in the state directory].",
+            show_default=False,
+        ),
+    ] = None,
     staging: Staging = False,
     ca_bundle: CaBundle = None,
     proxy: Proxy = None,
@@ -920,16 +962,19 @@ def status_command(
     verbose: Verbose = 0,
     config: Config = None,
 ) -> None:
-    """Show the certificates in the state directory and the rate-limit budget.
+    """Show the certificates in the state directory and the rate-limit budget, at every CA.
 
-    For each certificate: its names, expiry, next renewal and any deferral; for the CA:
-    what the rate-limit ledger says may be spent now, per limit, and when the next slot
-    opens. Nothing is sent to the CA unless --ari.
+    For each CA the state directory holds (--directory narrows to one): its account; for
+    each certificate: its names, expiry, next renewal and any deferral; what the
+    rate-limit ledger says may be spent now, per limit, and when the next slot opens. A
+    missing, empty or unreadable state directory is an error (exit 2). Nothing is sent to
+    the CA unless --ari.
     """
     from ._status import run_status
 
     code = run_status(
         ari=ari,
+        only_directory=directory is not None or staging,
         common=_common(
             directory,
             staging,

@@ -8,6 +8,9 @@ Every option can be set in all three places; the first that sets it wins:
 3. the configuration file: ``--config PATH`` (or ``$ACMECERTS_CONFIG``), else the first
    of these that exists: ``/etc/acmecerts/config.toml`` (only for root, effective uid 0),
    ``$XDG_CONFIG_HOME/acmecerts/config.toml`` (``~/.config/acmecerts/config.toml``).
+   A default file that cannot be read (its directory or the file itself not readable by
+   the user) counts as absent; one named by ``--config`` or ``$ACMECERTS_CONFIG`` that
+   cannot be read is an error (exit 2, one line).
    Keys are option names without the dashes::
 
        directory = "https://acme-staging-v02.api.letsencrypt.org/directory"
@@ -77,12 +80,25 @@ def find_config_path(
             return Path(arg.partition("=")[2]).expanduser(), True
     if env.get(f"{ENV_PREFIX}CONFIG"):
         return Path(env[f"{ENV_PREFIX}CONFIG"]).expanduser(), True
-    if (os.geteuid() if euid is None else euid) == 0 and system_config.is_file():
+    if (os.geteuid() if euid is None else euid) == 0 and _readable_file(system_config):
         return system_config, False
     xdg = env.get("XDG_CONFIG_HOME", "")
     base = Path(xdg) if xdg and os.path.isabs(xdg) else Path.home() / ".config"
     default = base / "acmecerts" / "config.toml"
-    return (default if default.is_file() else None), False
+    return (default if _readable_file(default) else None), False
+
+
+def _readable_file(path: Path) -> bool:
+    """Whether a default configuration file is there to be read.
+
+    One that cannot be reached or read (``HOME=/root`` for another user: ``/root`` is
+    0700) counts as absent, as a missing one does; a path given explicitly is read
+    whatever, and :func:`load_config` names it when that fails.
+    """
+    try:
+        return path.is_file() and os.access(path, os.R_OK)
+    except OSError:  # PermissionError from stat() on a directory that cannot be searched
+        return False
 
 
 def load_config(path: Path) -> dict[str, Any]:

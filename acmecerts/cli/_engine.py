@@ -62,7 +62,7 @@ from acmecerts.solvers import Solver
 
 from ._firstcontact import terms_refused
 from ._hooks import HookResult, HookRunner, Hooks, deploy_environment
-from ._state import CertificateRecord, State, write_certificate_files
+from ._state import CertificateRecord, State, StoredChallenge, write_certificate_files
 
 __all__ = [
     "CLI_SCHEDULE",
@@ -307,8 +307,11 @@ class Job:
     out: Path
     force: bool = False
     record: CertificateRecord | None = None
-    #: ``--webroot`` answering its http-01 challenges (stored in the record).
+    #: ``--webroot`` answering its http-01 challenges (stored in the record by ``issue``).
     webroot: Path | None = None
+    #: The challenge settings to store in the record (``issue``); ``None`` keeps the
+    #: record's (``renew``: options given to it are for that run only).
+    challenge: StoredChallenge | None = None
     #: The hooks this run uses for the certificate.
     hooks: Hooks = dataclasses.field(default_factory=Hooks)
     #: Store :attr:`hooks` in the certificate's record (``issue``; ``renew`` keeps it).
@@ -378,6 +381,9 @@ def _describe_wait(board: Board, name: str, result: IssueResult) -> str:
 def wanted_record(job: Job) -> CertificateRecord:
     """The CLI's record for ``job``: what was asked for, and where the files go."""
     record = job.record or CertificateRecord(name=job.name)
+    webroot = str(job.webroot) if job.webroot is not None else None
+    if job.challenge is None and record.challenge is not None:
+        webroot = record.webroot  # renew keeps the stored settings
     record = dataclasses.replace(
         record,
         identifiers=tuple(i.value for i in job.spec.identifiers),
@@ -385,8 +391,10 @@ def wanted_record(job: Job) -> CertificateRecord:
         key_type=job.spec.key_type.value,
         profile=job.spec.profile,
         preferred_chain=job.spec.preferred_chain,
-        webroot=str(job.webroot) if job.webroot is not None else None,
+        webroot=webroot,
     )
+    if job.challenge is not None:
+        record = dataclasses.replace(record, challenge=job.challenge)
     if job.remember_hooks:
         record = dataclasses.replace(
             record, pre_hook=job.hooks.pre, post_hook=job.hooks.post, deploy_hook=job.hooks.deploy

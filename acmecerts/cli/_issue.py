@@ -50,8 +50,14 @@ from ._firstcontact import check_out_dir, check_webroot
 from ._hooks import DEFAULT_HOOK_TIMEOUT, HookRunner, Hooks
 from ._interrupt import Interrupted, run_interruptible
 from ._lineage import choose_lineage, known_lineages, validate_cert_name
-from ._solvers import ChallengeOptions, ChallengePlan, plan_challenge, running_solvers
-from ._state import CertificateRecord, certificate_name
+from ._solvers import (
+    ChallengeOptions,
+    ChallengePlan,
+    plan_challenge,
+    running_solvers,
+    stored_challenge,
+)
+from ._state import StoredChallenge, certificate_name
 
 __all__ = [
     "RESULT_JSON_BASE",
@@ -66,7 +72,6 @@ __all__ = [
     "run_batch",
     "run_issue",
     "run_jobs",
-    "stored_webroot",
 ]
 
 
@@ -455,6 +460,7 @@ async def _job(
     known: Mapping[str, tuple[str, ...]],
     hooks: Hooks,
     webroot: Path | None = None,
+    challenge: StoredChallenge | None = None,
 ) -> Job:
     state = ca.state
     name, identifiers = await choose_lineage(
@@ -496,6 +502,7 @@ async def _job(
         force=force,
         record=record,
         webroot=webroot,
+        challenge=challenge,
         hooks=stored_hooks.overridden_by(hooks),
         remember_hooks=True,
         directory=ca.directory,
@@ -627,6 +634,7 @@ def run_issue(
                 check_out_dir(w.out)
         ca = plan_ca(common, account, max_wait=args.max_wait)
         plan = plan_challenge(challenge, [i for w in wanted for i in w.identifiers])
+        stored = stored_challenge(challenge, plan)  # renew answers the same way
         single = args.from_file is None
         runner = HookRunner(timeout=hook_timeout)
 
@@ -641,6 +649,7 @@ def run_issue(
                     preferred_chain=args.preferred_chain,
                     force=args.force,
                     webroot=plan.webroot,
+                    challenge=stored,
                     cert_name=cert_name,
                     known=known,
                     hooks=args.hooks,
@@ -685,15 +694,6 @@ def run_issue(
         )
 
     return guarded(report, work)
-
-
-def stored_webroot(challenge: ChallengeOptions, record: CertificateRecord | None) -> Path | None:
-    """The webroot a renewal answers with: ``--webroot`` now, else the stored one."""
-    if challenge.webroot is not None:
-        return challenge.webroot.expanduser().absolute()
-    if record is not None and record.webroot:
-        return Path(record.webroot)
-    return None
 
 
 def refuse_unusable(jobs: Sequence[Job]) -> tuple[list[Job], list[Outcome]]:

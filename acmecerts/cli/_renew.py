@@ -57,9 +57,8 @@ from ._issue import (
     results_json,
     run_batch,
     run_jobs,
-    stored_webroot,
 )
-from ._solvers import ChallengeOptions, plan_challenge, routed_solvers
+from ._solvers import ChallengeOptions, ChallengePlan, plan_challenge, renewal_options
 from ._state import (
     CaSettings,
     CertificateRecord,
@@ -69,7 +68,7 @@ from ._state import (
     read_ca_settings,
 )
 
-__all__ = ["RenewArgs", "random_fraction", "run_renew", "sleep"]
+__all__ = ["RenewArgs", "ca_dirs", "ca_plans", "random_fraction", "run_renew", "sleep"]
 
 log = logging.getLogger("acmecerts.cli")
 
@@ -98,6 +97,10 @@ class RenewArgs:
     #: Hooks given on the command line: they replace the stored ones for this run.
     hooks: Hooks = dataclasses.field(default_factory=Hooks)
     hook_timeout: float = DEFAULT_HOOK_TIMEOUT
+    #: The challenge options given (flag, environment or config file; names of
+    #: :data:`~acmecerts.cli._solvers.OVERRIDABLE`): they replace the stored ones for
+    #: this run.
+    challenge_given: frozenset[str] = frozenset()
 
 
 def ca_dirs(root: Path, *, first_cut_ok: bool = False) -> list[str]:
@@ -187,8 +190,95 @@ def _plan(
         raise
 
 
-def _jobs(ca: CaPlan, known: _Known, args: RenewArgs, challenge: ChallengeOptions) -> list[Job]:
-    jobs: list[Job] = []
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Group:
+    """Certificates of one CA renewed with the same challenge options (one solver)."""
+
+    ca: CaPlan
+    options: ChallengeOptions
+    #: The options come from the certificates' stored settings.
+    stored: bool
+    jobs: list[Job]
+
+
+def _grouped(ca: CaPlan, jobs: Sequence[tuple[Job, ChallengeOptions, bool]]) -> list[_Group]:
+    """``jobs`` of ``ca`` in groups of the same challenge options, in order of appearance."""
+    groups: dict[tuple[ChallengeOptions, bool], _Group] = {}
+    for job, options, stored in jobs:
+        group = groups.setdefault((options, stored), _Group(ca, options, stored, []))
+        group.jobs.append(job)
+    return list(groups.values())
+
+
+def _solver_plan(group: _Group) -> ChallengePlan:
+    """The group's solver; :class:`InvalidInput` naming what its stored settings lack."""
+    options = group.options
+    identifiers = [i for job in group.jobs for i in job.spec.identifiers]
+    if not group.stored:
+        return plan_challenge(options, identifiers)
+    if (
+        options.challenge.lower() == "dns-01"
+        and options.dns_hook is None
+        and options.dns_rfc2136_server is not None
+        and not options.dns_tsig_secret
+    ):
+        raise InvalidInput(
+            f"dns-01 through {options.dns_rfc2136_server} (TSIG key {options.dns_tsig_key}) "
+            "needs the TSIG secret, which is not stored: give --dns-tsig-secret, "
+            "ACMECERTS_DNS_TSIG_SECRET or dns-tsig-secret in the config file"
+        )
+    try:
+        return plan_challenge(options, identifiers)
+    except InvalidInput as exc:
+        raise InvalidInput(f"its stored challenge settings: {exc}") from exc
+
+
+def _place(job: Job) -> tuple[str | None, str]:
+    """A certificate of the run: its CA and its name."""
+    return job.directory, job.name
+
+
+def ca_plans(
+    common: CommonArgs,
+    account: AccountArgs,
+    *,
+    only_directory: bool,
+    max_wait: float,
+    json_mode: bool,
+    verb: str = "renew",
+) -> tuple[Path, list[CaPlan], list[str]]:
+    """The state directory, a plan for each of its CAs, and a message for each CA
+    directory that cannot be used (``renew`` and ``status``).
+
+    ``common.directory`` is resolved (``--staging`` applied); ``only_directory``: it was
+    given, and narrows to that CA, which must have state there. Raises
+    :class:`InvalidInput` for an unusable state directory (see :func:`ca_dirs`).
+    """
+    directory = common.directory
+    assert directory is not None
+    plan_ca(common, account, max_wait=max_wait)  # the options, before the state
+    root = (common.state_dir or default_state_dir()).expanduser().absolute()
+    slugs = ca_dirs(root, first_cut_ok=only_directory)
+    found, problems = run_interruptible(lambda: _settings(root, slugs), json_mode=json_mode)
+    if only_directory:
+        first = _plan(common, account, None, max_wait)
+        if ca_slug(directory) not in slugs and first.state.legacy_account_dir() is None:
+            listed = ", ".join(sorted(s.directory for s in found)) or "none it can name"
+            raise InvalidInput(
+                f"no state for {directory} in {root} (its CAs: {listed}); "
+                f"leave out --directory to {verb} at every CA"
+            )
+        mine = [s for s in found if s.directory == directory]
+        return root, [_plan(common, account, mine[0] if mine else None, max_wait)], []
+    if not found:
+        raise InvalidInput(problems[0])
+    return root, [_plan(common, account, s, max_wait) for s in found], problems
+
+
+def _jobs(
+    ca: CaPlan, known: _Known, args: RenewArgs, challenge: ChallengeOptions
+) -> list[tuple[Job, ChallengeOptions, bool]]:
+    jobs: list[tuple[Job, ChallengeOptions, bool]] = []
     state = ca.state
     for name, stored, record in known:
         if stored is not None:
@@ -217,17 +307,17 @@ def _jobs(ca: CaPlan, known: _Known, args: RenewArgs, challenge: ChallengeOption
             if record is not None
             else Hooks()
         )
-        jobs.append(
-            Job(
-                spec=spec,
-                out=out,
-                force=args.force or revoked,
-                record=record,
-                hooks=stored_hooks.overridden_by(args.hooks),
-                directory=ca.directory,
-                webroot=stored_webroot(challenge, record),
-            )
+        options, stored_settings = renewal_options(challenge, args.challenge_given, record)
+        job = Job(
+            spec=spec,
+            out=out,
+            force=args.force or revoked,
+            record=record,
+            hooks=stored_hooks.overridden_by(args.hooks),
+            directory=ca.directory,
+            webroot=options.webroot,
         )
+        jobs.append((job, options, stored_settings))
     return jobs
 
 
@@ -256,27 +346,13 @@ def run_renew(
         if not (0 <= args.random_delay < float("inf")):
             raise InvalidInput(f"--random-delay must be 0 or more seconds, not {args.random_delay}")
         hook_timeout = check_hook_timeout(args.hook_timeout)
-        plan_ca(common, account, max_wait=args.max_wait)  # the options, before the state
-        root = (common.state_dir or default_state_dir()).expanduser().absolute()
-        slugs = ca_dirs(root, first_cut_ok=args.only_directory)
-        found, problems = run_interruptible(
-            lambda: _settings(root, slugs), json_mode=report.json_mode
+        root, cas, problems = ca_plans(
+            common,
+            account,
+            only_directory=args.only_directory,
+            max_wait=args.max_wait,
+            json_mode=report.json_mode,
         )
-        if args.only_directory:
-            first = _plan(common, account, None, args.max_wait)
-            if ca_slug(directory) not in slugs and first.state.legacy_account_dir() is None:
-                listed = ", ".join(sorted(s.directory for s in found)) or "none it can name"
-                raise InvalidInput(
-                    f"no state for {directory} in {root} (its CAs: {listed}); "
-                    "leave out --directory to renew at every CA"
-                )
-            mine = [s for s in found if s.directory == directory]
-            cas = [_plan(common, account, mine[0] if mine else None, args.max_wait)]
-            problems = []
-        else:
-            if not found:
-                raise InvalidInput(problems[0])
-            cas = [_plan(common, account, s, args.max_wait) for s in found]
 
         async def load() -> list[tuple[CaPlan, _Known]]:
             loaded = [(ca, await ca.state.known_certificates()) for ca in cas]
@@ -292,27 +368,39 @@ def run_renew(
                 loaded = [(ca, [k for k in known if k[0] in wanted]) for ca, known in loaded]
             return [(ca, known) for ca, known in loaded if known]
 
-        groups = [
+        everything = [
             (ca, _jobs(ca, known, args, challenge))
             for ca, known in run_interruptible(load, json_mode=report.json_mode)
         ]
+        # The order to report in: by CA and name (the engine hands back copies of the jobs).
+        position = {
+            _place(job): i
+            for i, (job, _, _) in enumerate(j for _, jobs in everything for j in jobs)
+        }
         # Nothing is ordered for a certificate whose output directory or webroot became
-        # unusable: it fails now, the others go on.
-        # (the CA, the name) is one certificate; the engine may hand back a changed Job
-        every_job = (j for _, jobs in groups for j in jobs)
-        position = {(job.directory, job.name): i for i, job in enumerate(every_job)}
+        # unusable, or whose stored challenge settings cannot be used (a TSIG secret not
+        # given, a hook gone): it fails now, the others go on.
         refused: list[Outcome] = []
-        usable_groups = []
-        for ca, jobs in groups:
-            usable, refusals = refuse_unusable(jobs)
+        groups: list[tuple[_Group, ChallengePlan]] = []
+        for ca, jobs in everything:
+            usable, refusals = refuse_unusable([job for job, _, _ in jobs])
             refused += refusals
-            if usable:
-                usable_groups.append((ca, usable))
-        groups = usable_groups
+            kept = {id(job) for job in usable}
+            for group in _grouped(ca, [j for j in jobs if id(j[0]) in kept]):
+                try:
+                    groups.append((group, _solver_plan(group)))
+                except InvalidInput as exc:
+                    if not group.stored:
+                        raise  # the command's own options: bad input, as always
+                    reason = f"{exc}; nothing was ordered for it"
+                    refused += [
+                        Outcome(job, "failed", reason=reason, error=exc) for job in group.jobs
+                    ]
         for problem in problems:  # one line each; the JSON object lists them too
             sys.stderr.write(f"acmecerts: error: {' '.join(problem.split())}\n")
         if not groups:
             if refused:
+                refused.sort(key=lambda o: position[_place(o.job)])
                 code = batch_result(report, refused, verb="Checked", failed=bool(problems))
                 return renew_exit_code(code, refused, [])
             code = EXIT_FAILED if problems else EXIT_OK
@@ -321,25 +409,14 @@ def run_renew(
             elif not args.quiet and not problems:
                 report.out.print(f"No certificates in {root}.")
             return code
-        plan = plan_challenge(
-            challenge, [i for _, jobs in groups for job in jobs for i in job.spec.identifiers]
-        )
-        plan = routed_solvers(
-            plan,
-            (
-                (job.webroot, job.spec.identifiers)
-                for _, jobs in groups
-                for job in jobs
-                if job.webroot is not None
-            ),
-        )
         delay = _random_delay(args.random_delay)
         runner = HookRunner(timeout=hook_timeout)
 
         async def main(finished: list[Outcome] | None = None) -> list[Outcome]:
             outcomes: list[Outcome] = []
             try:
-                for ca, jobs in groups:
+                for group, plan in groups:
+                    ca, jobs = group.ca, group.jobs
                     try:
                         outcomes += await run_jobs(
                             ca,
@@ -386,9 +463,7 @@ def run_renew(
             extra: dict[str, object] = {"random_delay": round(delay, 3)}
             if problems:
                 extra["errors"] = problems
-            every = sorted(
-                [*refused, *outcomes], key=lambda o: position[(o.job.directory, o.job.name)]
-            )
+            every = sorted([*refused, *outcomes], key=lambda o: position[_place(o.job)])
             code = batch_result(
                 report,
                 every,
@@ -402,8 +477,8 @@ def run_renew(
 
         certificates = [
             (job.name, [i.value for i in job.spec.identifiers])
-            for _, jobs in groups
-            for job in jobs
+            for group, _ in groups
+            for job in group.jobs
         ]
         return run_batch(report, certificates, main, finish=finish)
 

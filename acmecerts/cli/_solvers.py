@@ -4,8 +4,7 @@
   ``--http-01-listen`` (default ``0.0.0.0:80``).
 * ``--webroot DIR`` (http-01): :class:`~acmecerts.Http01Webroot` writes the responses into
   ``DIR/.well-known/acme-challenge/`` of a web server already running on port 80; nothing
-  listens. It is stored with each certificate, and ``renew`` uses it for that certificate
-  (:func:`routed_solvers`).
+  listens.
 * ``--challenge tls-alpn-01``: :class:`~acmecerts.TlsAlpn01Server` on
   ``--tls-alpn-01-listen`` (default ``0.0.0.0:443``).
 * ``--challenge dns-01``: :class:`~acmecerts.Rfc2136Solver` (``--dns-rfc2136-server``,
@@ -13,6 +12,10 @@
   :meth:`DnsHookSolver.from_command <acmecerts.DnsHookSolver.from_command>` (``--dns-hook``,
   run as ``COMMAND present|cleanup NAME VALUE``), each followed by a propagation check
   (``--dns-propagation-nameserver``, ``--dns-propagation-timeout``; 0 skips it).
+
+``issue`` stores the settings it answered with in each certificate's record
+(:func:`stored_challenge`; never the TSIG secret); ``renew`` answers each certificate with
+them, except for the options given to it (:func:`renewal_options`).
 """
 
 from __future__ import annotations
@@ -27,12 +30,11 @@ import shlex
 import shutil
 from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from acmecerts.errors import InvalidInput
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.solvers import (
-    ChallengeTask,
     DnsHookSolver,
     Http01Server,
     Http01Webroot,
@@ -43,16 +45,19 @@ from acmecerts.solvers import (
 )
 
 from ._firstcontact import check_webroot
+from ._state import CertificateRecord, StoredChallenge
 
 __all__ = [
     "CHALLENGES",
+    "OVERRIDABLE",
     "ChallengeOptions",
     "ChallengePlan",
     "parse_hostport",
     "parse_listen",
     "plan_challenge",
-    "routed_solvers",
+    "renewal_options",
     "running_solvers",
+    "stored_challenge",
 ]
 
 CHALLENGES: Final = ("http-01", "dns-01", "tls-alpn-01")
@@ -88,9 +93,6 @@ class ChallengePlan:
     listen: str | None
     #: The absolute ``--webroot`` (stored with each certificate), if one was given.
     webroot: Path | None = None
-    #: Solvers tried before ``solver``, each for some names only (see
-    #: :func:`routed_solvers`).
-    routed: tuple[Solver, ...] = ()
 
 
 def parse_hostport(value: str, *, option: str, default_port: int | None = None) -> tuple[str, int]:
@@ -226,42 +228,99 @@ def plan_challenge(options: ChallengeOptions, identifiers: Sequence[Identifier])
     return ChallengePlan(challenge, _dns_solver(options), None)
 
 
-class _ForNames:
-    """A solver that answers for some identifiers only (the names of some certificates)."""
+def stored_challenge(options: ChallengeOptions, plan: ChallengePlan) -> StoredChallenge:
+    """What ``issue`` stores with a certificate so that ``renew`` answers alike (no secret)."""
+    challenge = plan.challenge
+    if challenge == "http-01":
+        listen = None if plan.webroot is not None else options.http_01_listen.strip()
+        return StoredChallenge(challenge, http_01_listen=listen)
+    if challenge == "tls-alpn-01":
+        return StoredChallenge(challenge, tls_alpn_01_listen=options.tls_alpn_01_listen.strip())
+    dns = StoredChallenge(
+        challenge,
+        dns_propagation_nameservers=tuple(options.dns_propagation_nameservers),
+        dns_propagation_timeout=options.dns_propagation_timeout,
+    )
+    if options.dns_hook is not None:
+        return dataclasses.replace(dns, dns_hook=options.dns_hook)
+    return dataclasses.replace(
+        dns,
+        dns_rfc2136_server=options.dns_rfc2136_server,
+        dns_tsig_key=options.dns_tsig_key,
+        dns_tsig_algorithm=options.dns_tsig_algorithm,
+    )
 
-    def __init__(self, solver: Solver, identifiers: Iterable[Identifier]) -> None:
-        self.solver = solver
-        self.challenge_type = solver.challenge_type
-        self.identifiers = frozenset(identifiers)
 
-    def __repr__(self) -> str:
-        return f"_ForNames({self.solver!r}, {len(self.identifiers)} names)"
+#: ``ChallengeOptions`` fields an option given to ``renew`` replaces (``--dns-tsig-secret``
+#: is not among them: it is never stored, and always the command's).
+OVERRIDABLE: Final = (
+    "challenge",
+    "http_01_listen",
+    "webroot",
+    "tls_alpn_01_listen",
+    "dns_rfc2136_server",
+    "dns_tsig_key",
+    "dns_tsig_algorithm",
+    "dns_hook",
+    "dns_propagation_nameservers",
+    "dns_propagation_timeout",
+)
+#: Giving one of these to ``renew`` drops the other's stored value: they exclude each other.
+_EXCLUDES: Final = {
+    "webroot": "http_01_listen",
+    "http_01_listen": "webroot",
+    "dns_hook": "dns_rfc2136_server",
+    "dns_rfc2136_server": "dns_hook",
+}
 
-    def supports(self, identifier: Identifier) -> bool:
-        return identifier in self.identifiers and self.solver.supports(identifier)
 
-    async def present(self, task: ChallengeTask) -> None:
-        await self.solver.present(task)
+def renewal_options(
+    command: ChallengeOptions, given: Iterable[str], record: CertificateRecord | None
+) -> tuple[ChallengeOptions, bool]:
+    """The challenge options one certificate is renewed with, and whether they come from
+    its stored settings.
 
-    async def cleanup(self, task: ChallengeTask) -> None:
-        await self.solver.cleanup(task)
-
-
-def routed_solvers(
-    plan: ChallengePlan, webroots: Iterable[tuple[Path, Iterable[Identifier]]]
-) -> ChallengePlan:
-    """``plan`` with a webroot solver first for the names of each certificate stored with one.
-
-    ``renew`` without ``--webroot`` answers a certificate issued with ``--webroot DIR`` by
-    writing into DIR again; the other certificates get the command's challenge options.
+    A record with stored settings (:attr:`CertificateRecord.challenge`) is answered as it
+    was issued, except for each option ``given`` to ``renew`` (command line, environment
+    or configuration file; names of :data:`OVERRIDABLE`), whose value replaces the stored
+    one for this run. A record without (written by an earlier acmecerts) gets the
+    command's options, as it always did, and its stored ``--webroot`` unless one is given.
     """
-    if plan.webroot is not None:  # --webroot given now: it answers for every certificate
-        return plan
-    by_root: dict[Path, set[Identifier]] = {}
-    for root, identifiers in webroots:
-        by_root.setdefault(root, set()).update(identifiers)
-    routed = tuple(_ForNames(Http01Webroot(root), ids) for root, ids in by_root.items())
-    return dataclasses.replace(plan, routed=plan.routed + routed)
+    given = frozenset(given)
+    stored = record.challenge if record is not None else None
+    command_root = command.webroot.expanduser().absolute() if command.webroot else None
+    if stored is None:
+        if command_root is None and record is not None and record.webroot:
+            # the stored webroot answers http-01 for it, whatever the other options say
+            return ChallengeOptions(webroot=Path(record.webroot)), False
+        return dataclasses.replace(command, webroot=command_root), False
+    assert record is not None
+    default = ChallengeOptions()
+    values: dict[str, Any] = {
+        "challenge": stored.challenge,
+        "http_01_listen": stored.http_01_listen or default.http_01_listen,
+        "webroot": Path(record.webroot) if record.webroot else None,
+        "tls_alpn_01_listen": stored.tls_alpn_01_listen or default.tls_alpn_01_listen,
+        "dns_rfc2136_server": stored.dns_rfc2136_server,
+        "dns_tsig_key": stored.dns_tsig_key,
+        "dns_tsig_algorithm": stored.dns_tsig_algorithm or default.dns_tsig_algorithm,
+        "dns_hook": stored.dns_hook,
+        "dns_propagation_nameservers": stored.dns_propagation_nameservers,
+        "dns_propagation_timeout": (
+            stored.dns_propagation_timeout
+            if stored.dns_propagation_timeout is not None
+            else default.dns_propagation_timeout
+        ),
+    }
+    for name in given & set(_EXCLUDES):
+        excluded = _EXCLUDES[name]
+        values[excluded] = default.http_01_listen if excluded == "http_01_listen" else None
+    if "challenge" in given and command.challenge.lower() != "http-01":
+        values["webroot"] = None  # a webroot answers http-01 only
+    for name in given & set(OVERRIDABLE):
+        values[name] = command_root if name == "webroot" else getattr(command, name)
+    values["dns_tsig_secret"] = command.dns_tsig_secret
+    return dataclasses.replace(default, **values), True
 
 
 @contextlib.asynccontextmanager
@@ -269,15 +328,14 @@ async def running_solvers(plan: ChallengePlan, *, eager: bool) -> AsyncIterator[
     """The solvers, started now (``eager``: a busy port is bad input before anything is
     sent) or on first use; stopped when the block ends, also on Ctrl-C."""
     solver = plan.solver
-    routed = list(plan.routed)
     if isinstance(solver, Http01Server | TlsAlpn01Server):
         if eager:
             async with solver:
-                yield [*routed, solver]
+                yield [solver]
             return
         try:
-            yield [*routed, solver]
+            yield [solver]
         finally:
             await solver.aclose()
         return
-    yield [*routed, solver]
+    yield [solver]

@@ -17,8 +17,8 @@ CLI issued, and the other way round::
     <state>/<ca>/accounts/default/cli/<cert>.json           the CLI's own record: export
                                                             directory, key type, profile,
                                                             preferred chain, revoked serial,
-                                                            webroot
-                                                            deletion in progress
+                                                            webroot, challenge settings,
+                                                            hooks, deletion in progress
     <state>/<ca>/accounts/default/key-rollover.pem          only during `account rollover`
     <state>/<ca>/accounts/default/deactivated/<when>.pem    keys of deactivated accounts
     <state>/certificates/<first name>/                      default --out: plain PEM files
@@ -80,6 +80,7 @@ __all__ = [
     "CertificateRecord",
     "State",
     "StoredCertificate",
+    "StoredChallenge",
     "certificate_name",
     "default_state_dir",
     "directory_slug",
@@ -261,6 +262,64 @@ class StoredCertificate:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class StoredChallenge:
+    """How a certificate's challenges were answered at ``issue``: ``renew`` answers them
+    the same way (as certbot keeps them in its renewal configuration).
+
+    Only what the challenge type uses is set. Never a secret: the TSIG secret of
+    ``--dns-rfc2136-server`` is given to every run (``--dns-tsig-secret``,
+    ``ACMECERTS_DNS_TSIG_SECRET`` or the configuration file). ``--webroot`` is kept in
+    :attr:`CertificateRecord.webroot`, as before these settings were stored.
+    """
+
+    #: ``http-01``, ``dns-01`` or ``tls-alpn-01``.
+    challenge: str
+    #: ``--http-01-listen`` as given (``None`` with ``--webroot``, and for other types).
+    http_01_listen: str | None = None
+    tls_alpn_01_listen: str | None = None
+    dns_rfc2136_server: str | None = None
+    dns_tsig_key: str | None = None
+    dns_tsig_algorithm: str | None = None
+    dns_hook: str | None = None
+    dns_propagation_nameservers: tuple[str, ...] = ()
+    dns_propagation_timeout: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        document = dataclasses.asdict(self)
+        document["dns_propagation_nameservers"] = list(self.dns_propagation_nameservers)
+        return document
+
+    @classmethod
+    def from_json(cls, data: object, where: str) -> StoredChallenge:
+        def bad() -> StorageError:
+            return StorageError(
+                f"{where}: the stored challenge settings are not valid; fix or remove them",
+                path=where,
+            )
+
+        if not isinstance(data, dict):
+            raise bad()
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in fields}
+        servers = values.pop("dns_propagation_nameservers", [])
+        timeout = values.pop("dns_propagation_timeout", None)
+        if (
+            not isinstance(values.get("challenge"), str)
+            or not all(v is None or isinstance(v, str) for v in values.values())
+            or not isinstance(servers, list)
+            or not all(isinstance(s, str) for s in servers)
+            or isinstance(timeout, bool)
+            or not (timeout is None or isinstance(timeout, int | float))
+        ):
+            raise bad()
+        return cls(
+            dns_propagation_nameservers=tuple(servers),
+            dns_propagation_timeout=None if timeout is None else float(timeout),
+            **values,
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class CertificateRecord:
     """What the CLI remembers about a certificate besides what the manager stores."""
 
@@ -286,10 +345,14 @@ class CertificateRecord:
     pre_hook: str | None = None
     post_hook: str | None = None
     deploy_hook: str | None = None
+    #: How its challenges were answered at ``issue`` (``None``: written by an acmecerts
+    #: that did not store them; ``renew`` then uses its own challenge options).
+    challenge: StoredChallenge | None = None
 
     def to_json(self) -> dict[str, Any]:
         document = dataclasses.asdict(self)
         document["identifiers"] = list(self.identifiers)
+        document["challenge"] = self.challenge.to_json() if self.challenge is not None else None
         return {"format": _RECORD_FORMAT, **document}
 
     @classmethod
@@ -297,6 +360,10 @@ class CertificateRecord:
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in fields}
         identifiers = values.pop("identifiers", [])
+        challenge_json = values.pop("challenge", None)
+        challenge = (
+            None if challenge_json is None else StoredChallenge.from_json(challenge_json, where)
+        )
         if (
             not isinstance(values.get("name"), str)
             or not all(v is None or isinstance(v, str) for v in values.values())
@@ -304,7 +371,7 @@ class CertificateRecord:
             or not all(isinstance(i, str) for i in identifiers)
         ):
             raise StorageError(f"{where} is not a valid CLI record; fix or remove it", path=where)
-        return cls(identifiers=tuple(identifiers), **values)
+        return cls(identifiers=tuple(identifiers), challenge=challenge, **values)
 
 
 #: ``<state>/<ca>/cli-settings.json``: how ``renew`` reaches the CA again without flags.

@@ -1,8 +1,10 @@
-"""``acmecerts status``: the certificates in the state directory and the rate-limit budget."""
+"""``acmecerts status``: the certificates in the state directory and the rate-limit budget,
+at every CA the state directory holds (``--directory`` narrows to one)."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 from typing import Any
 
@@ -14,98 +16,136 @@ from acmecerts.errors import AcmeCertsError
 from acmecerts.protocol.ari import decide_renewal
 
 from ._common import (
+    EXIT_FAILED,
     EXIT_OK,
+    AccountArgs,
+    CaPlan,
     CommonArgs,
     Report,
     configure_logging,
     guarded,
     iso,
     log,
-    plan_ca,
     when,
 )
+from ._firstcontact import resolve_directory
 from ._interrupt import run_interruptible
 from ._natural import natural_key
+from ._renew import ca_plans
 from ._state import CertificateRecord, State, StoredCertificate
 
 __all__ = ["run_status"]
 
 
-def run_status(*, ari: bool, common: CommonArgs) -> int:
-    """Run ``acmecerts status``; return the exit code."""
+def run_status(*, ari: bool, common: CommonArgs, only_directory: bool = False) -> int:
+    """Run ``acmecerts status``; return the exit code.
+
+    Like ``renew``: every CA of the state directory (``only_directory``: ``--directory``
+    or ``--staging`` was given, and narrows to that CA, which must have state there); a
+    state directory that is missing, a file, unreadable or holds no CA is exit 2.
+    """
     report = Report(json_mode=common.json)
     configure_logging(common.verbose, report.err)
 
     def work() -> int:
-        ca = plan_ca(common)
-        state = ca.state
+        directory = resolve_directory(common.directory, staging=common.staging)
+        resolved = dataclasses.replace(common, directory=directory, staging=False)
+        root, cas, problems = ca_plans(
+            resolved,
+            AccountArgs(),
+            only_directory=only_directory,
+            max_wait=120.0,
+            json_mode=report.json_mode,
+            verb="show the certificates",
+        )
 
         async def main() -> dict[str, Any]:
             now = _dt.datetime.now(_dt.UTC)
-            key = await state.load_account_key()
-            account = None
-            if key is not None:
-                account = {
-                    "url": await state.load_account_url(key),
-                    "thumbprint": key.thumbprint,
-                    "key": state.path_for(state.layout.account_key()),
-                }
-            certificates = []
-            client: AcmeClient | None = None
-            async with contextlib.AsyncExitStack() as stack:
-                if ari:
-                    client = await stack.enter_async_context(
-                        AcmeClient(ca.directory, ca_bundle=ca.ca_bundle, proxy=ca.proxy)
-                    )
-                    if (await client.directory()).renewal_info is None:
-                        log.warning(
-                            "the CA has no renewalInfo (ARI): renewal when a third of the "
-                            "lifetime is left"
-                        )
-                        client = None
-                for _name, stored, record in await state.known_certificates():
-                    if stored is None:
-                        assert record is not None
-                        certificates.append(await _pending_status(state, record, now))
-                    else:
-                        certificates.append(await _certificate_status(state, stored, now, client))
-                certificates += [
-                    _half_deleted_status(record)
-                    for record in await state.list_records()
-                    if record.deleting is not None
-                ]
-                certificates.sort(key=lambda c: natural_key(c["name"]))
-            budget = await state.ledger(ca.model).budget()
+            sections = [await _ca_status(ca, now, ari=ari) for ca in cas]
+            one = sections[0] if len(sections) == 1 else None
             return {
-                "directory": ca.directory,
-                "state_dir": str(state.root),
-                "account": account,
-                "certificates": certificates,
-                "rate_limits": {
-                    "model": ca.model.name,
-                    "budget": [
-                        {
-                            "limit": line.limit,
-                            "scope": line.scope_key,
-                            "capacity": line.capacity,
-                            "remaining": line.remaining,
-                            "next_slot": iso(line.next_slot),
-                            "full_at": iso(line.full_at),
-                            "paused": line.paused,
-                        }
-                        for line in budget
-                    ],
-                },
+                "state_dir": str(root),
+                # one CA (or --directory): its directory, account and budget, as before
+                # every CA was shown; several: null, each is in `cas`
+                "directory": one["directory"] if one is not None else None,
+                "account": one["account"] if one is not None else None,
+                "rate_limits": one["rate_limits"] if one is not None else None,
+                "cas": sections,
+                "certificates": [c for section in sections for c in section.pop("certificates")],
+                "errors": problems,
             }
 
         document = run_interruptible(main, json_mode=report.json_mode)
+        for problem in problems:  # one line each; the JSON object lists them too
+            report.err.print(Text(f"acmecerts: error: {' '.join(problem.split())}"), soft_wrap=True)
         if report.json_mode:
             report.json(document)
         else:
             _print_status(report, document)
-        return EXIT_OK
+        return EXIT_FAILED if problems else EXIT_OK
 
     return guarded(report, work)
+
+
+async def _ca_status(ca: CaPlan, now: _dt.datetime, *, ari: bool) -> dict[str, Any]:
+    """One CA: its account, its certificates (each naming the CA) and its budget."""
+    state = ca.state
+    key = await state.load_account_key()
+    account = None
+    if key is not None:
+        account = {
+            "url": await state.load_account_url(key),
+            "thumbprint": key.thumbprint,
+            "key": state.path_for(state.layout.account_key()),
+        }
+    certificates = []
+    client: AcmeClient | None = None
+    async with contextlib.AsyncExitStack() as stack:
+        if ari:
+            client = await stack.enter_async_context(
+                AcmeClient(ca.directory, ca_bundle=ca.ca_bundle, proxy=ca.proxy)
+            )
+            if (await client.directory()).renewal_info is None:
+                log.warning(
+                    "%s has no renewalInfo (ARI): renewal when a third of the lifetime is left",
+                    ca.directory,
+                )
+                client = None
+        for _name, stored, record in await state.known_certificates():
+            if stored is None:
+                assert record is not None
+                certificates.append(await _pending_status(state, record, now))
+            else:
+                certificates.append(await _certificate_status(state, stored, now, client))
+        certificates += [
+            _half_deleted_status(record)
+            for record in await state.list_records()
+            if record.deleting is not None
+        ]
+        certificates.sort(key=lambda c: natural_key(c["name"]))
+    for certificate in certificates:
+        certificate["directory"] = ca.directory
+    budget = await state.ledger(ca.model).budget()
+    return {
+        "directory": ca.directory,
+        "account": account,
+        "certificates": certificates,
+        "rate_limits": {
+            "model": ca.model.name,
+            "budget": [
+                {
+                    "limit": line.limit,
+                    "scope": line.scope_key,
+                    "capacity": line.capacity,
+                    "remaining": line.remaining,
+                    "next_slot": iso(line.next_slot),
+                    "full_at": iso(line.full_at),
+                    "paused": line.paused,
+                }
+                for line in budget
+            ],
+        },
+    }
 
 
 async def _certificate_status(
@@ -155,7 +195,17 @@ async def _certificate_status(
         "last_error": attempt.last_error if attempt is not None else None,
         "key_type": stored.key_type.value if stored.key_type is not None else None,
         "files": record.out if record is not None else None,
+        "challenge": _challenge_json(record),
     }
+
+
+def _challenge_json(record: CertificateRecord | None) -> dict[str, Any] | None:
+    """How ``renew`` answers the certificate's challenges without options: the settings
+    stored at issue (never a secret), its webroot among them; ``None`` when none were
+    stored (an earlier acmecerts: ``renew``'s own options apply)."""
+    if record is None or record.challenge is None:
+        return None
+    return {**record.challenge.to_json(), "webroot": record.webroot}
 
 
 async def _pending_status(
@@ -184,6 +234,7 @@ async def _pending_status(
         "last_error": attempt.last_error if attempt is not None else None,
         "key_type": record.key_type,
         "files": record.out,
+        "challenge": _challenge_json(record),
     }
 
 
@@ -203,19 +254,29 @@ def _half_deleted_status(record: CertificateRecord) -> dict[str, Any]:
         "last_error": f"deletion interrupted: run `acmecerts delete {record.name} --yes`",
         "key_type": record.key_type,
         "files": record.out,
+        "challenge": _challenge_json(record),
     }
 
 
 def _print_status(report: Report, document: dict[str, Any]) -> None:
     out = report.out
     out.print(Text(f"State directory {document['state_dir']}", style="bold"))
-    out.print(Text(f"CA              {document['directory']}"))
-    account = document["account"]
+    by_ca: dict[str, list[dict[str, Any]]] = {}
+    for cert in document["certificates"]:
+        by_ca.setdefault(cert["directory"], []).append(cert)
+    for section in document["cas"]:
+        out.print()
+        _print_ca(report, section, by_ca.get(section["directory"], []))
+
+
+def _print_ca(report: Report, section: dict[str, Any], certificates: list[dict[str, Any]]) -> None:
+    out = report.out
+    out.print(Text(f"CA              {section['directory']}", style="bold"))
+    account = section["account"]
     if account is None:
         out.print(Text("Account         none yet (created by the first issue)", style="dim"))
     else:
         out.print(Text(f"Account         {account['url'] or 'not registered yet'}"))
-    certificates = document["certificates"]
     out.print()
     if not certificates:
         out.print(Text("No certificates.", style="dim"))
@@ -244,7 +305,7 @@ def _print_status(report: Report, document: dict[str, Any]) -> None:
                 cert["name"], Text(cert["status"], style=style), expires, renewal, "; ".join(notes)
             )
         out.print(table)
-    limits = document["rate_limits"]
+    limits = section["rate_limits"]
     out.print()
     budget = limits["budget"]
     if not budget:
