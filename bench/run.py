@@ -847,6 +847,12 @@ def main() -> int:
     )
     parser.add_argument("--no-setup", action="store_true", help="do not install missing peers")
     parser.add_argument("--quiet-clients", action="store_true", help="hide clients' stderr")
+    parser.add_argument(
+        "--scratch-dir",
+        default=None,
+        help="where the clients' scratch directories go: the manager's FileStorage, the "
+        "CLI's state and exports (default: the temp directory, $TMPDIR or /tmp)",
+    )
     args = parser.parse_args()
 
     sizes = [1, 10] if args.quick else [1, 10, 50, 200]
@@ -873,7 +879,10 @@ def main() -> int:
     rows: list[dict[str, Any]] = []
     discarded: list[dict[str, Any]] = []  # failed first attempts that were retried
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="acmecerts-bench-") as tmp:
+    scratch_base = args.scratch_dir or tempfile.gettempdir()
+    info["scratch_dir"] = scratch_base
+    print(f"# scratch directories in {scratch_base}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="acmecerts-bench-", dir=scratch_base) as tmp:
         workdir = Path(tmp)
         run_no = 0
         for rep in range(args.repeat):

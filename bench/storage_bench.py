@@ -9,9 +9,10 @@ record, the certificate's ``meta.json`` and attempt state; take the certificate'
 them again, the retired record and the order record; write the order intent and then the
 order (``orders/``, secret); save the certificate (delete ``meta.json``, write the key, the
 chain, ``meta.json``); delete the order record and the attempt state; release the lock.
-Every write is fsynced as in production. Prints the wall time and the process's CPU time
-(user + system, every thread) per certificate, the median over ``--rounds`` fresh stores in
-``--dir`` (a real disk: fsync must cost what it costs).
+Every write is fsynced as in production. Prints the wall time, the process's CPU time
+(user + system, every thread; system alone in brackets) and its context switches per
+certificate, the median over ``--rounds`` fresh stores in ``--dir`` (a real disk: fsync must
+cost what it costs; where on the disk matters, see docs/performance.md).
 """
 
 from __future__ import annotations
@@ -56,21 +57,24 @@ async def one(storage: FileStorage, layout: KeyLayout, i: int) -> None:
         await storage.delete(attempts)
 
 
-def cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+def usage() -> tuple[float, float, int]:
+    """CPU (user + system), system CPU, and context switches of the process so far."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime, ru.ru_stime, ru.ru_nvcsw + ru.ru_nivcsw
 
 
-async def round_(count: int, base: str) -> tuple[float, float]:
+async def round_(count: int, base: str) -> tuple[float, float, float, int]:
+    """Wall time, CPU, system CPU and context switches of one round."""
     with tempfile.TemporaryDirectory(dir=base, prefix="acmecerts-storage-bench-") as tmp:
         layout = KeyLayout("https://ca.example/dir")
         async with FileStorage(Path(tmp) / "store") as storage:
             await storage.store(f"{layout.account_prefix}key.pem", KEY_PEM)  # the tree exists
-            cpu0, t0 = cpu_s(), time.perf_counter()
+            (cpu0, sys0, csw0), t0 = usage(), time.perf_counter()
             async with anyio.create_task_group() as tg:
                 for i in range(count):
                     tg.start_soon(one, storage, layout, i)
-            return time.perf_counter() - t0, cpu_s() - cpu0
+            cpu1, sys1, csw1 = usage()
+            return time.perf_counter() - t0, cpu1 - cpu0, sys1 - sys0, csw1 - csw0
 
 
 async def main() -> None:
@@ -82,9 +86,13 @@ async def main() -> None:
     results = [await round_(args.count, args.dir) for _ in range(args.rounds)]
     wall = statistics.median(r[0] for r in results)
     cpu = statistics.median(r[1] for r in results)
+    system = statistics.median(r[2] for r in results)
+    switches = statistics.median(r[3] for r in results)
+    per_cert = 1000 / args.count
     print(
         f"N={args.count}: {wall:.2f} s wall, {args.count / wall:.0f} certificates/s of store "
-        f"traffic, {1000 * cpu / args.count:.2f} ms CPU/cert (median of {args.rounds}; "
+        f"traffic, {cpu * per_cert:.2f} ms CPU/cert (sys {system * per_cert:.2f}), "
+        f"{switches / args.count:.0f} context switches/cert (median of {args.rounds}; "
         f"load {os.getloadavg()[0]:.1f})"
     )
 
