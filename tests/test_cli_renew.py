@@ -32,6 +32,7 @@ from test_cli_support import (
     run_main,
     serial_of,
     stored_serial,
+    without_root,
 )
 from waits import within
 
@@ -277,9 +278,7 @@ def test_an_unusable_state_directory_exits_2_naming_it(
 
 def test_a_state_directory_without_read_permission_exits_2(tmp_path: Path) -> None:
     # root reads any directory whatever its mode: then the CLI runs as nobody (setpriv)
-    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-    if os.geteuid() == 0 and shutil.which("setpriv") is None:
-        pytest.skip("root reads a directory whatever its mode, and there is no setpriv")
+    as_nobody = without_root()
     base = Path(tempfile.mkdtemp(prefix="acmecerts-perm-", dir="/tmp"))
     try:
         base.chmod(0o755)  # nobody may reach it, not read what is inside the state
@@ -289,7 +288,7 @@ def test_a_state_directory_without_read_permission_exits_2(tmp_path: Path) -> No
         env = cli_env(None, HOME=str(base), XDG_CONFIG_HOME=str(base / "config"))
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         result = subprocess.run(
-            [*(as_nobody if os.geteuid() == 0 else []), *CLI, "renew", "--state-dir", str(state)],
+            [*as_nobody, *CLI, "renew", "--state-dir", str(state)],
             cwd=base,
             env=env,
             capture_output=True,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import stat
 import subprocess
@@ -47,6 +48,20 @@ def cli_env(tmp_path: Path | None = None, **extra: str) -> dict[str, str]:
     env["ACMECERTS_AGREE_TOS"] = "1"
     env.update(extra)
     return env
+
+
+def without_root() -> list[str]:
+    """A command prefix that runs a process without root's power over file modes.
+
+    As root (the test machines), ``setpriv`` to ``nobody`` (util-linux, on every Debian
+    system: its absence fails the test rather than skipping what it shows); as anyone
+    else, nothing.
+    """
+    if os.geteuid() != 0:
+        return []
+    setpriv = shutil.which("setpriv")
+    assert setpriv, "setpriv (util-linux) is needed to test file permissions as root"
+    return [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
 def run_cli(
