@@ -24,30 +24,23 @@ import contextlib
 import socket
 import struct
 import threading
-from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Self
 
-if TYPE_CHECKING:
-    from types import TracebackType
+from tests.faults.loop_thread import LoopThreadServer
 
 __all__ = ["TcpForwarder"]
 
 _READ_SIZE = 65536
 
 
-class TcpForwarder:
+class TcpForwarder(LoopThreadServer):
     """Relay TCP connections from ``127.0.0.1:port`` to ``target_host:target_port``."""
 
     def __init__(self, target_port: int, *, target_host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__()
         self._target = (target_host, target_port)
         self._requested_port = port
         self._port: int | None = None
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
         self._writers: set[asyncio.StreamWriter] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._lock = threading.Lock()
@@ -74,78 +67,23 @@ class TcpForwarder:
         """Whether the forwarder is cut (refusing connections)."""
         return self._cut
 
-    def start(self) -> None:
-        """Listen (in a background thread); returns once the port is bound."""
-        if self._thread is not None:
-            raise RuntimeError("TcpForwarder already started")
-        self._thread = threading.Thread(target=self._main, name="TcpForwarder", daemon=True)
-        self._thread.start()
-        self._ready.wait()
-        if self._error is not None:
-            self._thread.join()
-            self._thread = None
-            raise RuntimeError("TcpForwarder failed to start") from self._error
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop listening, reset every connection, and join the thread."""
-        thread, loop, stop = self._thread, self._loop, self._stop
-        if thread is None:
-            return
-        if loop is not None and stop is not None:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(stop.set)
-        thread.join(timeout)
-        if thread.is_alive():
-            raise RuntimeError("TcpForwarder thread did not stop")
-        self._thread = self._loop = self._stop = None
-
     def cut(self) -> None:
         """Become unreachable: close the listener and reset every open connection."""
-        self._call(self._do_cut)
+        self._await_in_loop(self._do_cut)
 
     def restore(self) -> None:
         """Listen on the same port again."""
-        self._call(self._do_restore)
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        self._await_in_loop(self._do_restore)
 
     # -- the loop ----------------------------------------------------------------------
 
-    def _call(self, action: Callable[[], Coroutine[Any, Any, None]]) -> None:
-        loop = self._loop
-        if loop is None:
-            raise RuntimeError("TcpForwarder is not running")
-        future = asyncio.run_coroutine_threadsafe(action(), loop)
-        future.result(timeout=10)
-
-    def _main(self) -> None:
-        try:
-            asyncio.run(self._serve())
-        except BaseException as exc:  # never let the thread die silently
-            if not self._ready.is_set():
-                self._error = exc
-        finally:
-            self._ready.set()
-
-    async def _serve(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
+    async def _serve(self, stop: asyncio.Event) -> None:
         await self._listen(self._requested_port)
         assert self._server is not None
         self._port = int(self._server.sockets[0].getsockname()[1])
         self._ready.set()
         try:
-            await self._stop.wait()
+            await stop.wait()
         finally:
             await self._do_cut()
 

@@ -25,13 +25,11 @@ import contextlib
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Self
+from collections.abc import Iterable, Sequence
 
 import h11
 
-if TYPE_CHECKING:
-    from types import TracebackType
+from tests.faults.loop_thread import LoopThreadServer
 
 __all__ = ["ChallengeRouter", "RoutedRequest"]
 
@@ -56,21 +54,17 @@ class RoutedRequest:
     answered: float | None = None
 
 
-class ChallengeRouter:
+class ChallengeRouter(LoopThreadServer):
     """Route http-01 validation requests on ``127.0.0.1:port`` to ``backends`` (ports)."""
 
     def __init__(self, port: int, *, backends: Sequence[int]) -> None:
+        super().__init__()
         self._port = port
         self.backends = list(backends)
         self._lock = threading.Lock()
         self._requests: list[RoutedRequest] = []
         self._held_hosts: set[str] = set()
         self._gates: dict[str, asyncio.Event] = {}
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stop: asyncio.Event | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- public API --------------------------------------------------------------------
@@ -104,7 +98,7 @@ class ChallengeRouter:
             for host in names:
                 self._gate(host).clear()
 
-        self._call(close_gates)
+        self._run_in_loop(close_gates)
 
     def release(self, hosts: Iterable[str] | None = None) -> None:
         """Deliver the held answers for ``hosts`` (all when ``None``) and stop holding them."""
@@ -116,62 +110,9 @@ class ChallengeRouter:
             for host in names:
                 self._gate(host).set()
 
-        self._call(open_gates)
-
-    def start(self) -> None:
-        """Listen (in a background thread); returns once the port is bound."""
-        if self._thread is not None:
-            raise RuntimeError("ChallengeRouter already started")
-        self._thread = threading.Thread(target=self._main, name="ChallengeRouter", daemon=True)
-        self._thread.start()
-        self._ready.wait()
-        if self._error is not None:
-            self._thread.join()
-            self._thread = None
-            raise RuntimeError("ChallengeRouter failed to start") from self._error
-
-    def stop(self, timeout: float = 10.0) -> None:
-        """Stop listening, drop held answers, and join the thread."""
-        thread, loop, stop = self._thread, self._loop, self._stop
-        if thread is None:
-            return
-        if loop is not None and stop is not None:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(stop.set)
-        thread.join(timeout)
-        if thread.is_alive():
-            raise RuntimeError("ChallengeRouter thread did not stop")
-        self._thread = self._loop = self._stop = None
-
-    def __enter__(self) -> Self:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        self._run_in_loop(open_gates)
 
     # -- the loop ----------------------------------------------------------------------
-
-    def _call(self, action: Callable[[], None]) -> None:
-        loop = self._loop
-        if loop is None:
-            raise RuntimeError("ChallengeRouter is not running")
-        done = threading.Event()
-
-        def run() -> None:
-            try:
-                action()
-            finally:
-                done.set()
-
-        loop.call_soon_threadsafe(run)
-        if not done.wait(10):
-            raise RuntimeError("ChallengeRouter did not answer")
 
     def _gate(self, host: str) -> asyncio.Event:
         gate = self._gates.get(host)
@@ -180,24 +121,13 @@ class ChallengeRouter:
             gate.set()
         return gate
 
-    def _main(self) -> None:
-        try:
-            asyncio.run(self._serve())
-        except BaseException as exc:
-            if not self._ready.is_set():
-                self._error = exc
-        finally:
-            self._ready.set()
-
-    async def _serve(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
+    async def _serve(self, stop: asyncio.Event) -> None:
         server = await asyncio.start_server(
             self._on_connection, "127.0.0.1", self._port, reuse_address=True
         )
         self._ready.set()
         try:
-            await self._stop.wait()
+            await stop.wait()
         finally:
             server.close()
             for gate in self._gates.values():
