@@ -46,7 +46,7 @@ from ._common import (
 )
 from ._display import NullView
 from ._engine import Board, Job, Outcome, Stage, execute, problem_of, wanted_record
-from ._firstcontact import check_out_dir, check_webroot
+from ._firstcontact import check_out_dir
 from ._hooks import DEFAULT_HOOK_TIMEOUT, HookRunner, Hooks
 from ._interrupt import Interrupted, run_interruptible
 from ._lineage import choose_lineage, known_lineages, validate_cert_name
@@ -65,8 +65,6 @@ __all__ = [
     "batch_result",
     "check_hook_timeout",
     "parse_cert_file",
-    "refuse_unusable",
-    "renew_exit_code",
     "report_hook_failures",
     "results_json",
     "run_batch",
@@ -694,31 +692,3 @@ def run_issue(
         )
 
     return guarded(report, work)
-
-
-def refuse_unusable(jobs: Sequence[Job]) -> tuple[list[Job], list[Outcome]]:
-    """Split off the certificates whose output directory or webroot became unusable.
-
-    They fail before anything is ordered for them (an order would be spent on files that
-    cannot be written, or a validation that cannot succeed); the others go on.
-    """
-    usable: list[Job] = []
-    refused: list[Outcome] = []
-    for job in jobs:
-        try:
-            check_out_dir(job.out, option="the output directory")
-            if job.webroot is not None:
-                check_webroot(job.webroot, option="the stored --webroot")
-        except InvalidInput as exc:
-            reason = f"{exc}; nothing was ordered for it"
-            refused.append(Outcome(job, "failed", reason=reason, error=exc))
-        else:
-            usable.append(job)
-    return usable, refused
-
-
-def renew_exit_code(code: int, refused: Sequence[Outcome], outcomes: Sequence[Outcome]) -> int:
-    """2 when certificates were refused as unusable and nothing was ordered at all."""
-    if refused and all(o.status == "current" for o in outcomes):
-        return EXIT_INPUT
-    return code

@@ -34,6 +34,7 @@ from acmecerts.storage.keys import ca_slug
 
 from ._common import (
     EXIT_FAILED,
+    EXIT_INPUT,
     EXIT_OK,
     AccountArgs,
     CaPlan,
@@ -45,15 +46,13 @@ from ._common import (
     plan_ca,
 )
 from ._engine import Deferred, Job, Outcome
-from ._firstcontact import resolve_directory
+from ._firstcontact import check_out_dir, check_webroot, resolve_directory
 from ._hooks import DEFAULT_HOOK_TIMEOUT, HookRunner, Hooks
 from ._interrupt import run_interruptible
 from ._issue import (
     RESULT_JSON_BASE,
     batch_result,
     check_hook_timeout,
-    refuse_unusable,
-    renew_exit_code,
     results_json,
     run_batch,
     run_jobs,
@@ -329,6 +328,34 @@ def _random_delay(seconds: float) -> float:
     log.info("waiting %.1f s (--random-delay %g) before contacting the CA", delay, seconds)
     sleep(delay)
     return delay
+
+
+def refuse_unusable(jobs: Sequence[Job]) -> tuple[list[Job], list[Outcome]]:
+    """Split off the certificates whose output directory or webroot became unusable.
+
+    They fail before anything is ordered for them (an order would be spent on files that
+    cannot be written, or a validation that cannot succeed); the others go on.
+    """
+    usable: list[Job] = []
+    refused: list[Outcome] = []
+    for job in jobs:
+        try:
+            check_out_dir(job.out, option="the output directory")
+            if job.webroot is not None:
+                check_webroot(job.webroot, option="the stored --webroot")
+        except InvalidInput as exc:
+            reason = f"{exc}; nothing was ordered for it"
+            refused.append(Outcome(job, "failed", reason=reason, error=exc))
+        else:
+            usable.append(job)
+    return usable, refused
+
+
+def renew_exit_code(code: int, refused: Sequence[Outcome], outcomes: Sequence[Outcome]) -> int:
+    """2 when certificates were refused as unusable and nothing was ordered at all."""
+    if refused and all(o.status == "current" for o in outcomes):
+        return EXIT_INPUT
+    return code
 
 
 def run_renew(
