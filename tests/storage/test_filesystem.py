@@ -489,3 +489,105 @@ async def test_writers_of_one_process_queue_without_polling_and_every_write_is_s
         value = await store.load(f"a/value-{i}")
         assert value is not None
         assert value.data == b"%d" % i
+
+
+# -- the store's worker threads -------------------------------------------------------
+
+
+async def test_file_io_runs_in_the_stores_own_bounded_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    import acmecerts.storage.filesystem as fs
+
+    store = FileStorage(tmp_path)
+    threads: set[str] = set()
+    real_open = os.open
+
+    def recording_open(path: str, flags: int, mode: int = 0o777) -> int:
+        threads.add(threading.current_thread().name)
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(fs.os, "open", recording_open)
+    idents: set[int] = set()
+
+    async def one(i: int) -> None:
+        await store.store(f"p/v{i}", b"%d" % i)
+        value = await store.load(f"p/v{i}")
+        assert value is not None
+        assert value.data == b"%d" % i
+
+    def note_ident() -> None:
+        idents.add(threading.get_ident())
+
+    async with anyio.create_task_group() as tg:
+        for i in range(60):
+            tg.start_soon(one, i)
+
+    assert threads == {"acmecerts-storage"}  # not the event loop, not anyio's workers
+    for _ in range(60):
+        await fs._in_worker(note_ident)
+    assert threading.get_ident() not in idents
+    assert len([t for t in threading.enumerate() if t.name == "acmecerts-storage"]) <= (
+        fs._MAX_WORKERS
+    )
+
+
+async def test_a_write_waiting_for_a_busy_directory_honours_cancellation(tmp_path: Path) -> None:
+    import fcntl
+
+    store = FileStorage(tmp_path)
+    await store.store("busy/first", b"1")
+    # Another open file description of the directory: like another process's writer.
+    fd = os.open(tmp_path / "busy", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        # Without the cancellation reaching the worker, it would wait 30 s for the
+        # directory and this test would time out.
+        with anyio.move_on_after(0.2) as scope:
+            await store.store("busy/second", b"2")
+        assert scope.cancelled_caught
+        assert await store.load("busy/second") is None  # the write gave up
+    finally:
+        os.close(fd)
+    await store.store("busy/second", b"2")  # the directory is usable again
+    assert await store.list("busy/") == ["busy/first", "busy/second"]
+
+
+async def test_an_already_cancelled_caller_does_not_write(tmp_path: Path) -> None:
+    store = FileStorage(tmp_path)
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await store.store("c/never", b"x")
+    assert scope.cancelled_caught
+    assert await store.load("c/never") is None
+
+
+def test_one_store_serves_event_loops_in_several_threads(tmp_path: Path) -> None:
+    import threading
+
+    store = FileStorage(tmp_path)
+    errors: list[BaseException] = []
+
+    def loop(n: int) -> None:
+        async def main() -> None:
+            async with anyio.create_task_group() as tg:
+                for i in range(30):
+                    tg.start_soon(store.store, f"t{n}/v{i}", b"%d" % i)
+
+        try:
+            anyio.run(main)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=loop, args=(n,)) for n in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(8)
+    assert not errors
+    assert not any(thread.is_alive() for thread in threads)
+    for n in range(3):
+        found = anyio.run(store.list, f"t{n}/")
+        assert len(found) == 30
