@@ -564,8 +564,11 @@ class FileStorage:
                 os.chmod(path, _DIR_MODE)  # mkdir's mode is filtered by the umask
 
     @contextlib.contextmanager
-    def _dir_locked(self, dirpath: str) -> Iterator[_LockedDir]:
+    def _dir_locked(self, dirpath: str, *, create: bool = False) -> Iterator[_LockedDir]:
         """Hold ``dirpath``'s lock: first against this process's threads, then others.
+
+        ``create``: make ``dirpath`` (and missing parents, 0700) if it does not exist;
+        only then, so the usual case costs no ``stat`` before the ``open``.
 
         Threads of this process queue on a mutex per directory (no polling, first come
         first served); the holder then takes the exclusive ``flock`` that other processes
@@ -590,7 +593,7 @@ class FileStorage:
                 _check_cancelled()
             change = 0
             try:
-                locked = _LockedDir(os.open(dirpath, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+                locked = _LockedDir(self._open_dir(dirpath, create))
                 try:
                     self._flock(locked.fd, dirpath, deadline)
                     try:
@@ -617,6 +620,16 @@ class FileStorage:
                 entry.users -= 1
                 if entry.users == 0:
                     del self._mutexes[dirpath]
+
+    def _open_dir(self, dirpath: str, create: bool) -> int:
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+        try:
+            return os.open(dirpath, flags)
+        except FileNotFoundError:
+            if not create:
+                raise
+        self._ensure_dir(dirpath)
+        return os.open(dirpath, flags)
 
     @staticmethod
     def _flock(fd: int, dirpath: str, deadline: float) -> None:
@@ -662,14 +675,20 @@ class FileStorage:
                 raise StorageError(f"stored value {key!r}: {path} is not a file", path=path)
             if info.st_size > _MAX_FILE:
                 raise _corrupt(key, path, f"{info.st_size} bytes is too large")
-            chunks: list[bytes] = []
-            while chunk := os.read(fd, 1 << 20):
-                chunks.append(chunk)
+            # One read of the size fstat saw, plus one byte: a short read is the end of
+            # the file, so the usual read takes one call (a file that grew meanwhile is
+            # read on to its end, and then found corrupt or not by its envelope).
+            raw = os.read(fd, info.st_size + 1)
+            if len(raw) > info.st_size:
+                chunks = [raw]
+                while chunk := os.read(fd, 1 << 20):
+                    chunks.append(chunk)
+                raw = b"".join(chunks)
         except OSError as exc:
             raise _os_error("read", path, exc) from exc
         finally:
             os.close(fd)
-        return _decode(b"".join(chunks), key, path)
+        return _decode(raw, key, path)
 
     def _write(self, locked: _LockedDir, path: str, content: bytes) -> None:
         """Replace ``path`` atomically with ``content``; the caller holds the dir lock.
@@ -679,11 +698,14 @@ class FileStorage:
         """
         dirpath, name = os.path.split(path)
         tmp = os.path.join(dirpath, f".{name}.tmp")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)  # left by a writer that crashed: we hold the directory lock
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            fd = os.open(tmp, flags, _FILE_MODE)
+            try:
+                fd = os.open(tmp, flags, _FILE_MODE)
+            except FileExistsError:
+                # Left by a writer that crashed (we hold the directory lock): replace it.
+                os.unlink(tmp)
+                fd = os.open(tmp, flags, _FILE_MODE)
         except OSError as exc:
             raise _os_error("write", tmp, exc) from exc
         try:
@@ -730,9 +752,8 @@ class FileStorage:
     def _store_sync(self, key: str, data: bytes, expect: str | _AnyVersion | None) -> str:
         path = self.path_for(key)
         dirpath = os.path.dirname(path)
-        self._ensure_dir(dirpath)
         try:
-            with self._dir_locked(dirpath) as locked:
+            with self._dir_locked(dirpath, create=True) as locked:
                 if not isinstance(expect, _AnyVersion):
                     self._check_version(self._read(path, key), expect, key, path)
                 version = secrets.token_hex(16)
@@ -841,8 +862,7 @@ class FileStorage:
         """Take the lock if free: ``(ours, None)``, else ``(None, current holder's)``."""
         path = self._lock_path(name)
         dirpath = os.path.dirname(path)
-        self._ensure_dir(dirpath)
-        with self._dir_locked(dirpath) as locked:
+        with self._dir_locked(dirpath, create=True) as locked:
             current = self._read_lease(path, name)
             now = self._clock.now()
             if (
