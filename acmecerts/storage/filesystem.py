@@ -77,6 +77,7 @@ import errno
 import fcntl
 import functools
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -130,6 +131,10 @@ _LOCKS_DIR = ".locks"
 # by a live writer) before reporting the store as stuck.
 _DIR_LOCK_WAIT = 30.0
 # Lock polling: first retry, cap, and the most a waiter sleeps past the holder's expiry.
+# Holder ids: host, pid, then a random prefix drawn once per process and a serial number
+# (unique per acquisition like a random id, without a getrandom() call on the event loop).
+_HOLDER_PREFIX = secrets.token_hex(8)
+_holder_serial = itertools.count(1)
 _POLL_FIRST = 0.005
 _POLL_CAP = 0.25
 _RELEASE_WAIT = 5.0
@@ -929,7 +934,7 @@ class FileStorage:
             tg.cancel_scope.cancel()
 
     async def _acquire(self, name: str, lease: float, patience: float | None) -> _FileLease:
-        holder = f"{self._host}:{os.getpid()}:{secrets.token_hex(8)}"
+        holder = f"{self._host}:{os.getpid()}:{_HOLDER_PREFIX}{next(_holder_serial)}"
         now = self._clock.now()
         deadline = None if patience is None else now + _dt.timedelta(seconds=patience)
         delay = _POLL_FIRST
