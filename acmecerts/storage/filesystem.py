@@ -130,11 +130,11 @@ _LOCKS_DIR = ".locks"
 # How long a thread waits for another process's directory flock (held for milliseconds
 # by a live writer) before reporting the store as stuck.
 _DIR_LOCK_WAIT = 30.0
-# Lock polling: first retry, cap, and the most a waiter sleeps past the holder's expiry.
 # Holder ids: host, pid, then a random prefix drawn once per process and a serial number
 # (unique per acquisition like a random id, without a getrandom() call on the event loop).
 _HOLDER_PREFIX = secrets.token_hex(8)
 _holder_serial = itertools.count(1)
+# Lock polling: first retry, cap, and the most a waiter sleeps past the holder's expiry.
 _POLL_FIRST = 0.005
 _POLL_CAP = 0.25
 _RELEASE_WAIT = 5.0
