@@ -40,6 +40,7 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
+import anyio
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
@@ -365,6 +366,7 @@ class CertificateStore:
         self._held: dict[str, _Held] = {}
         #: Slugs with files of the previous layout (``None``: not listed yet).
         self._legacy: set[str] | None = None
+        self._listing = anyio.Lock()  # one listing, however many certificates ask at once
 
     def lock(
         self, name: str, *, lease: float = 120.0, timeout: float | None = None
@@ -399,14 +401,15 @@ class CertificateStore:
         store with this one.
         """
         if self._legacy is None:
-            prefix = self.layout.certificates_prefix()
-            found: set[str] = set()
-            for key in await self.storage.list(prefix):
-                slug, _, file = key[len(prefix) :].partition("/")
-                if file in ("cert.pem", "privkey.pem", "meta.json"):
-                    found.add(slug)
-            if self._legacy is None:
-                self._legacy = found
+            async with self._listing:
+                if self._legacy is None:
+                    prefix = self.layout.certificates_prefix()
+                    found: set[str] = set()
+                    for key in await self.storage.list(prefix):
+                        slug, _, file = key[len(prefix) :].partition("/")
+                        if file in ("cert.pem", "privkey.pem", "meta.json"):
+                            found.add(slug)
+                    self._legacy = found
         return certificate_slug(name) in self._legacy
 
     async def load_certificate(self, name: str) -> IssuedCertificate | None:
