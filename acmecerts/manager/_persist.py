@@ -343,17 +343,20 @@ class _Held:
     """
 
     lease: Lease
-    #: The order record as read or written under the lock (absent: not known).
-    order: dict[str, OrderRecord | None] = dataclasses.field(default_factory=dict)
+    #: Whether :attr:`order` was read or written under the lock.
+    order_known: bool = False
+    #: The order record as read or written under the lock (``None``: absent).
+    order: OrderRecord | None = None
     #: The attempt state was read as absent (or deleted) under the lock.
     attempts_absent: bool = False
 
     @property
     def valid(self) -> bool:
+        """Whether the lock is still held (a lost lease voids what is known)."""
         return not self.lease.lost
 
-
-_ORDER = "order"
+    def know_order(self, record: OrderRecord | None) -> None:
+        self.order_known, self.order = True, record
 
 
 class CertificateStore:
@@ -541,12 +544,12 @@ class CertificateStore:
     async def load_order(self, name: str) -> OrderRecord | None:
         """The order in flight for ``name``, if a previous attempt left one."""
         held = self._holding(name)
-        if held is not None and _ORDER in held.order:
+        if held is not None and held.order_known:
             # read or written by this process under the lock it still holds (see _Held)
-            return held.order[_ORDER]
+            return held.order
         record = await self._read_order(name)
         if held is not None:
-            held.order[_ORDER] = record
+            held.know_order(record)
         return record
 
     async def _read_order(self, name: str) -> OrderRecord | None:
@@ -579,21 +582,21 @@ class CertificateStore:
         }
         held = self._holding(name)
         if held is not None:
-            held.order.pop(_ORDER, None)  # unknown if the store fails half-way
+            held.order_known = False  # unknown if the store fails half-way
         await self.storage.store(self.layout.order(name), _encode(value), secret=True)
         if held is not None:
-            held.order[_ORDER] = record
+            held.know_order(record)
 
     async def delete_order(self, name: str) -> None:
         """Forget the order in flight for ``name``."""
         held = self._holding(name)
         if held is not None:
-            if _ORDER in held.order and held.order[_ORDER] is None:
+            if held.order_known and held.order is None:
                 return  # absent under this lock (see _Held): the delete would find nothing
-            held.order.pop(_ORDER, None)
+            held.order_known = False  # unknown if the store fails half-way
         await self.storage.delete(self.layout.order(name))
         if held is not None:
-            held.order[_ORDER] = None
+            held.know_order(None)
 
     # -- retired certificates ---------------------------------------------------------
 

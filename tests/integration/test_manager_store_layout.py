@@ -105,6 +105,8 @@ async def test_a_store_in_the_previous_layout_loads_without_an_order_and_is_conv
         writes = [(op, k) for op, k in counting.calls if op in ("store", "delete")]
         saved = writes.index(("store", keys.record))
         assert writes[saved + 1 : saved + 4] == [("delete", k) for k in keys.legacy]
+        # the order record is read once under the lock (finished order? then resume?)
+        assert counting.calls.count(("load", layout.order(name))) == 1
         record = tmp_path / keys.record
         assert stat.S_IMODE(record.stat().st_mode) == 0o600
 
