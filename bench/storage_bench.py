@@ -4,18 +4,20 @@
     python bench/storage_bench.py --count 50 --rounds 5 --dir /var/tmp
 
 Each of N concurrent tasks does what ``CertificateManager`` + ``FileStorage`` do to the
-store for one new certificate (see ``acmecerts/manager/_manager.py``): read the retired
-record, the certificate's ``meta.json`` and attempt state; take the certificate's lock; read
-them again, the retired record and the order record; write the order intent and then the
-order (``orders/``, secret); save the certificate (delete ``meta.json``, write the key, the
-chain, ``meta.json``); delete the order record and the attempt state; release the lock.
-Every write is fsynced as in production. Prints the wall time, the process's CPU time
-(user + system, every thread; in brackets system alone, and the event loop's
-thread alone: the rest is the worker threads) and its context switches per
-certificate, the median over ``--rounds`` fresh stores in ``--dir`` (a real disk: fsync must
-cost what it costs; where on the disk matters, see docs/performance.md). ``--dir /dev/shm``
-(tmpfs: files cost the kernel next to nothing) leaves the store's own mechanism: dispatch
-to threads, locking, encoding.
+store for one new certificate (see ``acmecerts/manager/_manager.py`` and ``_persist.py``;
+tests/integration/test_manager_store_ops.py counts the same against Pebble): read the
+retired record, the certificate's record (``certificate.json``) and attempt state; take
+the certificate's lock; read them again, the retired record and the order record; write
+the order intent and then the order (``orders/``, secret); save the certificate (one
+record: chain, key and metadata, secret); delete the order record; release the lock. The
+first certificate's missing record also lists the certificates once (which of them are
+still in the previous layout). Every write is fsynced as in production. Prints the wall
+time, the process's CPU time (user + system, every thread; in brackets system alone, and
+the event loop's thread alone: the rest is the worker threads) and its context switches
+per certificate, the median over ``--rounds`` fresh stores in
+``--dir`` (a real disk: fsync must cost what it costs; where on the disk matters, see
+docs/performance.md). ``--dir /dev/shm`` (tmpfs: files cost the kernel next to nothing)
+leaves the store's own mechanism: dispatch to threads, locking, encoding.
 """
 
 from __future__ import annotations
@@ -39,25 +41,49 @@ KEY_PEM = b"-----BEGIN PRIVATE KEY-----\n" + b"A" * 180 + b"\n-----END PRIVATE K
 CHAIN_PEM = b"-----BEGIN CERTIFICATE-----\n" + b"B" * 2600 + b"\n-----END CERTIFICATE-----\n"
 
 
-async def one(storage: FileStorage, layout: KeyLayout, i: int) -> None:
+RECORD = (
+    b'{"certificate_url":"https://ca/cert/1","format":2,"fullchain_pem":"'
+    + CHAIN_PEM.replace(b"\n", b"\\n")
+    + b'","identifiers":["c.example"],"name":"c","not_after":"2026-03-01T00:00:00+00:00",'
+    + b'"order_url":"https://ca/order/1","private_key_pem":"'
+    + KEY_PEM.replace(b"\n", b"\\n")
+    + b'","serial":"01"}'
+)
+
+
+class Listing:
+    """The manager's one listing of the certificates (``CertificateStore._has_legacy``)."""
+
+    def __init__(self) -> None:
+        self.done = False
+        self.lock = anyio.Lock()
+
+    async def once(self, storage: FileStorage, layout: KeyLayout) -> None:
+        if not self.done:
+            async with self.lock:
+                if not self.done:
+                    await storage.list(layout.certificates_prefix())
+                    self.done = True
+
+
+async def one(storage: FileStorage, layout: KeyLayout, i: int, listing: Listing) -> None:
     name = f"c{i}"
     keys = layout.certificate(name)
     order = layout.order(name)
     attempts = layout.attempt_state(name)
     retired = f"{layout.account_prefix}retired/{i:064x}.json"
-    for key in (retired, keys.meta, attempts):  # the first _load (reclaim + reads)
-        await storage.load(key)
+    await storage.load(retired)  # the first _load: reclaim, then the certificate ...
+    if await storage.load(keys.record) is None:
+        await listing.once(storage, layout)  # ... none: is it in the previous layout?
+    await storage.load(attempts)
     async with storage.lock(layout.certificate_lock(name), lease=120):
-        for key in (keys.meta, attempts, retired, order):  # _load again, _adopt, load_order
+        for key in (keys.record, attempts, retired, order):  # _load again, _adopt, load_order
             await storage.load(key)
         await storage.store(order, b'{"order_url":null,"private_key_pem":"..."}', secret=True)
         await storage.store(order, b'{"order_url":"https://ca/order/1","pem":"..."}', secret=True)
-        await storage.delete(keys.meta)
-        await storage.store(keys.privkey, KEY_PEM, secret=True)
-        await storage.store(keys.cert, CHAIN_PEM)
-        await storage.store(keys.meta, b'{"format":1,"name":"' + name.encode() + b'"}')
+        await storage.store(keys.record, RECORD, secret=True)
         await storage.delete(order)
-        await storage.delete(attempts)
+        # no delete of the attempt state: read as absent under this lock
 
 
 def usage() -> tuple[float, float, int]:
@@ -74,9 +100,10 @@ async def round_(count: int, base: str) -> tuple[float, float, float, int, float
             await storage.store(f"{layout.account_prefix}key.pem", KEY_PEM)  # the tree exists
             (cpu0, sys0, csw0), t0 = usage(), time.perf_counter()
             loop0 = time.thread_time()
+            listing = Listing()
             async with anyio.create_task_group() as tg:
                 for i in range(count):
-                    tg.start_soon(one, storage, layout, i)
+                    tg.start_soon(one, storage, layout, i, listing)
             loop = time.thread_time() - loop0
             cpu1, sys1, csw1 = usage()
             return time.perf_counter() - t0, cpu1 - cpu0, sys1 - sys0, csw1 - csw0, loop

@@ -222,7 +222,7 @@ def stored_serial(state: Path, directory_url: str, name: str) -> str | None:
 
     async def read() -> str | None:
         storage = FileStorage(state)
-        value = await storage.load(KeyLayout(directory_url).certificate(name).meta)
+        value = await storage.load(KeyLayout(directory_url).certificate(name).record)
         if value is None:
             return None
         serial = json.loads(value.data)["serial"]

@@ -15,8 +15,9 @@ A-labels, canonical IP addresses), not their order:
 
 Deleting a lineage (``acmecerts delete``) leaves no half-deleted state behind. Under the
 certificate's store lock: the CLI record is marked ``deleting`` first (from then on
-``renew`` and ``status``' list skip it), then ``meta.json`` (the certificate no longer
-loads), the certificate and its key, the order in flight and the attempt state, then
+``renew`` and ``status``' list skip it), then the certificate's record (and, for a
+store of the previous layout, ``meta.json``: the certificate no longer loads), the
+certificate and its key, the order in flight and the attempt state, then
 the files of the default export directory, and the record last. If anything fails or the
 process is killed in between, the mark stays: ``status`` shows the certificate as
 ``deleting``, ``renew`` never orders it, ``issue`` refuses its name, and ``delete`` again
@@ -156,9 +157,9 @@ class Removal:
 
 
 def _store_keys(state: State, name: str, listed: Sequence[str]) -> list[str]:
-    """Every store key of certificate ``name``, ``meta.json`` first (then it never loads)."""
+    """Every store key of certificate ``name``, the record and ``meta.json`` first."""
     cert = state.layout.certificate(name)
-    keys = [cert.meta, cert.cert, cert.privkey]
+    keys = [cert.record, *cert.legacy]
     keys += [k for k in listed if k.startswith(cert.prefix) and k not in keys]
     keys += [state.layout.order(name), state.layout.attempt_state(name)]
     return keys

@@ -11,7 +11,9 @@ CLI issued, and the other way round::
                                                             --ca-bundle (for `renew`)
     <state>/<ca>/accounts/default/key.pem                   account key
     <state>/<ca>/accounts/default/account.json              account URL, key thumbprint
-    <state>/<ca>/accounts/default/certificates/<cert>/      cert.pem, privkey.pem, meta.json
+    <state>/<ca>/accounts/default/certificates/<cert>/      certificate.json (chain, key,
+                                                            metadata; earlier versions:
+                                                            cert.pem, privkey.pem, meta.json)
     <state>/<ca>/accounts/default/attempts/<cert>.json      deferral / last failure
     <state>/<ca>/accounts/default/orders/<cert>.json        order in flight (resumed)
     <state>/<ca>/accounts/default/cli/<cert>.json           the CLI's own record: export
@@ -66,7 +68,7 @@ from acmecerts.storage import (
     load_or_create_account_key,
     save_account_url,
 )
-from acmecerts.storage.keys import certificate_slug
+from acmecerts.storage.keys import CertificateBundle, certificate_slug
 
 from ._natural import natural_key
 
@@ -249,7 +251,7 @@ def write_certificate_files(out: Path, issued: IssuedCertificate) -> dict[str, P
 
 @dataclasses.dataclass(frozen=True, slots=True, repr=False)
 class StoredCertificate:
-    """A certificate the manager stored (``meta.json`` present: completely saved)."""
+    """A certificate the manager stored (its record, or a complete previous layout)."""
 
     name: str
     identifiers: tuple[str, ...]
@@ -635,45 +637,67 @@ class State:
         """Every completely stored certificate of the account, by name."""
         prefix = self.layout.certificates_prefix()
         found: list[StoredCertificate] = []
-        for key in await self.storage.list(prefix):
-            if not key.endswith("/meta.json"):
+        keys = await self.storage.list(prefix)
+        records = {k.rpartition("/")[0] for k in keys if k.endswith("/certificate.json")}
+        for key in keys:
+            if key.endswith("/certificate.json"):
+                value = await self.storage.load(key)
+                if value is None:
+                    continue
+                name = CertificateBundle.from_bytes(value.data, self.path_for(key)).name
+            elif key.endswith("/meta.json") and key.rpartition("/")[0] not in records:
+                meta = await self._load_json(key)  # the previous layout
+                if meta is None:
+                    continue
+                named = meta.get("name")
+                if not isinstance(named, str):
+                    raise StorageError(f"{self.path_for(key)} has no certificate name", path=key)
+                name = named
+            else:
                 continue
-            meta = await self._load_json(key)
-            if meta is None:
-                continue
-            name = meta.get("name")
-            if not isinstance(name, str):
-                raise StorageError(f"{self.path_for(key)} has no certificate name", path=key)
             stored = await self.load_certificate(name)
             if stored is not None:
                 found.append(stored)
         return sorted(found, key=lambda c: natural_key(c.name))
 
     async def load_certificate(self, name: str) -> StoredCertificate | None:
-        """The stored certificate ``name``; ``None`` if none was completely saved."""
+        """The stored certificate ``name``; ``None`` if none was completely saved.
+
+        Its record (``certificate.json``), else the previous layout's three files.
+        """
         keys = self.layout.certificate(name)
-        meta = await self._load_json(keys.meta)
-        if meta is None:
-            return None
-        cert = await self.storage.load(keys.cert)
-        privkey = await self.storage.load(keys.privkey)
-        if cert is None or privkey is None:
-            return None
-        try:
-            chain = parse_pem_chain(cert.data)
-        except AcmeCertsError as exc:
+        record = await self.storage.load(keys.record)
+        if record is not None:
+            path = self.path_for(keys.record)
+            bundle = CertificateBundle.from_bytes(record.data, path)
+            cert_pem, key_pem = bundle.fullchain_pem.encode(), bundle.private_key_pem.encode()
+            identifiers: object = list(bundle.identifiers)
+            stored_name = bundle.name
+        else:
+            meta = await self._load_json(keys.meta)
+            if meta is None:
+                return None
+            cert = await self.storage.load(keys.cert)
+            privkey = await self.storage.load(keys.privkey)
+            if cert is None or privkey is None:
+                return None
+            cert_pem, key_pem = cert.data, privkey.data
             path = self.path_for(keys.cert)
+            identifiers = meta.get("identifiers")
+            stored_name = str(meta.get("name", name))
+        try:
+            chain = parse_pem_chain(cert_pem)
+        except AcmeCertsError as exc:
             raise StorageError(f"{path} is not a certificate chain: {exc}", path=path) from exc
-        identifiers = meta.get("identifiers")
         if not isinstance(identifiers, list) or not all(isinstance(i, str) for i in identifiers):
             path = self.path_for(keys.meta)
             raise StorageError(f"{path} has no identifiers", path=path)
         return StoredCertificate(
-            name=str(meta.get("name", name)),
+            name=stored_name,
             identifiers=tuple(identifiers),
             chain=chain,
             info=certificate_info(chain.leaf),
-            key_type=_key_type_of(privkey.data),
+            key_type=_key_type_of(key_pem),
         )
 
     async def _load_json(self, key: str) -> dict[str, Any] | None:

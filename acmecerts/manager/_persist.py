@@ -1,18 +1,33 @@
 """How the manager keeps certificates, attempt state and orders in flight in a Storage.
 
 Layout (names from :class:`~acmecerts.storage.KeyLayout`): per certificate name,
-``cert.pem`` (the full chain), ``privkey.pem`` (secret), ``meta.json`` (identifiers and
-URLs, written last: a certificate without its ``meta.json`` was not completely saved and
-is ignored); ``attempts/<name>.json`` (the attempt schedule's state); and
+``certificates/<name>/certificate.json`` (secret: one record with the metadata, the full
+chain and the private key, :class:`~acmecerts.storage.keys.CertificateBundle`, written
+in one atomic ``store``); ``attempts/<name>.json`` (the attempt schedule's state); and
 ``orders/<name>.json`` (secret: the order URL and the key its CSR uses, written right
 after ``newOrder`` so a restarted process resumes the order instead of ordering again;
 written first right *before* ``newOrder`` without a URL, so a process that died in
 between knows to look for the order the CA may have created).
 
+The previous layout kept a certificate in three files, ``cert.pem``, ``privkey.pem`` and
+``meta.json`` (written last: without it the certificate was not completely saved). Such
+a certificate still loads (when it has no record); the next save writes the record and
+only then removes the three files, ``meta.json`` first, so a crash at any point leaves
+a certificate that loads (the record wins over files left beside it, which the next
+save removes). Which names have files of the previous layout is learnt from one
+``list`` of the certificates the first time it matters, so a new certificate costs no
+reads of files that cannot exist. Every replica sharing a store must run a version that
+writes the record: earlier versions do not read it.
+
 Per exact identifier set, ``retired/<hash>.json`` lists the certificate names no longer
 managed whose files are kept for a while (see :mod:`acmecerts.manager._retention`): when,
 the serial, and the version of each file at that moment, so that deleting them later
 never deletes what was written since.
+
+While this process holds a certificate's lock (:meth:`CertificateStore.lock`) it
+remembers what it read and wrote of that name's order record and whether its attempt
+state was absent, and spares the store a read or a delete that cannot change anything
+(see :class:`_Held`); the memory is dropped with the lock.
 """
 
 from __future__ import annotations
@@ -21,10 +36,11 @@ import dataclasses
 import datetime as _dt
 import enum
 import json
-from collections.abc import Iterable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator, Iterable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
+import anyio
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
@@ -40,8 +56,8 @@ from acmecerts.protocol.certificate import (
 from acmecerts.protocol.identifiers import Identifier, parse_identifiers
 from acmecerts.protocol.keys import load_private_key
 from acmecerts.retry import AttemptState
-from acmecerts.storage import KeyLayout, Lease, Storage, VersionConflict
-from acmecerts.storage.keys import certificate_slug
+from acmecerts.storage import KeyLayout, Lease, Storage, StoredValue, VersionConflict
+from acmecerts.storage.keys import CertificateBundle, CertificateKeys, certificate_slug
 
 __all__ = [
     "CertificateStore",
@@ -92,8 +108,9 @@ class RetiredState(enum.StrEnum):
 class RetiredEntry:
     """One certificate name that is no longer managed, and what of it is stored.
 
-    The versions are those of the name's ``meta.json``, attempt state and order record
-    when it was retired (``None``: absent then). A purge deletes a file only while it is
+    The versions are those of the name's certificate record (``record_version``), its
+    previous layout's ``meta.json``, attempt state and order record when it was retired
+    (``None``: absent then). A purge deletes a file only while it is
     still at that version, so whatever was written for the name since is kept.
     """
 
@@ -107,6 +124,8 @@ class RetiredEntry:
     order_version: str | None = None
     #: The name that took the certificate over (:attr:`RetiredState.ADOPTED`).
     adopted_by: str | None = None
+    #: The version of ``certificate.json`` (entries written before it existed: ``None``).
+    record_version: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The stored form."""
@@ -120,6 +139,7 @@ class RetiredEntry:
             "attempts_version": self.attempts_version,
             "order_version": self.order_version,
             "adopted_by": self.adopted_by,
+            "record_version": self.record_version,
         }
 
     @classmethod
@@ -145,6 +165,7 @@ class RetiredEntry:
             attempts_version=_optional_str(value.get("attempts_version"), "attempts_version"),
             order_version=_optional_str(value.get("order_version"), "order_version"),
             adopted_by=_optional_str(value.get("adopted_by"), "adopted_by"),
+            record_version=_optional_str(value.get("record_version"), "record_version"),
         )
 
 
@@ -174,12 +195,14 @@ class RetiredRecord:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class StoredFiles:
-    """What is stored for a certificate name: versions and what ``meta.json`` says."""
+    """What is stored for a certificate name: versions and what its metadata says."""
 
+    record_version: str | None = None
     meta_version: str | None = None
     attempts_version: str | None = None
     order_version: str | None = None
-    #: From ``meta.json`` (else from the order record); ``None`` when neither says.
+    #: From the certificate record or ``meta.json`` (else from the order record);
+    #: ``None`` when none says.
     identifiers: tuple[Identifier, ...] | None = None
     serial: str | None = None
     not_after: _dt.datetime | None = None
@@ -187,7 +210,8 @@ class StoredFiles:
     @property
     def empty(self) -> bool:
         """Whether nothing at all is stored for the name."""
-        return (self.meta_version, self.attempts_version, self.order_version) == (None,) * 3
+        versions = (self.record_version, self.meta_version)
+        return (*versions, self.attempts_version, self.order_version) == (None,) * 4
 
 
 def _instant(value: object, what: str) -> _dt.datetime:
@@ -305,27 +329,132 @@ def _encode(value: dict[str, Any]) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
+@dataclasses.dataclass(eq=False)
+class _Held:
+    """What this process knows of one name's files while it holds the name's lock.
+
+    Only this process writes the order record while it holds the lock (every writer of
+    it holds the lock: issuance, adoption, purges, the CLI's delete), so what it read or
+    wrote of the record under the lock is what is stored until it lets go: reading it
+    again would return the same. The attempt state is also written without the lock (a
+    deferral before the lock is taken); ``attempts_absent`` is used only to skip deleting
+    it, which is the same as such a write landing just after the delete, an order those
+    unsynchronised writers never had. A lease that was lost voids all of it.
+    """
+
+    lease: Lease
+    #: Whether :attr:`order` was read or written under the lock.
+    order_known: bool = False
+    #: The order record as read or written under the lock (``None``: absent).
+    order: OrderRecord | None = None
+    #: The attempt state was read as absent (or deleted) under the lock.
+    attempts_absent: bool = False
+
+    @property
+    def valid(self) -> bool:
+        """Whether the lock is still held (a lost lease voids what is known)."""
+        return not self.lease.lost
+
+    def know_order(self, record: OrderRecord | None) -> None:
+        self.order_known, self.order = True, record
+
+
 class CertificateStore:
     """The manager's view of a :class:`~acmecerts.storage.Storage`."""
 
     def __init__(self, storage: Storage, layout: KeyLayout) -> None:
         self.storage = storage
         self.layout = layout
+        #: Per certificate slug, while this process holds its lock.
+        self._held: dict[str, _Held] = {}
+        #: Slugs with files of the previous layout (``None``: not listed yet).
+        self._legacy: set[str] | None = None
+        self._listing = anyio.Lock()  # one listing, however many certificates ask at once
 
     def lock(
         self, name: str, *, lease: float = 120.0, timeout: float | None = None
     ) -> AbstractAsyncContextManager[Lease]:
         """The cross-process lock that makes issuance of ``name`` single-flight."""
-        return self.storage.lock(self.layout.certificate_lock(name), lease=lease, timeout=timeout)
+        lock = self.storage.lock(self.layout.certificate_lock(name), lease=lease, timeout=timeout)
+        return self._remembering(certificate_slug(name), lock)
+
+    @asynccontextmanager
+    async def _remembering(
+        self, slug: str, lock: AbstractAsyncContextManager[Lease]
+    ) -> AsyncIterator[Lease]:
+        """Hold ``lock`` and remember what is read and written under it (see :class:`_Held`)."""
+        async with lock as held:
+            self._held[slug] = _Held(held)
+            try:
+                yield held
+            finally:
+                self._held.pop(slug, None)
+
+    def _holding(self, name: str) -> _Held | None:
+        held = self._held.get(certificate_slug(name))
+        return held if held is not None and held.valid else None
 
     # -- certificates -------------------------------------------------------------------
+
+    async def _has_legacy(self, name: str) -> bool:
+        """Whether ``name`` may have files of the previous layout.
+
+        Listed once (the first time it matters), then kept up to date by this store's
+        own saves: only earlier versions write those files, and they do not share a
+        store with this one.
+        """
+        if self._legacy is None:
+            async with self._listing:
+                if self._legacy is None:
+                    prefix = self.layout.certificates_prefix()
+                    found: set[str] = set()
+                    for key in await self.storage.list(prefix):
+                        slug, _, file = key[len(prefix) :].partition("/")
+                        if file in ("cert.pem", "privkey.pem", "meta.json"):
+                            found.add(slug)
+                    self._legacy = found
+        return certificate_slug(name) in self._legacy
 
     async def load_certificate(self, name: str) -> IssuedCertificate | None:
         """The stored certificate for ``name``; ``None`` if none was completely saved.
 
+        One read of the record; the previous layout is read only where it was found.
         Raises :class:`StorageError` when the stored files do not belong together.
         """
         keys = self.layout.certificate(name)
+        record = await self.storage.load(keys.record)
+        if record is not None:
+            return self._from_record(name, keys, record)
+        if not await self._has_legacy(name):
+            return None
+        return await self._load_legacy(name, keys)
+
+    def _from_record(
+        self, name: str, keys: CertificateKeys, record: StoredValue
+    ) -> IssuedCertificate:
+        bundle = CertificateBundle.from_bytes(record.data, keys.record)
+        try:
+            identifiers = parse_identifiers(list(bundle.identifiers))
+            chain = parse_pem_chain(bundle.fullchain_pem.encode("ascii"), url=keys.record)
+            private_key = load_private_key(bundle.private_key_pem.encode("ascii"))
+            check_certificate_matches(chain, key=private_key, identifiers=identifiers)
+            return IssuedCertificate(
+                identifiers=identifiers,
+                chain=chain,
+                private_key_pem=bundle.private_key_pem,
+                info=certificate_info(chain.leaf),
+                order_url=bundle.order_url,
+                certificate_url=bundle.certificate_url,
+            )
+        except (TypeError, UnicodeError, AcmeCertsError) as exc:
+            if isinstance(exc, StorageError):
+                raise
+            raise StorageError(
+                f"stored certificate {name!r} is unusable: {exc}", path=keys.record
+            ) from exc
+
+    async def _load_legacy(self, name: str, keys: CertificateKeys) -> IssuedCertificate | None:
+        """A certificate in the previous layout (``meta.json`` present: completely saved)."""
         meta_value = await self.storage.load(keys.meta)
         if meta_value is None:
             return None
@@ -355,21 +484,31 @@ class CertificateStore:
             ) from exc
 
     async def save_certificate(self, name: str, issued: IssuedCertificate) -> None:
-        """Store key, chain, then ``meta.json`` (the commit marker), each atomically."""
+        """Store the certificate's record: key, chain and metadata in one atomic write.
+
+        The record replaces the previous one whole (a reader sees the old certificate or
+        the new one, never a chain with another's key), so nothing is deleted first.
+        Files of the previous layout go after it is stored (and durable: ``store``
+        returns then), ``meta.json`` first; a crash in between leaves the record, which
+        loads, and the files, which the next save removes.
+        """
         keys = self.layout.certificate(name)
-        await self.storage.delete(keys.meta)  # until the new pair is complete
-        await self.storage.store(keys.privkey, issued.private_key_pem.encode("ascii"), secret=True)
-        await self.storage.store(keys.cert, issued.fullchain_pem.encode("ascii"))
-        meta = {
-            "format": _FORMAT,
-            "name": name,
-            "identifiers": [i.value for i in issued.identifiers],
-            "order_url": issued.order_url,
-            "certificate_url": issued.certificate_url,
-            "serial": issued.serial,
-            "not_after": issued.not_after.isoformat(),
-        }
-        await self.storage.store(keys.meta, _encode(meta))
+        bundle = CertificateBundle(
+            name=name,
+            identifiers=tuple(i.value for i in issued.identifiers),
+            fullchain_pem=issued.fullchain_pem,
+            private_key_pem=issued.private_key_pem,
+            order_url=issued.order_url,
+            certificate_url=issued.certificate_url,
+            serial=issued.serial,
+            not_after=issued.not_after.isoformat(),
+        )
+        await self.storage.store(keys.record, bundle.to_bytes(), secret=True)
+        if await self._has_legacy(name):
+            for key in keys.legacy:
+                await self.storage.delete(key)
+            assert self._legacy is not None
+            self._legacy.discard(certificate_slug(name))
 
     # -- attempt state --------------------------------------------------------------------
 
@@ -377,6 +516,9 @@ class CertificateStore:
         """The stored attempt-schedule state for ``name``."""
         key = self.layout.attempt_state(name)
         value = await self.storage.load(key)
+        held = self._holding(name)
+        if held is not None:
+            held.attempts_absent = value is None
         if value is None:
             return None
         return AttemptState.from_json(_decode(value.data, key))
@@ -384,15 +526,33 @@ class CertificateStore:
     async def save_attempt_state(self, name: str, state: AttemptState) -> None:
         """Persist ``state`` (the fresh state deletes the record)."""
         key = self.layout.attempt_state(name)
+        held = self._holding(name)
         if state == AttemptState():
+            if held is not None and held.attempts_absent:
+                # read as absent under this lock (see _Held): the delete would find nothing
+                return
             await self.storage.delete(key)
+            if held is not None:
+                held.attempts_absent = True
         else:
             await self.storage.store(key, _encode(state.to_json()))
+            if held is not None:
+                held.attempts_absent = False
 
     # -- orders in flight ---------------------------------------------------------------
 
     async def load_order(self, name: str) -> OrderRecord | None:
         """The order in flight for ``name``, if a previous attempt left one."""
+        held = self._holding(name)
+        if held is not None and held.order_known:
+            # read or written by this process under the lock it still holds (see _Held)
+            return held.order
+        record = await self._read_order(name)
+        if held is not None:
+            held.know_order(record)
+        return record
+
+    async def _read_order(self, name: str) -> OrderRecord | None:
         key = self.layout.order(name)
         value = await self.storage.load(key)
         if value is None:
@@ -420,11 +580,23 @@ class CertificateStore:
             "private_key_pem": record.private_key_pem,
             "created_at": record.created_at.isoformat(),
         }
+        held = self._holding(name)
+        if held is not None:
+            held.order_known = False  # unknown if the store fails half-way
         await self.storage.store(self.layout.order(name), _encode(value), secret=True)
+        if held is not None:
+            held.know_order(record)
 
     async def delete_order(self, name: str) -> None:
         """Forget the order in flight for ``name``."""
+        held = self._holding(name)
+        if held is not None:
+            if held.order_known and held.order is None:
+                return  # absent under this lock (see _Held): the delete would find nothing
+            held.order_known = False  # unknown if the store fails half-way
         await self.storage.delete(self.layout.order(name))
+        if held is not None:
+            held.know_order(None)
 
     # -- retired certificates ---------------------------------------------------------
 
@@ -477,32 +649,44 @@ class CertificateStore:
         return RetiredRecord(record.key, record.identifiers, entries, version)
 
     async def stored_files(self, name: str) -> StoredFiles:
-        """The versions of what is stored for ``name``, and what its ``meta.json`` says.
+        """The versions of what is stored for ``name``, and what its metadata says.
 
-        A ``meta.json`` that cannot be read as one is still counted (its version), so it
-        is deleted with the rest; its identifiers then come from the order record.
+        Both layouts are read (a crash while converting leaves both). A record or a
+        ``meta.json`` that cannot be read as one is still counted (its version), so it is
+        deleted with the rest; its identifiers then come from the order record.
         """
         keys = self.layout.certificate(name)
+        record = await self.storage.load(keys.record)
         meta = await self.storage.load(keys.meta)
         attempts = await self.storage.load(self.layout.attempt_state(name))
         order = await self.storage.load(self.layout.order(name))
         identifiers: tuple[Identifier, ...] | None = None
         serial: str | None = None
         not_after: _dt.datetime | None = None
-        for value, key in ((meta, keys.meta), (order, self.layout.order(name))):
+        for value, key in (
+            (record, keys.record),
+            (meta, keys.meta),
+            (order, self.layout.order(name)),
+        ):
             if value is None or identifiers is not None:
                 continue
             try:
-                data = _decode(value.data, key)
-                parsed = parse_identifiers(data["identifiers"])
-                if value is meta:
-                    serial = str(data["serial"])
-                    not_after = _instant(data["not_after"], "not_after")
+                if value is record:
+                    bundle = CertificateBundle.from_bytes(value.data, key)
+                    parsed = parse_identifiers(list(bundle.identifiers))
+                    serial, not_after = bundle.serial, _instant(bundle.not_after, "not_after")
+                else:
+                    data = _decode(value.data, key)
+                    parsed = parse_identifiers(data["identifiers"])
+                    if value is meta:
+                        serial = str(data["serial"])
+                        not_after = _instant(data["not_after"], "not_after")
             except (KeyError, TypeError, ValueError, AcmeCertsError):
                 serial = not_after = None
                 continue
             identifiers = parsed
         return StoredFiles(
+            record_version=None if record is None else record.version,
             meta_version=None if meta is None else meta.version,
             attempts_version=None if attempts is None else attempts.version,
             order_version=None if order is None else order.version,
@@ -514,14 +698,20 @@ class CertificateStore:
     async def delete_retired_files(self, name: str, entry: RetiredEntry) -> list[str]:
         """Delete the files ``entry`` recorded for ``name``; the keys kept are returned.
 
-        ``meta.json`` goes first (a certificate without it does not load), then the
-        chain and the key, then the attempt state and the order record. A file is only
-        deleted while it is at the version recorded at retirement (absent then: only
-        leftovers of a save that never completed); what changed since belongs to whoever
-        manages the name now and is kept. Safe to repeat after a crash.
+        The certificate record goes first, then the previous layout's ``meta.json`` (a
+        certificate without it does not load), its chain and key, then the attempt state
+        and the order record. A file is only deleted while it is at the version recorded
+        at retirement (absent then: only leftovers of a save that never completed); what
+        changed since belongs to whoever manages the name now and is kept. Safe to
+        repeat after a crash.
         """
         keys = self.layout.certificate(name)
+        held = self._holding(name)
+        if held is not None:
+            self._held[certificate_slug(name)] = _Held(held.lease)  # written behind its back
         kept: list[str] = []
+        if not await self._delete_if_unchanged(keys.record, entry.record_version):
+            kept.append(keys.record)
         if await self._delete_if_unchanged(keys.meta, entry.meta_version):
             await self.storage.delete(keys.cert)
             await self.storage.delete(keys.privkey)

@@ -24,8 +24,9 @@ Replicas sharing one store, and restarts:
 * Every change of a record is a compare-and-swap, so replicas never overwrite each
   other's retirements; a retirement one replica records is found by every other.
 * A purge holds the certificate name's store lock (the lock issuance holds), marks the
-  entry ``purging`` before deleting anything, deletes ``meta.json`` first (a certificate
-  without it does not load), and deletes a file only while it is at the version recorded
+  entry ``purging`` before deleting anything, deletes the certificate's record first
+  (then, for a store of the previous layout, ``meta.json``: a certificate without it does
+  not load), and deletes a file only while it is at the version recorded
   at retirement: whatever was written for the name since (it was managed again, here or
   elsewhere) is kept. An interrupted purge is finished by the next one; repeating a
   purge is harmless.
@@ -343,6 +344,7 @@ class RetiredCertificates:
             retired_at=now,
             serial=files.serial,
             not_after=files.not_after,
+            record_version=files.record_version,
             meta_version=files.meta_version,
             attempts_version=files.attempts_version,
             order_version=files.order_version,

@@ -13,9 +13,12 @@ operator or taken from DNS names) are turned into segments here, and only here::
     <ca>/ledger.json                                         rate-limit ledger (per CA)
     <ca>/accounts/<account>/key.pem                          account private key
     <ca>/accounts/<account>/account.json                     account URL and key thumbprint
-    <ca>/accounts/<account>/certificates/<cert>/cert.pem     certificate chain
-    <ca>/accounts/<account>/certificates/<cert>/privkey.pem  certificate private key
-    <ca>/accounts/<account>/certificates/<cert>/meta.json    what was issued, and when
+    <ca>/accounts/<account>/certificates/<cert>/certificate.json
+                                                             the certificate: chain, private
+                                                             key and metadata in one record
+    <ca>/accounts/<account>/certificates/<cert>/cert.pem     }
+    <ca>/accounts/<account>/certificates/<cert>/privkey.pem  } the previous layout: read,
+    <ca>/accounts/<account>/certificates/<cert>/meta.json    } converted on the next save
     <ca>/accounts/<account>/orders/<cert>.json               order in flight
     <ca>/accounts/<account>/attempts/<cert>.json             attempt / backoff state
     <ca>/accounts/<account>/retired/<identifier set>.json    certificates no longer managed
@@ -28,22 +31,33 @@ a short hash of the whole URL appended, so staging and production, or two CAs on
 host, never share state. The ledger is per CA rather than per account because several
 of a CA's limits (certificates per registered domain, duplicate certificates) count
 across accounts.
+
+A certificate is one record, ``certificate.json`` (:class:`CertificateBundle`, stored
+secret since it holds the private key): one atomic write saves it, so the chain and the
+key can never belong to two different certificates, and one read loads it. Stores
+written by earlier versions kept three files (``cert.pem``, ``privkey.pem``, and
+``meta.json`` written last as the commit marker); they are still read, and replaced by
+the record the next time the certificate is saved.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import re
 import urllib.parse
 from collections.abc import Iterable
+from typing import Any
 
-from acmecerts.errors import InvalidInput
+from acmecerts.errors import InvalidInput, StorageError
 
 __all__ = [
+    "BUNDLE_FORMAT",
     "MAX_KEY_LENGTH",
     "MAX_SEGMENT_LENGTH",
     "WILDCARD",
+    "CertificateBundle",
     "CertificateKeys",
     "KeyLayout",
     "ca_slug",
@@ -182,12 +196,91 @@ class CertificateKeys:
 
     #: ``<ca>/accounts/<account>/certificates/<cert>/``
     prefix: str
-    #: The certificate chain, PEM (leaf first).
+    #: The certificate's record (:class:`CertificateBundle`, store with ``secret=True``).
+    record: str
+    #: Previous layout: the certificate chain, PEM (leaf first).
     cert: str
-    #: The certificate's private key, PEM (store with ``secret=True``).
+    #: Previous layout: the certificate's private key, PEM (secret).
     privkey: str
-    #: JSON metadata: the original name, identifiers, validity, renewal state.
+    #: Previous layout: JSON metadata, written last (the commit marker).
     meta: str
+
+    @property
+    def legacy(self) -> tuple[str, str, str]:
+        """The previous layout's keys, ``meta.json`` (its commit marker) first."""
+        return (self.meta, self.cert, self.privkey)
+
+
+#: The version of the :class:`CertificateBundle` format.
+BUNDLE_FORMAT = 2
+
+
+@dataclasses.dataclass(frozen=True, slots=True, repr=False)
+class CertificateBundle:
+    """The stored record of one certificate: metadata, full chain and private key.
+
+    Stored as one JSON object (``certificate.json``, with ``secret=True``)::
+
+        {"format": 2, "name": ..., "identifiers": [...], "serial": ..., "not_after": ...,
+         "order_url": ..., "certificate_url": ..., "fullchain_pem": ..., "private_key_pem": ...}
+
+    The PEM texts are kept as they are; the metadata (serial, expiry) repeats what the
+    leaf says, so a reader that does not parse certificates (retention) needs nothing
+    else. This module only encodes and decodes: whether the chain and the key belong
+    together is for the reader to check.
+    """
+
+    name: str
+    identifiers: tuple[str, ...]
+    fullchain_pem: str
+    private_key_pem: str
+    order_url: str
+    certificate_url: str
+    serial: str
+    #: ISO 8601 with a time zone (as ``datetime.isoformat`` writes it).
+    not_after: str
+
+    def __repr__(self) -> str:
+        return f"CertificateBundle({self.name!r}, serial={self.serial!r})"
+
+    def to_bytes(self) -> bytes:
+        """The stored form (compact JSON, keys sorted)."""
+        value: dict[str, Any] = {
+            "format": BUNDLE_FORMAT,
+            **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
+        }
+        value["identifiers"] = list(self.identifiers)
+        return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes, key: str) -> CertificateBundle:
+        """Parse the stored form read from ``key``; :class:`StorageError` if it is not one."""
+        try:
+            value = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise StorageError(f"{key} is not valid JSON: {exc}", path=key) from exc
+        if not isinstance(value, dict):
+            raise StorageError(f"{key} is not a JSON object", path=key)
+        if value.get("format") != BUNDLE_FORMAT:
+            raise StorageError(
+                f"{key} has format {value.get('format')!r}, this version reads {BUNDLE_FORMAT}",
+                path=key,
+            )
+        fields: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            item = value.get(field.name)
+            if field.name == "identifiers":
+                if (
+                    not isinstance(item, list)
+                    or not item
+                    or not all(isinstance(i, str) for i in item)
+                ):
+                    raise StorageError(f"{key}: identifiers must be a list of strings", path=key)
+                item = tuple(item)
+            elif not isinstance(item, str):
+                raise StorageError(f"{key}: {field.name} must be a string", path=key)
+            fields[field.name] = item
+        return cls(**fields)
 
 
 class KeyLayout:
@@ -234,6 +327,7 @@ class KeyLayout:
         prefix = f"{self.certificates_prefix()}{certificate_slug(name)}/"
         return CertificateKeys(
             prefix=prefix,
+            record=f"{prefix}certificate.json",
             cert=f"{prefix}cert.pem",
             privkey=f"{prefix}privkey.pem",
             meta=f"{prefix}meta.json",

@@ -10,7 +10,7 @@ Object mapping (all in one namespace; ``P`` is ``name_prefix``, ``acmecerts`` by
     key, secret=False    ConfigMap  P-<key slug>-<hash>        binaryData.value
     key, secret=True     Secret     P-<key slug>-<hash>        type Opaque, data.value
     certificate <name>   Secret     P-<name>-tls               type kubernetes.io/tls,
-      (a copy of its cert.pem + privkey.pem)                   tls.crt, tls.key
+      (a copy of its chain and key)                            tls.crt, tls.key
     lock(name)           Lease      P-lock-<name slug>-<hash>  coordination.k8s.io/v1
 
 * Object names are DNS-1123 subdomains: the key with every character outside
@@ -23,7 +23,8 @@ Object mapping (all in one namespace; ``P`` is ``name_prefix``, ``acmecerts`` by
   ``*key.pem``, a ConfigMap otherwise), then the other kind. Storing a key with the
   other ``secret`` flag than it has moves it (write the new object, delete the old).
 * Leases are never deleted (one per lock name, e.g. per certificate); TLS Secrets are
-  deleted with their certificate's ``cert.pem`` or ``privkey.pem``.
+  deleted with their certificate's record (or, in the previous layout with no record
+  beside it, its ``cert.pem`` or ``privkey.pem``).
 * Everything carries the labels ``app.kubernetes.io/managed-by: acmecerts``,
   ``acmecerts.io/store: P`` and ``acmecerts.io/role`` (``value``, ``tls`` or ``lock``);
   :meth:`KubernetesStorage.list` selects by label and filters on the annotation.
@@ -32,8 +33,9 @@ Object mapping (all in one namespace; ``P`` is ``name_prefix``, ``acmecerts`` by
   answers 409 Conflict when the object changed, which becomes
   :class:`~acmecerts.storage.VersionConflict` (re-read and retry). ``expect_version=None``
   is a create, whose 409 AlreadyExists is a conflict too.
-* Certificates: when a certificate's ``cert.pem`` or ``privkey.pem`` is stored (as laid
-  out by :mod:`acmecerts.storage.keys`) and the two match, they are also copied into a
+* Certificates: when a certificate's record ``certificate.json`` is stored (as laid out
+  by :mod:`acmecerts.storage.keys`; or, in the previous layout, its ``cert.pem`` or
+  ``privkey.pem``) and its chain and key match, they are also copied into a
   ``kubernetes.io/tls`` Secret that an Ingress can name (see :meth:`tls_secret_name`,
   and :meth:`store_tls_secret` to write one directly). The keyed values stay the source
   of truth; the TLS Secret follows them and is removed with them.
@@ -92,7 +94,12 @@ from acmecerts._time import as_seconds
 from acmecerts.errors import InvalidInput, StorageError
 from acmecerts.storage._base import ANY_VERSION, LockTimeout, StoredValue, VersionConflict
 from acmecerts.storage._base import _AnyVersion as _AnyVersionType
-from acmecerts.storage.keys import certificate_slug, validate_key, validate_prefix
+from acmecerts.storage.keys import (
+    CertificateBundle,
+    certificate_slug,
+    validate_key,
+    validate_prefix,
+)
 
 __all__ = ["KubernetesStorage"]
 
@@ -147,16 +154,18 @@ def object_name(prefix: str, text: str, *, infix: str = "", suffix: str = "") ->
 # Certificates: which keys make a pair (named by acmecerts.storage.keys.KeyLayout)
 # ---------------------------------------------------------------------------
 
-#: ``<ca>/accounts/<account>/certificates/<cert>/{cert,privkey}.pem``
+#: ``<ca>/accounts/<account>/certificates/<cert>/{certificate.json,cert.pem,privkey.pem}``
 _CERTIFICATE_FILE: Final = re.compile(
-    r"(?P<prefix>[^/]+/accounts/[^/]+/certificates/(?P<slug>[^/]+)/)(?:cert|privkey)\.pem"
+    r"(?P<prefix>[^/]+/accounts/[^/]+/certificates/(?P<slug>[^/]+)/)"
+    r"(?P<file>certificate\.json|cert\.pem|privkey\.pem)"
 )
+_RECORD: Final = "certificate.json"
 
 
-def _certificate_of(key: str) -> tuple[str, str] | None:
-    """``(certificate prefix, certificate slug)`` if ``key`` is a ``cert.pem``/``privkey.pem``."""
+def _certificate_of(key: str) -> tuple[str, str, bool] | None:
+    """``(certificate prefix, slug, whether it is the record)`` for a certificate's file."""
     match = _CERTIFICATE_FILE.fullmatch(key)
-    return (match["prefix"], match["slug"]) if match else None
+    return (match["prefix"], match["slug"], match["file"] == _RECORD) if match else None
 
 
 def _dns_name(slug: str) -> str:
@@ -588,9 +597,10 @@ class KubernetesStorage:
         """Create or update the ``kubernetes.io/tls`` Secret of certificate ``name``.
 
         :meth:`tls_secret_name` tells the Secret's name. Returns its resourceVersion.
-        :meth:`store` does this by itself whenever a certificate's ``cert.pem`` and
-        ``privkey.pem`` are both stored and match; call it to publish a certificate kept
-        elsewhere. It overwrites whatever the Secret held.
+        :meth:`store` does this by itself whenever a certificate's record (or, in the
+        previous layout, both ``cert.pem`` and ``privkey.pem``) is stored and matches;
+        call it to publish a certificate kept elsewhere. It overwrites whatever the
+        Secret held.
         """
         slug = certificate_slug(name)
         secret_name = self._tls_name(slug)
@@ -647,14 +657,14 @@ class KubernetesStorage:
         certificate = _certificate_of(key)
         if certificate is None:
             return
-        prefix, slug = certificate
+        prefix, slug, is_record = certificate
         secret_name = self._tls_name(slug)
         try:
             for _ in range(5):
-                cert = await self.load(f"{prefix}cert.pem")
-                priv = await self.load(f"{prefix}privkey.pem") if cert is not None else None
-                if cert is None or priv is None or not _pair_matches(cert.data, priv.data):
+                pair = await self._certificate_pair(prefix, is_record)
+                if pair is None:
                     return  # the other half is missing or stale: it comes next
+                cert, priv = pair
                 current = await self._get(Secret, secret_name)
                 version = None
                 if current is not None:
@@ -669,23 +679,48 @@ class KubernetesStorage:
                         )
                         return
                     data = current.data or {}
-                    if data.get("tls.crt") == base64.b64encode(cert.data).decode() and data.get(
+                    if data.get("tls.crt") == base64.b64encode(cert).decode() and data.get(
                         "tls.key"
-                    ) == base64.b64encode(priv.data).decode("ascii"):
+                    ) == base64.b64encode(priv).decode("ascii"):
                         return
                     version = meta.resourceVersion
-                if await self._write_tls(secret_name, cert.data, priv.data, prefix, version):
+                if await self._write_tls(secret_name, cert, priv, prefix, version):
                     return
         except StorageError as exc:
             _log.error("could not update TLS Secret %s for %s: %s", secret_name, prefix, exc)
+
+    async def _certificate_pair(self, prefix: str, is_record: bool) -> tuple[bytes, bytes] | None:
+        """The certificate's chain and key as stored, if both are there and match."""
+        if is_record:
+            record = await self.load(f"{prefix}{_RECORD}")
+            if record is None:
+                return None
+            try:
+                bundle = CertificateBundle.from_bytes(record.data, f"{prefix}{_RECORD}")
+            except StorageError as exc:
+                _log.warning("not publishing %s as a TLS Secret: %s", prefix, exc)
+                return None
+            cert_pem = bundle.fullchain_pem.encode("ascii", "replace")
+            key_pem = bundle.private_key_pem.encode("ascii", "replace")
+        else:
+            if await self.load(f"{prefix}{_RECORD}") is not None:
+                return None  # the record is the certificate; these files are leftovers
+            cert = await self.load(f"{prefix}cert.pem")
+            priv = await self.load(f"{prefix}privkey.pem") if cert is not None else None
+            if cert is None or priv is None:
+                return None
+            cert_pem, key_pem = cert.data, priv.data
+        return (cert_pem, key_pem) if _pair_matches(cert_pem, key_pem) else None
 
     async def _unreflect_tls(self, key: str) -> None:
         certificate = _certificate_of(key)
         if certificate is None:
             return
-        prefix, slug = certificate
+        prefix, slug, is_record = certificate
         secret_name = self._tls_name(slug)
         try:
+            if not is_record and await self.load(f"{prefix}{_RECORD}") is not None:
+                return  # the previous layout's files removed after the record replaced them
             current = await self._get(Secret, secret_name)
             meta = current.metadata if current is not None else None
             if meta is not None and (meta.annotations or {}).get(CERTIFICATE_ANNOTATION) == prefix:

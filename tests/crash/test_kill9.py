@@ -46,7 +46,7 @@ STEPS = list(CRASH_POINTS)
 AFTER_FINALIZE = frozenset(STEPS[STEPS.index("finalize-answered") :])
 #: Issued, downloaded, not (completely) saved: the restart downloads it again.
 DOWNLOAD_AGAIN = frozenset(
-    {"download-answered", "cert-half-written", "cert-tmp-written", "meta-write"}
+    {"download-answered", "cert-half-written", "cert-tmp-written", "record-write"}
 )
 #: The kill left only the intent written before newOrder (the order's URL unrecorded).
 INTENT_ONLY = frozenset({"neworder-sent", "neworder-answered"})

@@ -2,15 +2,15 @@
 
 A child process writes what the manager writes for one certificate, over and over, with
 two different certificates in turn: the order intent, the order record, the certificate
-(``privkey.pem``, ``cert.pem``, then ``meta.json`` as the commit marker), the deletion of
+(one record, ``certificate.json``, with the chain, the key and the metadata), the deletion of
 the order record, the attempt state. It is killed at a random instant, ten times. After
 every kill the store must be usable as it is:
 
 * every value loads (FileStorage's envelope: no truncated or half-written file), hidden
   files are only temp files and lease files, and the next write of a key removes its
   crashed temp file;
-* the stored certificate is one of the two, whole, with its own key (``cert.pem``,
-  ``privkey.pem`` and ``meta.json`` never mix two certificates), or none at all;
+* the stored certificate is one of the two, whole, with its own key (the chain and the
+  key never come from two certificates), or none at all;
 * the order record and the attempt state load.
 """
 

@@ -13,6 +13,7 @@ nothing; assertions count requests at the proxy and calls of the guard.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import random
 from collections.abc import Callable
 from pathlib import Path
@@ -297,7 +298,7 @@ async def test_with_a_store_the_refusal_leaves_no_order_to_look_for(
     assert second.serial != first.serial
     assert requests[orders[1]].payload["replaces"] == cert_id(first.chain.leaf)
     layout = KeyLayout(proxy.directory_url)
-    stored = await storage.load(layout.certificate(name).cert)
+    stored = await storage.load(layout.certificate(name).record)
     assert stored is not None
-    assert second.certificate_pem.encode() in stored.data
+    assert json.loads(stored.data)["fullchain_pem"].startswith(second.certificate_pem)
     assert await storage.load(layout.order(name)) is None

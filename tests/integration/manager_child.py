@@ -58,9 +58,9 @@ CRASH_POINTS = {
     "finalize-answered": "the CA answered finalize (the order is processing or valid)",
     # download and save
     "download-answered": "the certificate was downloaded, nothing of it saved",
-    "cert-half-written": "half of cert.pem's temp file is written",
-    "cert-tmp-written": "cert.pem's temp file is complete and fsynced, not yet renamed",
-    "meta-write": "privkey.pem and cert.pem are saved, meta.json (the commit) is not",
+    "cert-half-written": "half of certificate.json's temp file (the record) is written",
+    "cert-tmp-written": "certificate.json's temp file is complete and fsynced, not yet renamed",
+    "record-write": "the certificate's record (certificate.json) is about to be stored",
     "order-delete": "the certificate is saved, the order record is not yet deleted",
 }
 
@@ -90,7 +90,7 @@ def _install_os_crashes(step: str) -> None:
         real_replace = os.replace
 
         def replace(src: Any, dst: Any, **kwargs: Any) -> None:
-            if os.fspath(dst).endswith("/cert.pem"):
+            if os.fspath(dst).endswith("/certificate.json"):
                 crash(step)
             real_replace(src, dst, **kwargs)
 
@@ -103,7 +103,7 @@ def _install_os_crashes(step: str) -> None:
                 target = os.readlink(f"/proc/self/fd/{fd}")
             except OSError:
                 target = ""
-            if target.endswith("/.cert.pem.tmp") and len(data) > 1:
+            if target.endswith("/.certificate.json.tmp") and len(data) > 1:
                 real_write(fd, bytes(data[: len(data) // 2]))
                 crash(step)
             return real_write(fd, data)
@@ -118,11 +118,11 @@ class CrashingStorage(FileStorage):
         super().__init__(root)
         self._step = step
         self._orders = {layout.order(n) for n in names}
-        self._metas = {layout.certificate(n).meta for n in names}
+        self._records = {layout.certificate(n).record for n in names}
         self._account_meta = layout.account_meta()
 
     async def store(self, key: str, data: bytes, **kwargs: Any) -> str:
-        if self._step == "meta-write" and key in self._metas:
+        if self._step == "record-write" and key in self._records:
             crash(self._step)
         if self._step == "account-url-write" and key == self._account_meta:
             crash(self._step)

@@ -127,7 +127,7 @@ async def test_applied_again_under_a_new_name_the_stored_certificate_comes_back_
         manager.subscribe(events.append)
         first = await issue(manager, "release-1", ["app.helm.example.test"])
         await manager.unmanage("release-1")
-        assert len(files_of(tmp_path, "release-1")) == 3  # kept: cert, key, meta
+        assert len(files_of(tmp_path, "release-1")) == 1  # kept: the certificate's record
         assert len(retired_records(tmp_path)) == 1
         clock.advance(dt.timedelta(days=2))  # a Helm reinstall two days later
         again = await issue(manager, "release-2", ["app.helm.example.test"])
@@ -174,7 +174,7 @@ async def test_after_the_retention_certificate_key_and_state_are_deleted_by_the_
             "gone.example.test",
             OrderRecord(None, (), "-----BEGIN PRIVATE KEY-----", created_at=clock.now()),
         )
-        assert len(files_of(tmp_path, "gone.example.test")) == 5
+        assert len(files_of(tmp_path, "gone.example.test")) == 3
         await manager.unmanage("gone.example.test")
         retired_at = clock.now()
         assert manager._retired is not None
@@ -239,7 +239,7 @@ async def test_a_name_another_replica_manages_again_is_not_purged_by_the_one_tha
         assert replica_a._retired is not None
         await replica_a._retired.scan()
         assert await replica_a._retired.purge_due(clock.now()) == 0
-        assert len(files_of(tmp_path, "moved.example.test")) == 3
+        assert len(files_of(tmp_path, "moved.example.test")) == 1
     assert len(orders) == 1
 
 
@@ -352,7 +352,7 @@ async def test_two_replicas_on_one_store_adopt_once_and_purge_idempotently(
             tg.start_soon(purge, replica_b)
         assert sorted(counts) == [0, 1]
         assert files_of(tmp_path, "ns1.web") == []
-        assert len(files_of(tmp_path, "ns2.web")) == 3
+        assert len(files_of(tmp_path, "ns2.web")) == 1
         assert retired_records(tmp_path) == []
 
 
@@ -369,7 +369,7 @@ async def test_a_certificate_a_managed_name_waits_for_is_not_purged_from_under_i
         clock.advance(120)  # the retention is over
         assert manager._retired is not None
         assert await manager._retired.purge_due(clock.now()) == 0  # postponed
-        assert len(files_of(tmp_path, "w-old")) == 3
+        assert len(files_of(tmp_path, "w-old")) == 1
         again = await issue(manager, "w-new", ["waits.example.test"])
         assert again.certificate.serial == first.certificate.serial
         assert await manager._retired.purge_due(clock.now()) == 1
@@ -397,7 +397,7 @@ async def test_retention_zero_forgets_at_once_and_none_keeps_forever(
         await forever._retired.scan()
         assert forever._retired.next_purge_at() is None
         assert await forever._retired.purge_due(clock.now()) == 0
-        assert len(files_of(tmp_path, "forever.example.test")) == 3
+        assert len(files_of(tmp_path, "forever.example.test")) == 1
         # still taken back, a year later, while it is valid (Pebble: 5 years)
         back = await issue(forever, "forever-2", ["forever.example.test"])
         assert back.certificate.not_after > clock.now()
@@ -449,16 +449,19 @@ async def test_an_interrupted_purge_leaves_no_loadable_half_and_is_finished_late
     clock = FakeClock(START)
     orders = Orders()
     async with FileStorage(tmp_path) as inner, client_for(pebble, clock, orders) as client:
-        storage = FailOnce(inner, "/cert.pem")
+        storage = FailOnce(inner, "/certificate.json")
         manager = manager_for(client, http01, storage, retention=60)  # type: ignore[arg-type]
         await issue(manager, "half.example.test", ["half.example.test"])
         await manager.unmanage("half.example.test")
         clock.advance(61)
         assert manager._retired is not None
-        assert await manager._retired.purge_due(clock.now()) == 0  # failed: cert.pem stays
+        assert await manager._retired.purge_due(clock.now()) == 0  # failed: the record stays
         assert storage.failed
         store = CertificateStore(inner, KeyLayout(pebble.directory_url))
-        assert await store.load_certificate("half.example.test") is None  # meta.json went first
+        # one record: the certificate is whole (chain with its key) or gone, never half
+        kept = await store.load_certificate("half.example.test")
+        assert kept is not None
+        assert kept.identifiers[0].value == "half.example.test"
         assert files_of(tmp_path, "half.example.test")
         due = manager._retired.next_purge_at()
         assert due is not None
@@ -487,7 +490,7 @@ async def test_an_owner_gone_retires_the_certificate(
         [result] = await restarted.issue_many([spec])
         assert isinstance(result, CancelledResult)
         assert len(retired_records(tmp_path)) == 1
-        assert len(files_of(tmp_path, "owned.example.test")) == 3  # kept for the retention
+        assert len(files_of(tmp_path, "owned.example.test")) == 1  # kept for the retention
         assert restarted._retired is not None
         await restarted._retired.scan()
         assert restarted._retired.next_purge_at() == clock.now() + dt.timedelta(hours=1)

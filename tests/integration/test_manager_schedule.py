@@ -179,10 +179,10 @@ class FlakyStorage(FileStorage):
     """A real FileStorage whose reads fail while ``broken`` (a store that is down)."""
 
     broken = True
-    loads = 0  # reads of a certificate's meta.json (the first read of its state)
+    loads = 0  # reads of a certificate's record (the first read of its state)
 
     async def load(self, key: str) -> StoredValue | None:
-        self.loads += key.endswith("/meta.json")
+        self.loads += key.endswith("/certificate.json")
         if self.broken:
             raise StorageError(f"the store is down (reading {key})")
         return await super().load(key)
@@ -222,7 +222,7 @@ async def test_storage_errors_back_off_then_recover(
                 "the issuance once the store is back",
             )
     stored = await FileStorage(tmp_path).load(
-        manager._store.layout.certificate("stored.example.test").meta  # type: ignore[union-attr]
+        manager._store.layout.certificate("stored.example.test").record  # type: ignore[union-attr]
     )
     assert stored is not None  # issued and saved once the store came back
 

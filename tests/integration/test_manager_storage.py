@@ -73,7 +73,7 @@ async def test_certificates_survive_a_restart_without_a_new_order(
             assert restarted.get(names[0]) is not None
         layout = KeyLayout(pebble.directory_url)
         keys = layout.certificate(names[0])
-        mode = (tmp_path / keys.privkey).stat().st_mode & 0o777
+        mode = (tmp_path / keys.record).stat().st_mode & 0o777
     assert _orders(pebble) == before
     for a, b in zip(first, second, strict=True):
         assert isinstance(a, IssuedResult)

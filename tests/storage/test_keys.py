@@ -38,7 +38,8 @@ def test_layout_names_everything_under_the_ca_and_account() -> None:
 
     cert = layout.certificate("default.my-ingress")
     assert cert.prefix == f"{base}certificates/default.my-ingress/"
-    assert (cert.cert, cert.privkey, cert.meta) == (
+    assert (cert.record, cert.cert, cert.privkey, cert.meta) == (
+        f"{cert.prefix}certificate.json",
         f"{cert.prefix}cert.pem",
         f"{cert.prefix}privkey.pem",
         f"{cert.prefix}meta.json",
@@ -82,6 +83,7 @@ def test_the_layout_never_makes_a_key_the_prefix_of_another() -> None:
         layout.order("a"),
         layout.attempt_state("a"),
         layout.retired(["dns:a"]),
+        layout.certificate("a").record,
         layout.certificate("a").cert,
         layout.certificate("a").privkey,
         layout.certificate("a").meta,
