@@ -15,7 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_cli_support import CLI, REPO, cli_env
+from test_cli_support import CLI, REPO, ca_args, cli_env, http01_args
+
+from acmecerts.testing import PebbleServer
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -193,3 +195,135 @@ def test_python_m_acmecerts_is_the_command() -> None:
     (line,) = bad.stderr.splitlines()
     assert line.startswith("acmecerts: error: ")
     assert "dsa" in line
+
+
+#: What an http-01 ``issue`` has no use for: dnspython and the dns-01 solvers (~0.1 s of
+#: imports), the tls-alpn-01 server. ``acmecerts.solvers`` imports them on first use.
+NOT_FOR_HTTP_01: frozenset[str] = frozenset(
+    {"dns", "acmecerts.solvers.dns01", "acmecerts.solvers.tlsalpn01"}
+)
+
+
+def unneeded_for_http_01(modules: set[str]) -> list[str]:
+    return sorted(
+        name
+        for name in modules
+        if name in NOT_FOR_HTTP_01 or name.partition(".")[0] in NOT_FOR_HTTP_01
+    )
+
+
+#: The console script's code, then every module loaded when the process ends, on stderr.
+#: (``-X importtime`` does not see a module imported by ``importlib.import_module``, which
+#: is how ``acmecerts.solvers`` imports a solver on first use; ``sys.modules`` does.)
+AT_EXIT = (
+    "import atexit, sys;"
+    "atexit.register(lambda: sys.stderr.write('\\nmodules: ' + ' '.join(sorted(sys.modules))));"
+    "from acmecerts.cli import main; sys.exit(main(sys.argv[1:]))"
+)
+
+
+def modules_at_exit(*args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """Run the CLI with ``args`` in a fresh interpreter; every module loaded at its exit."""
+    result = subprocess.run(
+        [sys.executable, "-c", AT_EXIT, *args],
+        cwd=REPO,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    _, found, listed = result.stderr.rpartition("\nmodules: ")
+    assert found, result.stderr[-2000:]
+    modules = set(listed.split())
+    assert "acmecerts.cli._issue" in modules, listed  # the command did its work
+    return result, modules
+
+
+@pytest.mark.timeout(120)
+def test_http01_issue_imports_neither_dnspython_nor_tls_alpn(
+    pebble: PebbleServer, tmp_path: Path
+) -> None:
+    """A whole ``issue`` answered by http-01 (a certificate issued) never imports dns-01."""
+    result, modules = modules_at_exit(
+        "issue",
+        *ca_args(pebble, tmp_path / "state"),
+        *("--out", str(tmp_path / "out")),
+        *http01_args(pebble),
+        "lazy-solvers.example.test",
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "out" / "fullchain.pem").is_file()
+    assert "acmecerts.solvers.http01" in modules
+    assert unneeded_for_http_01(modules) == []
+
+
+def test_the_check_sees_a_dns01_issue_import_dnspython(tmp_path: Path) -> None:
+    """The check itself: ``--challenge dns-01`` imports dnspython (and stops at bad input)."""
+    result, modules = modules_at_exit(
+        "issue",
+        *("--state-dir", str(tmp_path / "state"), "--challenge", "dns-01"),
+        *("--dns-rfc2136-server", "127.0.0.1:53"),  # no --dns-tsig-key: refused, nothing sent
+        "lazy-solvers.example.test",
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "--dns-tsig-key" in result.stderr
+    assert {"dns", "acmecerts.solvers.dns01"} <= set(unneeded_for_http_01(modules))
+    assert "acmecerts.solvers.tlsalpn01" not in modules
+
+
+def test_solvers_package_imports_each_solver_on_first_use() -> None:
+    """``import acmecerts.solvers`` is light; ``from acmecerts.solvers import X`` still works."""
+    code = (
+        "import sys, acmecerts.solvers as s; before = set(sys.modules);"
+        "from acmecerts.solvers import Http01Server, Rfc2136Solver, TlsAlpn01Server;"
+        "print(' '.join(sorted(before)));"
+        "print(Rfc2136Solver.__module__, Http01Server.__module__, TlsAlpn01Server.__module__);"
+        "print(sorted(set(s.__all__) - set(dir(s))))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    before, where, missing = result.stdout.splitlines()
+    assert unneeded_for_http_01(set(before.split())) == []
+    assert "acmecerts.solvers.http01" not in before.split()
+    assert where.split() == [
+        "acmecerts.solvers.dns01",
+        "acmecerts.solvers.http01",
+        "acmecerts.solvers.tlsalpn01",
+    ]
+    assert missing == "[]"  # dir() lists every public name, imported or not
+
+
+@pytest.mark.parametrize(
+    ("code", "frozen"),
+    [
+        # the command itself (the console script calls main() without arguments)
+        ("import sys; sys.argv = ['acmecerts', '--version']; main()", True),
+        # called in-process with its arguments (tests, programs embedding the CLI)
+        ("main(['--version'])", False),
+    ],
+    ids=["program", "in-process"],
+)
+def test_only_the_program_freezes_its_objects_for_the_collector(code: str, frozen: bool) -> None:
+    """``acmecerts.cli._gc``: ``gc.freeze`` when the process is the command, never in-process."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import gc; from acmecerts.cli import main; {code}; print(gc.get_freeze_count())",
+        ],
+        cwd=REPO,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert (int(result.stdout.splitlines()[-1]) > 0) is frozen, result.stdout

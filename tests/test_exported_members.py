@@ -71,3 +71,31 @@ def test_lazy_names_match_the_type_checking_imports() -> None:
     assert set(lazy) == set(acmecerts.__all__) - {"__version__"}
     for name, module in lazy.items():
         assert getattr(importlib.import_module(module), name) is getattr(acmecerts, name), name
+
+
+def test_solvers_lazy_names_match_the_type_checking_imports() -> None:
+    """``acmecerts/solvers/__init__.py`` imports each solver's module on first use (PEP 562):
+    its ``_LAZY`` table and its ``TYPE_CHECKING`` imports name the same things, and every
+    name of its ``__all__`` resolves to the object its module defines."""
+    import acmecerts.solvers as solvers
+
+    tree = ast.parse(inspect.getsource(solvers))
+    block = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If)
+        and isinstance(node.test, ast.Name)
+        and node.test.id == "TYPE_CHECKING"
+    )
+    imported = {
+        alias.name: node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    lazy: dict[str, str] = solvers._LAZY
+    assert imported == lazy
+    assert set(lazy) | {"ChallengeTask", "Solver"} == set(solvers.__all__)
+    assert solvers.__all__ == sorted(solvers.__all__)
+    for name, module in lazy.items():
+        assert getattr(importlib.import_module(module), name) is getattr(solvers, name), name

@@ -18,10 +18,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     SIGINT and SIGTERM are taken over first, before the heavy imports (see
     :mod:`acmecerts.cli._signals`): a signal that comes at any moment of the run stops it
-    cleanly.
+    cleanly. Without ``argv`` the process is the command, and the garbage collector is told
+    so (see :mod:`acmecerts.cli._gc`).
     """
+    from acmecerts.cli import _gc
     from acmecerts.cli._signals import guard_signals, json_requested
 
+    if argv is None:
+        _gc.run_as_program()
     args = list(sys.argv[1:] if argv is None else argv)
     with guard_signals(json_mode=json_requested(args)):
         try:
@@ -34,4 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "pip install 'acmecerts[cli]'\n"
             )
             return 2
-        return app_main(args)
+        try:
+            return app_main(args)
+        finally:
+            _gc.before_exit()

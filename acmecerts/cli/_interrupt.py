@@ -20,6 +20,7 @@ from typing import TypeVar
 
 import anyio
 
+from ._gc import settle
 from ._signals import INTERRUPT_GRACE, FinalWords, Interrupted, SignalGuard, active_guard
 
 __all__ = ["INTERRUPT_GRACE", "Interrupted", "run_interruptible"]
@@ -46,6 +47,7 @@ def run_interruptible(
     wrong while it stopped); otherwise what ``func`` raised. After the grace, or at a
     second signal, it does not return: the process exits with 130 or 143.
     """
+    settle()  # the command's modules are imported (see acmecerts.cli._gc)
     guard = active_guard()
     owned: SignalGuard | None = None
     if guard is None:

@@ -13,9 +13,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import anyio
 from rich.text import Text
 
-from acmecerts.errors import InvalidInput
+from acmecerts.errors import AcmeCertsError, InvalidInput
 from acmecerts.manager import CertificateSpec
 from acmecerts.protocol.identifiers import Identifier, parse_identifiers
 from acmecerts.protocol.keys import KeyType
@@ -507,6 +508,29 @@ async def _job(
     )
 
 
+async def _jobs(ca: CaPlan, wanted: Sequence[_Wanted], **options: Any) -> list[Job]:
+    """:func:`_job` of every line, read side by side (each reads the state directory).
+
+    The same jobs, in the same order, as one line after the other; when lines are refused,
+    the error of the first of them (in the file's order) is raised, as it was.
+    """
+    jobs: list[Job | None] = [None] * len(wanted)
+    refused: dict[int, AcmeCertsError] = {}
+
+    async def one(index: int, line: _Wanted) -> None:
+        try:
+            jobs[index] = await _job(ca, line, **options)
+        except AcmeCertsError as exc:
+            refused[index] = exc
+
+    async with anyio.create_task_group() as tg:
+        for index, line in enumerate(wanted):
+            tg.start_soon(one, index, line)
+    if refused:
+        raise refused[min(refused)]
+    return [job for job in jobs if job is not None]
+
+
 async def run_jobs(
     ca: CaPlan,
     plan: ChallengePlan,
@@ -638,22 +662,19 @@ def run_issue(
 
         async def main(finished: list[Outcome] | None = None) -> list[Outcome]:
             known = await known_lineages(ca.state)
-            jobs = [
-                await _job(
-                    ca,
-                    w,
-                    key_type=key_type,
-                    profile=args.profile,
-                    preferred_chain=args.preferred_chain,
-                    force=args.force,
-                    webroot=plan.webroot,
-                    challenge=stored,
-                    cert_name=cert_name,
-                    known=known,
-                    hooks=args.hooks,
-                )
-                for w in wanted
-            ]
+            jobs = await _jobs(
+                ca,
+                wanted,
+                key_type=key_type,
+                profile=args.profile,
+                preferred_chain=args.preferred_chain,
+                force=args.force,
+                webroot=plan.webroot,
+                challenge=stored,
+                cert_name=cert_name,
+                known=known,
+                hooks=args.hooks,
+            )
             duplicates = sorted({j.name for j in jobs if [k.name for k in jobs].count(j.name) > 1})
             if duplicates:
                 raise InvalidInput(

@@ -30,19 +30,15 @@ import shlex
 import shutil
 from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from acmecerts.errors import InvalidInput
 from acmecerts.protocol.identifiers import Identifier
-from acmecerts.solvers import (
-    DnsHookSolver,
-    Http01Server,
-    Http01Webroot,
-    PropagationCheck,
-    Rfc2136Solver,
-    Solver,
-    TlsAlpn01Server,
-)
+from acmecerts.solvers import Solver
+from acmecerts.solvers._listener import _ListeningServer
+
+if TYPE_CHECKING:
+    from acmecerts.solvers import PropagationCheck
 
 from ._firstcontact import check_webroot
 from ._state import CertificateRecord, StoredChallenge
@@ -163,6 +159,8 @@ def _propagation(options: ChallengeOptions, default_port: int) -> PropagationChe
     servers = list(options.dns_propagation_nameservers)
     for server in servers:
         parse_hostport(server, option="--dns-propagation-nameserver", default_port=53)
+    from acmecerts.solvers import PropagationCheck  # dnspython: only for dns-01
+
     return PropagationCheck(servers or None, port=default_port, timeout=timeout)
 
 
@@ -173,6 +171,9 @@ def _dns_solver(options: ChallengeOptions) -> Solver:
             "--challenge dns-01 needs either --dns-rfc2136-server (with --dns-tsig-key and "
             "--dns-tsig-secret) or --dns-hook COMMAND"
         )
+    # Imported here, not with this module: dnspython is for dns-01 runs only (~0.1 s).
+    from acmecerts.solvers import DnsHookSolver, Rfc2136Solver
+
     if options.dns_hook is not None:
         return DnsHookSolver.from_command(
             _hook_argv(options.dns_hook), propagation=_propagation(options, 53)
@@ -217,12 +218,18 @@ def plan_challenge(options: ChallengeOptions, identifiers: Sequence[Identifier])
                 "--webroot and --http-01-listen exclude each other: with --webroot your web "
                 "server answers, nothing listens"
             )
+        from acmecerts.solvers import Http01Webroot
+
         root = check_webroot(options.webroot)
         return ChallengePlan(challenge, Http01Webroot(root), None, webroot=root)
     if challenge == "http-01":
+        from acmecerts.solvers import Http01Server
+
         host, port = parse_listen(options.http_01_listen, "--http-01-listen")
         return ChallengePlan(challenge, Http01Server(host=host, port=port), f"{host}:{port}")
     if challenge == "tls-alpn-01":
+        from acmecerts.solvers import TlsAlpn01Server
+
         host, port = parse_listen(options.tls_alpn_01_listen, "--tls-alpn-01-listen")
         return ChallengePlan(challenge, TlsAlpn01Server(host=host, port=port), f"{host}:{port}")
     return ChallengePlan(challenge, _dns_solver(options), None)
@@ -328,7 +335,7 @@ async def running_solvers(plan: ChallengePlan, *, eager: bool) -> AsyncIterator[
     """The solvers, started now (``eager``: a busy port is bad input before anything is
     sent) or on first use; stopped when the block ends, also on Ctrl-C."""
     solver = plan.solver
-    if isinstance(solver, Http01Server | TlsAlpn01Server):
+    if isinstance(solver, _ListeningServer):  # Http01Server, TlsAlpn01Server
         if eager:
             async with solver:
                 yield [solver]
