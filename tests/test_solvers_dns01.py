@@ -44,7 +44,8 @@ from acmecerts.solvers import (
     Rfc2136Solver,
     Solver,
 )
-from acmecerts.solvers.dns01 import _find_zone, _Lookup, _parse_server
+from acmecerts.solvers.dns01._lookup import _find_zone, _Lookup
+from acmecerts.solvers.dns01._records import _parse_server
 from acmecerts.testing import BindServer
 
 if TYPE_CHECKING:
