@@ -11,7 +11,8 @@ import dns.exception
 import dns.name
 
 from acmecerts._time import as_seconds
-from acmecerts.errors import InvalidInput, UnsupportedChallenge
+from acmecerts.errors import InvalidInput
+from acmecerts.solvers._checks import _refuse_unsupported
 
 if TYPE_CHECKING:
     from acmecerts.protocol.identifiers import Identifier
@@ -43,11 +44,7 @@ def _supports(identifier: Identifier) -> bool:
 
 def _record_name(task: ChallengeTask, solver: object) -> str:
     """Refuse a task a dns-01 solver cannot present; return ``_acme-challenge.<base>``."""
-    kind = type(solver).__name__
-    if task.type != _CHALLENGE_TYPE:
-        raise UnsupportedChallenge(f"{kind} answers dns-01 challenges, not {task.type!r}")
-    if not _supports(task.identifier):
-        raise UnsupportedChallenge(f"dns-01 cannot validate the IP address {task.identifier.value}")
+    _refuse_unsupported(solver, task, _CHALLENGE_TYPE, _supports)
     return f"{_LABEL}.{task.identifier.base_name}"
 
 
