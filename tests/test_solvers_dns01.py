@@ -46,7 +46,7 @@ from acmecerts.solvers import (
 )
 from acmecerts.solvers.dns01._lookup import _find_zone, _Lookup
 from acmecerts.solvers.dns01._records import _parse_server
-from acmecerts.testing import BindServer
+from tests.servers.bind import BindServer
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
