@@ -48,7 +48,7 @@ apt_install() {
 if [ ! -x /usr/bin/pebble ] || [ ! -x /usr/bin/pebble-challtestsrv ]; then
     apt_install pebble
 fi
-# 1a. tinyproxy, a real CONNECT proxy for the HTTPS_PROXY/NO_PROXY tests (tests/proxy_server.py
+# 1a. tinyproxy, a real CONNECT proxy for the HTTPS_PROXY/NO_PROXY tests (tests/servers/tinyproxy.py
 #     starts it in the foreground on loopback; the Debian package's own service is not used).
 if ! command -v tinyproxy >/dev/null 2>&1; then
     apt_install tinyproxy
@@ -87,7 +87,7 @@ if [ -n "${ACMECERTS_REINSTALL:-}" ] || [ "$(cat "$stamp" 2>/dev/null || true)" 
 fi
 
 # 4. acme2certifier, the second ACME server (with ARI), in its own venv (it pins its own acme).
-.venv/bin/python -c 'from acmecerts.testing._a2c import ensure_a2c_venv; ensure_a2c_venv()' ||
+.venv/bin/python -c 'from tests.servers.a2c import ensure_a2c_venv; ensure_a2c_venv()' ||
     log "could not prepare the acme2certifier venv; its fixture will try again"
 
 # 4b. A real Kubernetes API server for the Kubernetes store's tests (tests/storage/).

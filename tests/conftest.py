@@ -10,7 +10,8 @@
 * ``pebble_factory``: ``pebble_factory(**kwargs)`` starts a dedicated server with the given
   :class:`~acmecerts.testing.PebbleServer` options; all are stopped when the test ends.
 * ``proxy_factory``: ``proxy_factory(**kwargs)`` starts a real HTTP proxy (Debian's
-  ``tinyproxy``, :class:`proxy_server.TinyProxy`) on loopback; stopped when the test ends.
+  ``tinyproxy``, :class:`tests.servers.tinyproxy.TinyProxy`) on loopback; stopped when the
+  test ends.
 * Every test starts without the machine's proxy variables (``HTTPS_PROXY``, ``NO_PROXY``,
   ...): acmecerts honours them by default, and a test sets the ones it means.
 
@@ -32,10 +33,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pytest
 from pebble_health import PebbleProbe
-from proxy_server import TinyProxy
 
 from acmecerts.testing import PebbleServer
 from tests.faults.proxy import FaultProxy, make_proxy
+from tests.servers.tinyproxy import TinyProxy
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

@@ -44,8 +44,9 @@ from acmecerts.solvers import (
     Rfc2136Solver,
     Solver,
 )
-from acmecerts.solvers.dns01 import _find_zone, _Lookup, _parse_server
-from acmecerts.testing import BindServer
+from acmecerts.solvers.dns01._lookup import _find_zone, _Lookup
+from acmecerts.solvers.dns01._records import _parse_server
+from tests.servers.bind import BindServer
 
 if TYPE_CHECKING:
     from collections.abc import Iterator

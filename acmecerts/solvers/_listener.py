@@ -26,9 +26,11 @@ from typing import TYPE_CHECKING, ClassVar, Final, cast
 import anyio
 import anyio.abc
 
+from acmecerts._time import as_seconds
 from acmecerts.errors import InvalidInput
 
 if TYPE_CHECKING:
+    import datetime as _dt
     import logging
     from collections.abc import Callable
     from types import TracebackType
@@ -122,7 +124,7 @@ class _CallbackConnection(asyncio.Protocol):
             return
         if server._connections >= server._max_connections:
             server._logger.warning(
-                "%s server: too many connections, closing a new one", server._protocol
+                "%s server: too many connections, closing a new one", server.challenge_type
             )
             transport.close()
             return
@@ -162,19 +164,30 @@ class _ListeningServer(abc.ABC):
     event loop until :meth:`aclose`. It may be started again after it was closed. At most
     ``max_connections`` connections are served at once (more are closed at once).
 
-    A subclass sets :attr:`_protocol` (the challenge type, for log messages) and
+    A subclass sets :attr:`challenge_type` (also the start of its log messages) and
     :attr:`_logger` (its module's logger), and implements :meth:`_serve_connection`; it may
     also serve connections by asyncio callbacks (:meth:`_callback_factory`). Either way,
     :meth:`aclose` returns once every connection is closed.
     """
 
-    #: Short protocol name that starts every log message (``"http-01"``...).
-    _protocol: ClassVar[str]
+    #: The challenge type this solver answers (``"http-01"``...); it starts every log message.
+    challenge_type: str
     #: The logger the server's messages go to (the subclass's module logger).
     _logger: ClassVar[logging.Logger]
 
-    def __init__(self, *, host: str, port: int, max_connections: int) -> None:
+    def __init__(
+        self, *, host: str, port: int, timeout: float | _dt.timedelta, max_connections: int
+    ) -> None:
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+            raise InvalidInput(f"port must be an integer in 0..65535, not {port!r}")
+        seconds = as_seconds(timeout)
+        if not seconds > 0:
+            raise InvalidInput(f"timeout must be positive, not {timeout!r}")
+        if max_connections < 1:
+            raise InvalidInput(f"max_connections must be at least 1, not {max_connections}")
         self._host = host
+        #: The per-request (or per-handshake) deadline, in seconds.
+        self._timeout = seconds
         self._port = port
         self._max_connections = max_connections
         self._lock = anyio.Lock()
@@ -184,6 +197,17 @@ class _ListeningServer(abc.ABC):
         self._connections = 0
 
     # -- introspection --------------------------------------------------------
+
+    def __repr__(self) -> str:
+        state = "serving" if self.serving else "stopped"
+        return (
+            f"{type(self).__name__}(host={self._host!r}, port={self.port}, {state}, "
+            f"{self._repr_detail()})"
+        )
+
+    @abc.abstractmethod
+    def _repr_detail(self) -> str:
+        """What the repr says after the address and state (``"tokens=2"``)."""
 
     @property
     def host(self) -> str:
@@ -279,7 +303,7 @@ class _ListeningServer(abc.ABC):
             reason = exc.strerror or str(exc) or type(exc).__name__
             raise ListenError(self._host, self._port, reason, os_errno=exc.errno) from exc
         port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        self._logger.info("%s server listening on %s:%d", self._protocol, self._host, port)
+        self._logger.info("%s server listening on %s:%d", self.challenge_type, self._host, port)
         return _Running(listener, port)
 
     def _spawn_detached(self, running: _Running) -> None:
@@ -300,7 +324,7 @@ class _ListeningServer(abc.ABC):
             await self._serve(running)
         except Exception:  # pragma: no cover - _serve does not raise
             self._logger.exception(
-                "%s server on %s:%d failed", self._protocol, self._host, running.port
+                "%s server on %s:%d failed", self.challenge_type, self._host, running.port
             )
 
     async def _serve(self, running: _Running) -> None:
@@ -320,7 +344,7 @@ class _ListeningServer(abc.ABC):
                 await running.listener.aclose()
             running.stopped.set()
             self._logger.info(
-                "%s server on %s:%d stopped", self._protocol, self._host, running.port
+                "%s server on %s:%d stopped", self.challenge_type, self._host, running.port
             )
 
     async def _serve_callbacks(
@@ -370,12 +394,12 @@ class _ListeningServer(abc.ABC):
                 return
             except (OSError, anyio.BrokenResourceError) as exc:
                 # EMFILE and friends: do not spin, do not die.
-                self._logger.warning("%s server: accept() failed: %s", self._protocol, exc)
+                self._logger.warning("%s server: accept() failed: %s", self.challenge_type, exc)
                 await anyio.sleep(_ACCEPT_BACKOFF_SECONDS)
                 continue
             if self._connections >= self._max_connections:
                 self._logger.warning(
-                    "%s server: too many connections, closing a new one", self._protocol
+                    "%s server: too many connections, closing a new one", self.challenge_type
                 )
                 await self._close_connection(stream)
                 continue
@@ -389,7 +413,7 @@ class _ListeningServer(abc.ABC):
         except Exception as exc:
             # A reset, a broken pipe, a protocol error, a bug triggered by a hostile
             # client: it ends this connection only.
-            self._logger.debug("%s connection ended: %r", self._protocol, exc)
+            self._logger.debug("%s connection ended: %r", self.challenge_type, exc)
         finally:
             self._connections -= 1
             await self._close_connection(stream)

@@ -47,8 +47,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from acmecerts._time import as_seconds
-from acmecerts.errors import InvalidInput, UnsupportedChallenge
+from acmecerts.errors import UnsupportedChallenge
+from acmecerts.solvers._checks import _refuse_unsupported
 from acmecerts.solvers._listener import _ListeningServer
 
 if TYPE_CHECKING:
@@ -332,7 +332,6 @@ class TlsAlpn01Server(_ListeningServer):
 
     #: The challenge type this solver answers.
     challenge_type: str = _CHALLENGE_TYPE
-    _protocol: ClassVar[str] = _CHALLENGE_TYPE
     _logger: ClassVar[logging.Logger] = logger
 
     def __init__(
@@ -343,25 +342,13 @@ class TlsAlpn01Server(_ListeningServer):
         timeout: float | _dt.timedelta = 10.0,
         max_connections: int = 1024,
     ) -> None:
-        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
-            raise InvalidInput(f"port must be an integer in 0..65535, not {port!r}")
-        seconds = as_seconds(timeout)
-        if not seconds > 0:
-            raise InvalidInput(f"timeout must be positive, not {timeout!r}")
-        if max_connections < 1:
-            raise InvalidInput(f"max_connections must be at least 1, not {max_connections}")
-        super().__init__(host=host, port=port, max_connections=max_connections)
-        self._timeout = seconds
+        super().__init__(host=host, port=port, timeout=timeout, max_connections=max_connections)
         self._presented = _Presented()
 
     # -- introspection --------------------------------------------------------
 
-    def __repr__(self) -> str:
-        state = "serving" if self.serving else "stopped"
-        return (
-            f"TlsAlpn01Server(host={self._host!r}, port={self.port}, {state}, "
-            f"names={len(self._presented)})"
-        )
+    def _repr_detail(self) -> str:
+        return f"names={len(self._presented)}"
 
     # -- Solver ---------------------------------------------------------------
 
@@ -376,13 +363,7 @@ class TlsAlpn01Server(_ListeningServer):
         tls-alpn-01 task, and :class:`~acmecerts.solvers.ListenError` if a lazy start
         cannot bind.
         """
-        if task.type != _CHALLENGE_TYPE:
-            raise UnsupportedChallenge(f"TlsAlpn01Server answers tls-alpn-01, not {task.type!r}")
-        if not _supports(task.identifier):
-            raise UnsupportedChallenge(
-                f"tls-alpn-01 cannot validate {task.identifier.value!r}"
-                + (" (wildcard names need dns-01)" if task.identifier.is_wildcard else "")
-            )
+        _refuse_unsupported(self, task, _CHALLENGE_TYPE, _supports)
         context = await anyio.to_thread.run_sync(
             _server_context, task.identifier, task.key_authorization
         )

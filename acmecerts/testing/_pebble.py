@@ -30,50 +30,36 @@ from the environment.
 
 from __future__ import annotations
 
-import atexit
-import datetime
 import http.client
-import ipaddress
 import json
 import os
 import re
 import shutil
-import signal
-import socket
 import ssl
-import subprocess
-import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from acmecerts.testing._process import (
+    ManagedServer,
+    _free_ports,
+    _https_get,
+    _https_ok,
+    _port_open,
+)
+from acmecerts.testing._tls import _write_tls_material
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-    from types import TracebackType
+    from collections.abc import Callable, Mapping, Sequence
 
 __all__ = ["PebbleServer"]
 
-_START_TIMEOUT = 30.0
-_STOP_TIMEOUT = 5.0
-_POLL_INTERVAL = 0.02
 _PROBE_TIMEOUT = 1.0
-_START_ATTEMPTS = 3
-_LOG_TAIL_LINES = 40
-
-# Servers not yet stopped (strong references), stopped at interpreter exit so that a forgotten
-# stop() does not leave processes behind.
-_LIVE: set[PebbleServer] = set()
 
 # Pebble logs each request as "Pebble 2024/01/01 00:00:00 GET /dir -> calling handler()".
 _REQUEST_LINE = re.compile(r"\s([A-Z]+) (\S+) -> calling handler\(\)")
-_PORT_IN_USE = "address already in use"
 
 
-class PebbleServer:
+class PebbleServer(ManagedServer):
     """Run ``pebble`` and ``pebble-challtestsrv`` on free ``127.0.0.1`` ports.
 
     Use it as a context manager, or call :meth:`start` and :meth:`stop`. All files (config,
@@ -96,6 +82,9 @@ class PebbleServer:
         challtestsrv_binary: The ``pebble-challtestsrv`` executable.
     """
 
+    name = "Pebble"
+    port_in_use = ("address already in use",)
+
     def __init__(
         self,
         workdir: Path,
@@ -113,7 +102,7 @@ class PebbleServer:
         _check_percent("nonce_reject_percent", nonce_reject_percent)
         if authz_reuse_percent is not None:
             _check_percent("authz_reuse_percent", authz_reuse_percent)
-        self.workdir = Path(workdir)
+        super().__init__(workdir)
         self.va_nosleep = va_nosleep
         self.nonce_reject_percent = nonce_reject_percent
         self.authz_reuse_percent = authz_reuse_percent
@@ -143,9 +132,6 @@ class PebbleServer:
         self._tls_port: int | None = None
         self._dns_port: int | None = None
         self._challtestsrv_port: int | None = None
-        self._pebble: subprocess.Popen[bytes] | None = None
-        self._challtestsrv: subprocess.Popen[bytes] | None = None
-        self._logs: list[IO[bytes]] = []
         self._ssl_context: ssl.SSLContext | None = None
 
     # -- addresses ---------------------------------------------------------------------------
@@ -187,13 +173,8 @@ class PebbleServer:
     @property
     def pids(self) -> list[int]:
         """PIDs of the processes this server started (pebble first); empty when stopped."""
-        return [p.pid for p in (self._pebble, self._challtestsrv) if p is not None]
-
-    @property
-    def running(self) -> bool:
-        """Whether every process this server started is still alive."""
-        procs = [p for p in (self._pebble, self._challtestsrv) if p is not None]
-        return bool(procs) and all(p.poll() is None for p in procs)
+        procs = self._procs
+        return [procs[name].pid for name in ("pebble", "pebble-challtestsrv") if name in procs]
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -207,75 +188,17 @@ class PebbleServer:
             RuntimeError: a binary is missing, a process exits early or readiness times out;
                 the message carries the tail of the logs. Nothing is left running.
         """
-        if self._pebble is not None:
-            raise RuntimeError("PebbleServer is already started")
-        for binary in (self.pebble_binary, self.challtestsrv_binary):
-            if binary == self.challtestsrv_binary and self.dns_server is not None:
-                continue
-            if shutil.which(binary) is None:
-                raise RuntimeError(
-                    f"{binary!r} not found; install the Debian package: apt-get install -y pebble"
-                )
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self._write_tls_material()
-        self._ssl_context = ssl.create_default_context(cafile=str(self.ca_bundle))
-
-        # Free ports are picked by binding port 0 and released before the servers bind them,
-        # so another process can grab one in between: retry with fresh ports in that case.
-        for attempt in range(1, _START_ATTEMPTS + 1):
-            try:
-                self._start_once()
-                return
-            except _PortRaceError:
-                self.stop()
-                if attempt == _START_ATTEMPTS:
-                    raise RuntimeError(
-                        "Pebble could not bind its ports after "
-                        f"{_START_ATTEMPTS} attempts\n{self._log_tails()}"
-                    ) from None
-            except BaseException:
-                self.stop()
-                raise
+        super().start()
 
     def stop(self) -> None:
         """Terminate both processes (SIGTERM, then SIGKILL after 5 s) and wait for them.
 
         Idempotent; safe to call if :meth:`start` failed half-way.
         """
-        procs = [p for p in (self._pebble, self._challtestsrv) if p is not None]
-        for proc in procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + _STOP_TIMEOUT
-        for proc in procs:
-            try:
-                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        self._pebble = None
-        self._challtestsrv = None
-        _LIVE.discard(self)
-        for log in self._logs:
-            log.close()
-        self._logs = []
-
-    def __enter__(self) -> Self:
-        """Start the server (see :meth:`start`)."""
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop the server (see :meth:`stop`)."""
-        self.stop()
+        super().stop()
 
     def __repr__(self) -> str:
-        state = f"directory_url={self.directory_url!r}" if self._pebble else "stopped"
+        state = f"directory_url={self.directory_url!r}" if self._procs else "stopped"
         return f"<PebbleServer {state} workdir={str(self.workdir)!r}>"
 
     # -- Pebble management API ---------------------------------------------------------------
@@ -302,8 +225,7 @@ class PebbleServer:
         "/nonce-plz")``, ``("POST", "/sign-me-up")``, ``("POST", "/order-plz")``). Requests
         rejected before a handler runs (unknown path: 404, wrong method: 405) are not logged.
         """
-        for log in self._logs:
-            log.flush()
+        self._flush_logs()
         try:
             text = self.log_path.read_text(encoding="utf-8", errors="replace")
         except FileNotFoundError:
@@ -322,7 +244,21 @@ class PebbleServer:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _start_once(self) -> None:
+    def _missing(self) -> str | None:
+        for binary in (self.pebble_binary, self.challtestsrv_binary):
+            if binary == self.challtestsrv_binary and self.dns_server is not None:
+                continue
+            if shutil.which(binary) is None:
+                return (
+                    f"{binary!r} not found; install the Debian package: apt-get install -y pebble"
+                )
+        return None
+
+    def _prepare(self) -> None:
+        _write_tls_material(self.ca_bundle, self.tls_cert_path, self.tls_key_path)
+        self._ssl_context = ssl.create_default_context(cafile=str(self.ca_bundle))
+
+    def _launch(self) -> None:
         need_dns = self.dns_server is None
         ports = _free_ports(4 + (2 if need_dns else 0), udp_for_last=need_dns)
         self._acme_port, self._mgmt_port, self._http_port, self._tls_port = ports[:4]
@@ -334,10 +270,9 @@ class PebbleServer:
             self._challtestsrv_port = self._dns_port = None
             dns = self.dns_server
         self._write_config()
-
-        _LIVE.add(self)
         if need_dns:
-            self._challtestsrv = self._spawn(
+            self._spawn(
+                "pebble-challtestsrv",
                 [
                     self.challtestsrv_binary,
                     "-management",
@@ -358,28 +293,24 @@ class PebbleServer:
                 self.challtestsrv_log_path,
                 _clean_env(),
             )
-        self._pebble = self._spawn(
+        self._spawn(
+            "pebble",
             [self.pebble_binary, "-config", str(self.config_path), "-dnsserver", dns],
             self.log_path,
             self._pebble_env(),
         )
-        self._wait_ready()
 
-    def _spawn(
-        self, argv: list[str], log_path: Path, env: dict[str, str]
-    ) -> subprocess.Popen[bytes]:
-        log = log_path.open("wb")  # each start attempt begins a fresh log
-        self._logs.append(log)
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=self.workdir,
-            # Keep Ctrl-C in the test's terminal from killing the servers before teardown.
-            start_new_session=True,
-        )
+    def _ready_checks(self) -> Sequence[tuple[str, Callable[[], bool]]]:
+        checks: list[tuple[str, Callable[[], bool]]] = [
+            ("dir", lambda: self._probe(_started(self._acme_port), "/dir")),
+            ("management", lambda: self._probe(_started(self._mgmt_port), "/roots/0")),
+        ]
+        if self._challtestsrv_port is not None:
+            checks.append(("challtestsrv", lambda: _port_open(_started(self._challtestsrv_port))))
+        return checks
+
+    def _log_paths(self) -> Sequence[Path]:
+        return [self.log_path, self.challtestsrv_log_path]
 
     def _pebble_env(self) -> dict[str, str]:
         env = _clean_env()
@@ -407,68 +338,13 @@ class PebbleServer:
         }
         self.config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
-    def _write_tls_material(self) -> None:
-        ca_pem, cert_pem, key_pem = _make_tls_material()
-        self.ca_bundle.write_bytes(ca_pem)
-        self.tls_cert_path.write_bytes(cert_pem)
-        fd = os.open(self.tls_key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o600)  # also when the file already existed
-            f.write(key_pem)
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + _START_TIMEOUT
-        pending = ["dir", "management"] + (["challtestsrv"] if self._challtestsrv else [])
-        while pending:
-            for name, proc in (
-                ("pebble", self._pebble),
-                ("pebble-challtestsrv", self._challtestsrv),
-            ):
-                if proc is not None and proc.poll() is not None:
-                    if _PORT_IN_USE in self._log_tails():
-                        raise _PortRaceError
-                    raise RuntimeError(
-                        f"{name} exited with status {proc.returncode} during start\n"
-                        f"{self._log_tails()}"
-                    )
-            if pending[0] == "dir":
-                ready = self._probe(_started(self._acme_port), "/dir")
-            elif pending[0] == "management":
-                ready = self._probe(_started(self._mgmt_port), "/roots/0")
-            else:
-                ready = _port_open(_started(self._challtestsrv_port))
-            if ready:
-                pending.pop(0)
-                continue
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"Pebble was not ready after {_START_TIMEOUT:.0f} s (waiting for "
-                    f"{pending[0]})\n{self._log_tails()}"
-                )
-            time.sleep(_POLL_INTERVAL)
-
     def _probe(self, port: int, path: str) -> bool:
-        try:
-            # A short timeout: a port squatter that never answers must not stall the loop.
-            status, _ = self._https_get(port, path, timeout=_PROBE_TIMEOUT)
-        except (OSError, http.client.HTTPException):
-            return False
-        return status == 200
-
-    def _https_get(self, port: int, path: str, timeout: float = 10.0) -> tuple[int, bytes]:
         assert self._ssl_context is not None
-        conn = http.client.HTTPSConnection(
-            "127.0.0.1", port, context=self._ssl_context, timeout=timeout
-        )
-        try:
-            conn.request("GET", path)
-            resp = conn.getresponse()
-            return resp.status, resp.read()
-        finally:
-            conn.close()
+        return _https_ok(port, path, self._ssl_context, timeout=_PROBE_TIMEOUT)
 
     def _management_get(self, path: str) -> str:
-        status, body = self._https_get(_started(self._mgmt_port), path)
+        assert self._ssl_context is not None
+        status, body = _https_get(_started(self._mgmt_port), path, self._ssl_context)
         if status != 200:
             raise RuntimeError(f"GET {self.management_url}{path} answered {status}: {body!r}")
         return body.decode("ascii")
@@ -485,29 +361,6 @@ class PebbleServer:
             conn.close()
         if resp.status != 200:
             raise RuntimeError(f"challtestsrv POST {path} answered {resp.status}: {body!r}")
-
-    def _log_tails(self) -> str:
-        for log in self._logs:
-            log.flush()
-        parts = []
-        for path in (self.log_path, self.challtestsrv_log_path):
-            try:
-                lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-            except FileNotFoundError:
-                continue
-            tail = "\n".join(lines[-_LOG_TAIL_LINES:])
-            parts.append(f"--- last lines of {path} ---\n{tail}")
-        return "\n".join(parts)
-
-
-@atexit.register
-def _stop_forgotten_servers() -> None:
-    for server in list(_LIVE):
-        server.stop()
-
-
-class _PortRaceError(Exception):
-    """A server could not bind a port picked as free (someone else took it meanwhile)."""
 
 
 def _started(port: int | None) -> int:
@@ -528,120 +381,3 @@ def _fqdn(host: str) -> str:
 def _clean_env() -> dict[str, str]:
     """The inherited environment without ``PEBBLE_*`` knobs that would change behaviour."""
     return {k: v for k, v in os.environ.items() if not k.startswith("PEBBLE_")}
-
-
-def _port_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
-
-
-def _free_ports(count: int, *, udp_for_last: bool = False) -> list[int]:
-    """Distinct free TCP ports on 127.0.0.1; the last one is also free for UDP if asked."""
-    held: list[socket.socket] = []
-    ports: list[int] = []
-    try:
-        while len(ports) < count:
-            tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            held.append(tcp)
-            tcp.bind(("127.0.0.1", 0))
-            port = tcp.getsockname()[1]
-            if udp_for_last and len(ports) == count - 1:
-                udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-                held.append(udp)
-                try:
-                    udp.bind(("127.0.0.1", port))
-                except OSError:
-                    continue
-            ports.append(port)
-    finally:
-        for sock in held:
-            sock.close()
-    return ports
-
-
-def _make_tls_material() -> tuple[bytes, bytes, bytes]:
-    """A throwaway P-256 CA and a leaf for localhost/127.0.0.1/::1: (ca PEM, leaf PEM, key PEM)."""
-    now = datetime.datetime.now(datetime.UTC)
-    not_before = now - datetime.timedelta(hours=1)
-    not_after = now + datetime.timedelta(days=2)
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "acmecerts PebbleServer test CA")])
-    ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(ca_ski, critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
-        .issuer_name(ca_name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [
-                    x509.DNSName("localhost"),
-                    x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                    x509.IPAddress(ipaddress.ip_address("::1")),
-                ]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-    pem = serialization.Encoding.PEM
-    key_pem = key.private_bytes(
-        pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return ca_cert.public_bytes(pem), cert.public_bytes(pem), key_pem

@@ -9,7 +9,8 @@ import pytest
 from cryptography import x509
 
 from acmecerts import AcmeClient, Http01Server, IssuedCertificate
-from acmecerts.testing import Acme2CertifierServer, PebbleServer
+from acmecerts.testing import PebbleServer
+from tests.servers.a2c import Acme2CertifierServer
 
 
 @pytest.fixture

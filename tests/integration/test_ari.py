@@ -35,8 +35,9 @@ from acmecerts import (
 )
 from acmecerts.protocol.ari import cert_id
 from acmecerts.protocol.identifiers import Identifier
-from acmecerts.testing import Acme2CertifierServer, PebbleServer
+from acmecerts.testing import PebbleServer
 from acmecerts.transport import AcmeTransport
+from tests.servers.a2c import Acme2CertifierServer
 
 pytestmark = pytest.mark.anyio
 

@@ -29,7 +29,8 @@ from acmecerts.solvers import (
     PropagationCheck,
     Rfc2136Solver,
 )
-from acmecerts.testing import BindServer, PebbleServer
+from acmecerts.testing import PebbleServer
+from tests.servers.bind import BindServer
 
 from .conftest import assert_valid_chain
 

@@ -23,7 +23,8 @@ from acmecerts.manager import (
 )
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.retry import AttemptSchedule
-from acmecerts.testing import Acme2CertifierServer, PebbleServer
+from acmecerts.testing import PebbleServer
+from tests.servers.a2c import Acme2CertifierServer
 
 from .conftest import assert_valid_chain
 

@@ -1,9 +1,9 @@
 """Serve acme2certifier's WSGI app over HTTPS on 127.0.0.1 (run by its own venv's python).
 
-:class:`acmecerts.testing.Acme2CertifierServer` runs this file as a script with the
+:class:`tests.servers.a2c.Acme2CertifierServer` runs this file as a script with the
 interpreter of the virtualenv acme2certifier is installed in::
 
-    V/bin/python -I _a2c_runner.py --config acme_srv.cfg --cert tls.pem --key tls-key.pem \\
+    V/bin/python -I a2c_runner.py --config acme_srv.cfg --cert tls.pem --key tls-key.pem \\
         --port-file port
 
 It imports nothing from acmecerts (the venv does not have it) and only the standard library

@@ -17,7 +17,7 @@ What the harness sets up, and why:
   ``~/.cache/acmecerts/a2c-venv``) and reused afterwards (:func:`ensure_a2c_venv`).
 * Certificates are issued by acme2certifier's ``openssl_ca_handler`` from a self-signed P-256
   CA generated on each start (:attr:`~Acme2CertifierServer.issuing_ca_pem`).
-* The WSGI app runs in a subprocess with the venv's python (``_a2c_runner.py``): ``wsgiref``
+* The WSGI app runs in a subprocess with the venv's python (``a2c_runner.py``): ``wsgiref``
   with one thread per request, on ``127.0.0.1`` only, over HTTPS with a leaf for
   ``127.0.0.1``/``localhost`` signed by a throwaway TLS CA (:attr:`~Acme2CertifierServer.ca_bundle`,
   which clients trust). acme2certifier's own ``__main__`` would bind ``0.0.0.0:80``.
@@ -35,48 +35,34 @@ served at ``/directory`` (and ``/acme/directory``), resources under ``/acme/``.
 
 from __future__ import annotations
 
-import atexit
 import datetime
 import fcntl
-import http.client
 import os
 import re
 import shutil
-import signal
 import ssl
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Self
+from typing import TYPE_CHECKING
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives import serialization
 
-from acmecerts.testing._pebble import _make_tls_material
+from acmecerts.testing._process import ManagedServer, _https_ok
+from acmecerts.testing._tls import _make_ca, _pem_key, _write_private, _write_tls_material
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
-    from types import TracebackType
+    from collections.abc import Callable, Mapping, Sequence
 
 __all__ = ["A2C_VERSION", "Acme2CertifierServer", "default_a2c_venv", "ensure_a2c_venv"]
 
 #: The acme2certifier release the harness installs and is tested with.
 A2C_VERSION = "0.46.3"
 
-_START_TIMEOUT = 60.0
-_STOP_TIMEOUT = 5.0
-_POLL_INTERVAL = 0.02
 _PROBE_TIMEOUT = 2.0
 _INSTALL_TIMEOUT = 900.0
-_LOG_TAIL_LINES = 40
-_RUNNER = Path(__file__).with_name("_a2c_runner.py")
+_RUNNER = Path(__file__).with_name("a2c_runner.py")
 _MARKER = ".acmecerts-a2c-version"
-
-# Servers not yet stopped, stopped at interpreter exit so a forgotten stop() leaves nothing.
-_LIVE: set[Acme2CertifierServer] = set()
 
 # wsgiref logs each request as '127.0.0.1 - - [date] "POST /acme/neworders HTTP/1.1" 201 7'.
 _REQUEST_LINE = re.compile(r'"([A-Z]+) (\S+) HTTP/[0-9.]+" ([0-9]{3}) ')
@@ -153,7 +139,7 @@ def ensure_a2c_venv(
     return venv_python
 
 
-class Acme2CertifierServer:
+class Acme2CertifierServer(ManagedServer):
     """Run acme2certifier on a free ``127.0.0.1`` port over HTTPS.
 
     Use it as a context manager, or call :meth:`start` and :meth:`stop`. The config, the CA,
@@ -176,6 +162,9 @@ class Acme2CertifierServer:
         extra_env: Extra environment variables for the server process.
     """
 
+    name = "acme2certifier"
+    start_timeout = 60.0
+
     def __init__(
         self,
         workdir: Path,
@@ -195,7 +184,7 @@ class Acme2CertifierServer:
             raise ValueError(f"retry_after must be >= 0, got {retry_after}")
         if cert_validity_days < 1:
             raise ValueError(f"cert_validity_days must be >= 1, got {cert_validity_days}")
-        self.workdir = Path(workdir)
+        super().__init__(workdir)
         self.venv = Path(venv) if venv is not None else default_a2c_venv()
         self.validation_disabled = validation_disabled
         self.renewal_threshold_pct = renewal_threshold_pct
@@ -225,8 +214,7 @@ class Acme2CertifierServer:
         self.log_path: Path = self.workdir / "a2c.log"
         self._port_file: Path = self.workdir / "a2c.port"
         self._port: int | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
+        self._venv_python: Path | None = None
         self._ssl_context: ssl.SSLContext | None = None
         self._issuing_ca_pem: str | None = None
 
@@ -256,16 +244,6 @@ class Acme2CertifierServer:
             raise RuntimeError("Acme2CertifierServer is not started")
         return self._issuing_ca_pem
 
-    @property
-    def pid(self) -> int | None:
-        """PID of the server process; ``None`` when stopped."""
-        return self._proc.pid if self._proc is not None else None
-
-    @property
-    def running(self) -> bool:
-        """Whether the server process is alive."""
-        return self._proc is not None and self._proc.poll() is None
-
     # -- lifecycle ---------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -277,76 +255,7 @@ class Acme2CertifierServer:
             RuntimeError: the venv cannot be made, the server exits early, or it is not ready
                 within 60 s; the message carries the tail of the log. Nothing is left running.
         """
-        if self._proc is not None:
-            raise RuntimeError("Acme2CertifierServer is already started")
-        venv_python = ensure_a2c_venv(self.venv)
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        self.cert_dir.mkdir(exist_ok=True)
-        self._write_tls_material()
-        self._write_issuing_ca()
-        self._write_config()
-        self._ssl_context = ssl.create_default_context(cafile=str(self.ca_bundle))
-        self._port_file.unlink(missing_ok=True)
-        self._log = self.log_path.open("wb")
-        try:
-            self._proc = subprocess.Popen(
-                [
-                    str(venv_python),
-                    "-I",  # no PYTHON* variables, no user site, no script dir on sys.path
-                    str(_RUNNER),
-                    "--config",
-                    str(self.config_path),
-                    "--cert",
-                    str(self.tls_cert_path),
-                    "--key",
-                    str(self.tls_key_path),
-                    "--port-file",
-                    str(self._port_file),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=self._log,
-                stderr=subprocess.STDOUT,
-                env=self._env(),
-                cwd=self.workdir,
-                start_new_session=True,  # Ctrl-C in the test terminal reaches us, not it
-            )
-            _LIVE.add(self)
-            self._wait_ready()
-        except BaseException:
-            self.stop()
-            raise
-
-    def stop(self) -> None:
-        """Terminate the server (SIGTERM, then SIGKILL after 5 s) and wait for it. Idempotent."""
-        proc = self._proc
-        if proc is not None:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=_STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        self._proc = None
-        self._port = None
-        _LIVE.discard(self)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def __enter__(self) -> Self:
-        """Start the server (see :meth:`start`)."""
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop the server (see :meth:`stop`)."""
-        self.stop()
+        super().start()
 
     def __repr__(self) -> str:
         state = f"directory_url={self.directory_url!r}" if self._port else "stopped"
@@ -354,8 +263,7 @@ class Acme2CertifierServer:
 
     def requests_seen(self) -> list[tuple[str, str, int]]:
         """``(METHOD, path, status)`` of every request the server logged so far, oldest first."""
-        if self._log is not None:
-            self._log.flush()
+        self._flush_logs()
         try:
             text = self.log_path.read_text(encoding="utf-8", errors="replace")
         except FileNotFoundError:
@@ -364,6 +272,52 @@ class Acme2CertifierServer:
         return [(m[1], m[2], int(m[3])) for m in found if m]
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _prepare(self) -> None:
+        self._venv_python = ensure_a2c_venv(self.venv)
+        self.cert_dir.mkdir(exist_ok=True)
+        _write_tls_material(self.ca_bundle, self.tls_cert_path, self.tls_key_path)
+        self._write_issuing_ca()
+        self._write_config()
+        self._ssl_context = ssl.create_default_context(cafile=str(self.ca_bundle))
+
+    def _launch(self) -> None:
+        # The runner binds port 0 itself and writes the port it got: no race to retry.
+        self._port_file.unlink(missing_ok=True)
+        self._spawn(
+            "acme2certifier",
+            [
+                str(self._venv_python),
+                "-I",  # no PYTHON* variables, no user site, no script dir on sys.path
+                str(_RUNNER),
+                "--config",
+                str(self.config_path),
+                "--cert",
+                str(self.tls_cert_path),
+                "--key",
+                str(self.tls_key_path),
+                "--port-file",
+                str(self._port_file),
+            ],
+            self.log_path,
+            self._env(),
+        )
+
+    def _ready_checks(self) -> Sequence[tuple[str, Callable[[], bool]]]:
+        return [("its port", self._read_port), ("/directory", self._probe_directory)]
+
+    def _stopped(self) -> None:
+        self._port = None
+
+    def _read_port(self) -> bool:
+        text = _read(self._port_file)
+        if text and text.isdigit():
+            self._port = int(text)
+        return self._port is not None
+
+    def _probe_directory(self) -> bool:
+        assert self._ssl_context is not None
+        return _https_ok(self.port, "/directory", self._ssl_context, timeout=_PROBE_TIMEOUT)
 
     def _env(self) -> dict[str, str]:
         env = {
@@ -410,70 +364,11 @@ class Acme2CertifierServer:
             lines.append("")
         self.config_path.write_text("\n".join(lines), encoding="utf-8")
 
-    def _write_tls_material(self) -> None:
-        ca_pem, cert_pem, key_pem = _make_tls_material()
-        self.ca_bundle.write_bytes(ca_pem)
-        self.tls_cert_path.write_bytes(cert_pem)
-        _write_private(self.tls_key_path, key_pem)
-
     def _write_issuing_ca(self) -> None:
         cert_pem, key_pem = _make_issuing_ca()
         self.issuing_ca_path.write_bytes(cert_pem)
         _write_private(self.issuing_ca_key_path, key_pem)
         self._issuing_ca_pem = cert_pem.decode("ascii")
-
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + _START_TIMEOUT
-        while True:
-            proc = self._proc
-            assert proc is not None
-            if proc.poll() is not None:
-                raise RuntimeError(
-                    f"acme2certifier exited with status {proc.returncode} during start\n"
-                    f"{self._log_tail()}"
-                )
-            if self._port is None:
-                text = _read(self._port_file)
-                if text and text.isdigit():
-                    self._port = int(text)
-            if self._port is not None and self._probe("/directory"):
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"acme2certifier was not ready after {_START_TIMEOUT:.0f} s\n{self._log_tail()}"
-                )
-            time.sleep(_POLL_INTERVAL)
-
-    def _probe(self, path: str) -> bool:
-        assert self._ssl_context is not None
-        conn = http.client.HTTPSConnection(
-            "127.0.0.1", self.port, context=self._ssl_context, timeout=_PROBE_TIMEOUT
-        )
-        try:
-            conn.request("GET", path)
-            resp = conn.getresponse()
-            resp.read()
-        except (OSError, http.client.HTTPException):
-            return False
-        finally:
-            conn.close()
-        return resp.status == 200
-
-    def _log_tail(self) -> str:
-        if self._log is not None:
-            self._log.flush()
-        try:
-            lines = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except FileNotFoundError:
-            return ""
-        tail = "\n".join(lines[-_LOG_TAIL_LINES:])
-        return f"--- last lines of {self.log_path} ---\n{tail}"
-
-
-@atexit.register
-def _stop_forgotten_servers() -> None:
-    for server in list(_LIVE):
-        server.stop()
 
 
 def _read(path: Path) -> str | None:
@@ -483,46 +378,12 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def _write_private(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        os.fchmod(f.fileno(), 0o600)  # also when the file already existed
-        f.write(data)
-
-
 def _make_issuing_ca() -> tuple[bytes, bytes]:
     """A self-signed P-256 CA for acme2certifier's openssl_ca_handler: (cert PEM, key PEM)."""
     now = datetime.datetime.now(datetime.UTC)
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "acmecerts a2c issuing CA")])
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=3650))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-        .sign(key, hashes.SHA256())
+    cert, key = _make_ca(
+        "acmecerts a2c issuing CA",
+        now - datetime.timedelta(hours=1),
+        now + datetime.timedelta(days=3650),
     )
-    pem = serialization.Encoding.PEM
-    key_pem = key.private_bytes(
-        pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return cert.public_bytes(pem), key_pem
+    return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)

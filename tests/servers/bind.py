@@ -48,15 +48,10 @@ What the harness sets up, and why:
 
 from __future__ import annotations
 
-import atexit
 import base64
 import secrets
 import shutil
-import signal
-import subprocess
-import time
-from pathlib import Path
-from typing import IO, TYPE_CHECKING, Self
+from typing import TYPE_CHECKING
 
 import dns.exception
 import dns.flags
@@ -66,20 +61,13 @@ import dns.rcode
 import dns.rdatatype
 import dns.rdtypes.ANY.TXT
 
-from acmecerts.testing._pebble import _free_ports
+from acmecerts.testing._process import ManagedServer, _free_ports
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
-    from types import TracebackType
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from pathlib import Path
 
 __all__ = ["BindServer"]
-
-_START_TIMEOUT = 20.0
-_STOP_TIMEOUT = 5.0
-_POLL_INTERVAL = 0.02
-_START_ATTEMPTS = 3
-_LOG_TAIL_LINES = 40
-_PORT_IN_USE = ("address in use", "unable to listen on any configured interfaces")
 
 #: The zones every :class:`BindServer` serves.
 DEFAULT_ZONES = ("example.test", "delegated.test", "readonly.test")
@@ -98,10 +86,8 @@ _DEFAULT_RECORDS: dict[str, tuple[str, ...]] = {
 #: Served zones that take no dynamic updates.
 _READONLY_ZONES = frozenset({"readonly.test"})
 
-_LIVE: set[BindServer] = set()
 
-
-class BindServer:
+class BindServer(ManagedServer):
     """Run BIND 9 ``named`` on a free ``127.0.0.1`` port with TSIG-updatable test zones.
 
     Use it as a context manager, or call :meth:`start` and :meth:`stop`. The config, zone
@@ -119,6 +105,10 @@ class BindServer:
         named_binary: The ``named`` executable (name on ``PATH`` or path).
     """
 
+    name = "named"
+    start_timeout = 20.0
+    port_in_use = ("address in use", "unable to listen on any configured interfaces")
+
     def __init__(
         self,
         workdir: Path,
@@ -130,7 +120,7 @@ class BindServer:
         recursion: bool = True,
         named_binary: str = "named",
     ) -> None:
-        self.workdir = Path(workdir)
+        super().__init__(workdir)
         #: Name of the TSIG key ``allow-update`` accepts.
         self.tsig_key_name = tsig_key_name
         #: The key's algorithm, e.g. ``"hmac-sha256"``.
@@ -161,15 +151,13 @@ class BindServer:
         self.pid_path: Path = self.workdir / "named.pid"
 
         self._port: int | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
 
     # -- addresses ---------------------------------------------------------------------------
 
     @property
     def port(self) -> int:
         """The UDP and TCP port ``named`` listens on (on ``127.0.0.1``)."""
-        if self._port is None or self._proc is None:
+        if self._port is None or not self._procs:
             raise RuntimeError("BindServer is not started")
         return self._port
 
@@ -177,16 +165,6 @@ class BindServer:
     def address(self) -> str:
         """``"127.0.0.1:PORT"``, the form Pebble's ``-dnsserver`` takes."""
         return f"127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int | None:
-        """The PID of ``named`` while it runs."""
-        return self._proc.pid if self._proc is not None else None
-
-    @property
-    def running(self) -> bool:
-        """Whether ``named`` was started and is still alive."""
-        return self._proc is not None and self._proc.poll() is None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -197,58 +175,7 @@ class BindServer:
             RuntimeError: ``named`` is missing, exits early, or is not ready within 20 s;
                 the message carries the tail of its log. Nothing is left running.
         """
-        if self._proc is not None:
-            raise RuntimeError("BindServer is already started")
-        if shutil.which(self.named_binary) is None:
-            raise RuntimeError(
-                f"{self.named_binary!r} not found; install the Debian package: "
-                "apt-get install -y bind9 bind9-utils"
-            )
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        for attempt in range(1, _START_ATTEMPTS + 1):
-            try:
-                self._start_once()
-                return
-            except _PortRaceError:
-                self.stop()
-                if attempt == _START_ATTEMPTS:
-                    raise RuntimeError(
-                        f"named could not bind a port after {_START_ATTEMPTS} attempts\n"
-                        f"{self._log_tail()}"
-                    ) from None
-            except BaseException:
-                self.stop()
-                raise
-
-    def stop(self) -> None:
-        """Terminate ``named`` (SIGTERM, then SIGKILL after 5 s) and wait for it. Idempotent."""
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=_STOP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        _LIVE.discard(self)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-
-    def __enter__(self) -> Self:
-        """Start the server (see :meth:`start`)."""
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Stop the server (see :meth:`stop`)."""
-        self.stop()
+        super().start()
 
     def __repr__(self) -> str:
         state = f"address={self.address!r}" if self.running else "stopped"
@@ -289,12 +216,19 @@ class BindServer:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _start_once(self) -> None:
+    def _missing(self) -> str | None:
+        if shutil.which(self.named_binary) is None:
+            return (
+                f"{self.named_binary!r} not found; install the Debian package: "
+                "apt-get install -y bind9 bind9-utils"
+            )
+        return None
+
+    def _launch(self) -> None:
         (self._port,) = _free_ports(1, udp_for_last=True)
         self._write_files(self._port)
-        self._log = self.log_path.open("wb")
-        _LIVE.add(self)
-        self._proc = subprocess.Popen(
+        self._spawn(
+            "named",
             # -g: foreground, log to stderr; -4: IPv4 only; -n 1: one worker thread.
             [
                 self.named_binary,
@@ -307,13 +241,11 @@ class BindServer:
                 "-p",
                 str(self._port),
             ],
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            cwd=self.workdir,
-            start_new_session=True,
+            self.log_path,
         )
-        self._wait_ready()
+
+    def _ready_checks(self) -> Sequence[tuple[str, Callable[[], bool]]]:
+        return [("SOA answers", self._answers_soa)]
 
     def _write_files(self, port: int) -> None:
         work = self.workdir.resolve()
@@ -369,26 +301,6 @@ class BindServer:
             encoding="ascii",
         )
 
-    def _wait_ready(self) -> None:
-        assert self._proc is not None
-        assert self._port is not None
-        deadline = time.monotonic() + _START_TIMEOUT
-        while True:
-            if self._proc.poll() is not None:
-                log = self._log_tail()
-                if any(marker in log for marker in _PORT_IN_USE):
-                    raise _PortRaceError
-                raise RuntimeError(
-                    f"named exited with status {self._proc.returncode} during start\n{log}"
-                )
-            if self._answers_soa():
-                return
-            if time.monotonic() > deadline:
-                raise RuntimeError(
-                    f"named was not ready after {_START_TIMEOUT:.0f} s\n{self._log_tail()}"
-                )
-            time.sleep(_POLL_INTERVAL)
-
     def _answers_soa(self) -> bool:
         assert self._port is not None
         try:
@@ -400,26 +312,6 @@ class BindServer:
         except (OSError, dns.exception.DNSException):
             return False
         return True
-
-    def _log_tail(self) -> str:
-        if self._log is not None:
-            self._log.flush()
-        try:
-            lines = self.log_path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except FileNotFoundError:
-            return ""
-        tail = "\n".join(lines[-_LOG_TAIL_LINES:])
-        return f"--- last lines of {self.log_path} ---\n{tail}"
-
-
-@atexit.register
-def _stop_forgotten_servers() -> None:
-    for server in list(_LIVE):
-        server.stop()
-
-
-class _PortRaceError(Exception):
-    """``named`` could not bind a port picked as free (someone else took it meanwhile)."""
 
 
 def _absolute(name: str) -> str:
