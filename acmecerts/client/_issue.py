@@ -1,0 +1,445 @@
+"""The issuance driver: one certificate, new order through download."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+
+import anyio
+import httpx
+
+from acmecerts._issued import IssuedCertificate
+from acmecerts._time import as_seconds
+from acmecerts.client._authorization import _AuthorizationRequests
+from acmecerts.client._certificate import _CertificateRequests
+from acmecerts.client._order import OrderHook, _as_identifiers, _OrderRequests
+from acmecerts.errors import (
+    AcmeCertsError,
+    AcmeProblem,
+    AttemptTimeout,
+    AuthorizationFailed,
+    BadServerResponse,
+    ErrorKind,
+    InvalidInput,
+    OrderFailed,
+    OrderNotReady,
+    UnsupportedChallenge,
+)
+from acmecerts.protocol._solver import ChallengeTask, Solver
+from acmecerts.protocol.certificate import (
+    CertificateChain,
+    certificate_info,
+    check_certificate_matches,
+)
+from acmecerts.protocol.challenges import key_authorization
+from acmecerts.protocol.csr import build_csr
+from acmecerts.protocol.identifiers import Identifier
+from acmecerts.protocol.keys import KeyType, PrivateKey, generate_private_key, private_key_pem
+from acmecerts.protocol.resources import Challenge, Order
+
+log = logging.getLogger("acmecerts.client")
+
+_CLEANUP_SECONDS = 15.0
+
+
+class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
+    """The issuance driver: :meth:`issue` runs the flow over the resource requests."""
+
+    async def issue(
+        self,
+        names: Iterable[str | Identifier],
+        *,
+        solver: Solver | None = None,
+        solvers: Iterable[Solver] = (),
+        key_type: KeyType | str = KeyType.EC256,
+        private_key: PrivateKey | None = None,
+        profile: str | None = None,
+        replaces: str | None = None,
+        preferred_chain: str | None = None,
+        attempt_timeout: float | _dt.timedelta | None = None,
+        renewal_of: Sequence[Identifier | str] | None = None,
+        resume_order_url: str | None = None,
+        on_order: OrderHook | None = None,
+        before_order: Callable[[PrivateKey], Awaitable[None]] | None = None,
+        recover_order: bool = False,
+    ) -> IssuedCertificate:
+        """Issue one certificate for ``names``: order, validate, finalize, download.
+
+        Every authorization of the order is solved concurrently. The attempt runs under
+        ``attempt_timeout`` (default: the client's, 30 minutes); however it ends,
+        challenge responses are cleaned up and authorizations still pending are
+        deactivated. Bad input raises :class:`InvalidInput` before any request is sent.
+
+        Args:
+            names: DNS names (``*.`` wildcards allowed with dns-01) and IP addresses.
+            solver: The solver to use; ``solvers`` gives several (one per challenge type,
+                tried in order of preference).
+            key_type: Certificate key type when ``private_key`` is not given.
+            private_key: Reuse this key for the certificate.
+            profile: A certificate profile the CA offers.
+            replaces: ARI certID of the certificate this one renews (RFC 9773 §5).
+            renewal_of: The identifiers of the certificate this one renews (for the
+                rate-limit ledger's renewal exemptions; see :meth:`new_order`).
+            resume_order_url: An order a previous attempt created (pass the same
+                ``private_key``): it is continued where it stands (pending, ready,
+                processing or valid) instead of sending a new ``newOrder``; if the CA no
+                longer has it usable, a new order is created.
+            on_order: Awaited with the order and the certificate key right after a new
+                order is created (or an unrecorded one found), before anything else is
+                sent: persist them here so that a restarted process can resume the order.
+            before_order: Awaited with the certificate key right before ``newOrder`` is
+                sent: persist an intent here, so that a process that dies before
+                ``on_order`` knows to pass ``recover_order`` when it restarts.
+            recover_order: A previous attempt may have created an order it never
+                recorded (it died between ``newOrder`` and ``on_order``): before
+                ordering, look for it with :meth:`find_unfinished_order`.
+            preferred_chain: The common name of the root (or else of an intermediate)
+                the chain should lead to; among the chains the CA offers (``Link:
+                rel="alternate"``) the one whose root issuer has this name wins, then one
+                with an intermediate so named; the CA's default chain when none matches.
+        """
+        identifiers = _as_identifiers(names)
+        solver_list = ([solver] if solver is not None else []) + list(solvers)
+        if not solver_list:
+            raise InvalidInput("issue() needs a solver (e.g. Http01Server)")
+        for ident in identifiers:
+            if not any(s.supports(ident) for s in solver_list):
+                types = ", ".join(s.challenge_type for s in solver_list)
+                raise UnsupportedChallenge(
+                    f"no solver for {ident.value} among {types}"
+                    + (" (wildcards need dns-01)" if ident.is_wildcard else "")
+                )
+        key = private_key or generate_private_key(key_type)
+        csr_der = build_csr(identifiers, key)
+        timeout = (
+            as_seconds(attempt_timeout) if attempt_timeout is not None else self.attempt_timeout
+        )
+        if not timeout > 0:  # also NaN
+            raise InvalidInput(f"attempt_timeout must be positive, got {attempt_timeout!r}")
+        deadline = self.clock.now() + _dt.timedelta(seconds=timeout)
+        with anyio.move_on_after(timeout):
+            return await self._issue_attempt(
+                identifiers,
+                solver_list,
+                key,
+                csr_der,
+                deadline=deadline,
+                profile=profile,
+                replaces=replaces,
+                preferred_chain=preferred_chain,
+                renewal_of=renewal_of,
+                resume_order_url=resume_order_url,
+                on_order=on_order,
+                before_order=before_order,
+                recover_order=recover_order,
+            )
+        # only the deadline's own cancel scope gets here (a solver's TimeoutError does not)
+        raise AttemptTimeout(
+            f"issuance for {', '.join(i.value for i in identifiers)} did not finish "
+            f"within {timeout:g} s"
+        )
+
+    async def _issue_attempt(
+        self,
+        identifiers: tuple[Identifier, ...],
+        solvers: list[Solver],
+        key: PrivateKey,
+        csr_der: bytes,
+        *,
+        deadline: _dt.datetime,
+        profile: str | None,
+        replaces: str | None,
+        preferred_chain: str | None,
+        renewal_of: Sequence[Identifier | str] | None = None,
+        resume_order_url: str | None = None,
+        on_order: OrderHook | None = None,
+        before_order: Callable[[PrivateKey], Awaitable[None]] | None = None,
+        recover_order: bool = False,
+    ) -> IssuedCertificate:
+        order = None
+        if resume_order_url is not None:
+            order = await self._resumable_order(resume_order_url, identifiers)
+        if order is None and recover_order:
+            order = await self.find_unfinished_order(identifiers)
+            if order is not None and on_order is not None:
+                await on_order(order, key)
+        if order is None:
+            if before_order is not None:
+                await before_order(key)
+            order = await self.new_order(
+                identifiers, profile=profile, replaces=replaces, renewal_of=renewal_of
+            )
+            if on_order is not None:
+                await on_order(order, key)
+        log.debug("order %s for %s is %s", order.url, identifiers, order.status)
+        presented: list[tuple[Solver, ChallengeTask]] = []
+        pending_authz: set[str] = set()
+        finished = False
+        outcome: BaseException | None = None
+        try:
+            if order.status == "pending":
+                # any of them may be left pending if the attempt ends early; cleanup
+                # looks at each and deactivates only those still pending
+                pending_authz.update(order.authorizations)
+                await self._solve_authorizations(order, solvers, presented, pending_authz)
+                order = await self.wait_order(
+                    order, until=frozenset({"ready", "processing", "valid"}), deadline=deadline
+                )
+                if order.status == "invalid":
+                    raise await self._explain_invalid_order(order)
+                pending_authz.clear()
+            if order.status == "ready":
+                order = await self._finalize_once(order, csr_der)
+            order = await self.wait_order(order, until=frozenset({"valid"}), deadline=deadline)
+            if order.status != "valid" or order.certificate is None:
+                problem = order.error
+                raise OrderFailed(
+                    f"order {order.url} became {order.status}"
+                    + (f": {problem}" if problem else ""),
+                    order_url=order.url,
+                    problem=problem,
+                )
+            issued = await self._download(order, key, identifiers, preferred_chain)
+            finished = True
+            return issued
+        except BaseException as exc:
+            outcome = exc
+            raise
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_CLEANUP_SECONDS):
+                await self._cleanup(presented, pending_authz if not finished else set())
+                await self._ledger_attempt_ended(identifiers, order, replaces, renewal_of, outcome)
+
+    async def _resumable_order(self, url: str, identifiers: tuple[Identifier, ...]) -> Order | None:
+        """The order at ``url`` if it can still lead to a certificate for ``identifiers``."""
+        try:
+            order = await self.get_order(url)
+        except AcmeCertsError as exc:
+            if exc.kind is not ErrorKind.PERMANENT:
+                raise
+            log.info("order %s cannot be resumed (%s); ordering anew", url, exc)
+            return None
+        if order.status in ("invalid", "expired", "deactivated", "revoked"):
+            log.info("order %s is %s; ordering anew", url, order.status)
+            return None
+        if set(order.identifiers) != set(identifiers):
+            log.warning("order %s is for other identifiers; ordering anew", url)
+            return None
+        if order.expires is not None and order.expires <= self.clock.now():
+            return None
+        log.info("resuming order %s (%s)", url, order.status)
+        return order
+
+    async def _solve_authorizations(
+        self,
+        order: Order,
+        solvers: list[Solver],
+        presented: list[tuple[Solver, ChallengeTask]],
+        pending_authz: set[str],
+    ) -> None:
+        async def solve(url: str) -> None:
+            authz = await self.get_authorization(url)
+            if authz.status == "valid":
+                return
+            if authz.status != "pending":
+                raise AuthorizationFailed(
+                    authz.dns_name, authz.error, authorization_url=url, order_url=order.url
+                )
+            pending_authz.add(url)
+            ident = Identifier(authz.identifier.type, authz.dns_name)
+            for candidate in solvers:
+                challenge = authz.challenge(candidate.challenge_type)
+                if challenge is not None and candidate.supports(ident):
+                    break
+            else:
+                offered = ", ".join(c.type for c in authz.challenges)
+                unsupported = UnsupportedChallenge(
+                    f"the CA offers {offered or 'no challenges'} for {ident.value}; "
+                    "no configured solver answers any of them"
+                )
+                unsupported.reached_ca = True  # the order exists at the CA already
+                raise unsupported
+            if challenge.token is None:
+                raise BadServerResponse(f"{challenge.type} challenge without a token", url=url)
+            task = ChallengeTask(
+                type=challenge.type,
+                identifier=ident,
+                token=challenge.token,
+                key_authorization=key_authorization(challenge.token, self.account_key.thumbprint),
+                url=challenge.url,
+            )
+            presented.append((candidate, task))
+            await candidate.present(task)
+            if challenge.status == "pending":
+                answered = await self._answer_challenge_once(challenge, url)
+                if answered.status == "invalid":
+                    # A CA that validates inside the challenge POST (acme2certifier) may
+                    # answer "invalid" and leave the order "pending" for good: decide from
+                    # the challenge instead of polling the order until the deadline.
+                    pending_authz.discard(url)
+                    raise AuthorizationFailed(
+                        authz.dns_name,
+                        answered.error or challenge.error,
+                        authorization_url=url,
+                        order_url=order.url,
+                    )
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for url in order.authorizations:
+                    tg.start_soon(solve, url)
+        except BaseExceptionGroup as group:
+            # one authorization's failure cancels the others; report the root cause
+            raise _first_error(group) from None
+
+    async def _finalize_once(self, order: Order, csr_der: bytes) -> Order:
+        """Finalize ``order``; a refusal because it is already finalized is no failure.
+
+        The transport replays a finalize whose answer was lost; the first copy may have
+        got through, and the CA then refuses the replay (``orderNotReady``: the order is
+        ``processing`` or ``valid`` already). The order's state decides.
+        """
+        try:
+            return await self.finalize(order, csr_der)
+        except OrderNotReady as exc:
+            try:
+                current = await self.get_order(order.url)
+            except AcmeCertsError:
+                raise exc from None
+            if current.status not in ("processing", "valid"):
+                raise
+            log.info("order %s was finalized already (%s)", order.url, current.status)
+            return current
+
+    async def _answer_challenge_once(self, challenge: Challenge, authz_url: str) -> Challenge:
+        """Answer ``challenge``; a refusal because it was answered already is no failure.
+
+        The transport replays an answer whose response was lost; if the first copy got
+        through, the CA refuses the replay (the challenge is no longer ``pending``). The
+        challenge's state decides: ``processing``/``valid`` (or ``invalid``, reported by
+        the caller) is returned, a challenge still ``pending`` re-raises the refusal.
+        """
+        try:
+            return await self.answer_challenge(challenge)
+        except AcmeProblem as exc:
+            if exc.kind is not ErrorKind.PERMANENT:
+                raise
+            try:
+                authz = await self.get_authorization(authz_url)
+            except AcmeCertsError:
+                raise exc from None
+            current = authz.challenge(challenge.type) or challenge
+            if authz.status != "valid" and current.status == "pending":
+                raise
+            log.info("challenge %s was answered already (%s)", challenge.url, current.status)
+            return current
+
+    async def _explain_invalid_order(self, order: Order) -> AcmeCertsError:
+        for url in order.authorizations:
+            try:
+                authz = await self.get_authorization(url)
+            except AcmeCertsError:
+                continue
+            if authz.status == "invalid":
+                return AuthorizationFailed(
+                    authz.dns_name, authz.error, authorization_url=url, order_url=order.url
+                )
+        problem = order.error
+        return OrderFailed(
+            f"order {order.url} became invalid" + (f": {problem}" if problem else ""),
+            order_url=order.url,
+            problem=problem,
+        )
+
+    async def _download(
+        self,
+        order: Order,
+        key: PrivateKey,
+        identifiers: tuple[Identifier, ...],
+        preferred_chain: str | None,
+    ) -> IssuedCertificate:
+        assert order.certificate is not None
+        chain, alternate_urls = await self.download_certificate(order.certificate)
+        alternates: list[CertificateChain] = []
+        if preferred_chain is not None and chain.root_issuer_name != preferred_chain:
+            # §7.4.2: the other chains are behind Link: rel="alternate"; fetched only when
+            # the default one does not already lead to the preferred root.
+            offered = [chain]
+            for alt_url in alternate_urls:
+                try:
+                    offered.append((await self.download_certificate(alt_url))[0])
+                except AcmeCertsError as exc:  # the certificate is issued: never lose it
+                    log.warning("could not download alternate chain %s: %s", alt_url, exc)
+            chosen = _pick_chain(offered, preferred_chain)
+            if chosen is None:
+                log.info("no chain with issuer %r offered; keeping the default", preferred_chain)
+                chosen = chain
+            alternates = [c for c in offered if c is not chosen]
+            chain = chosen
+        check_certificate_matches(chain, key=key, identifiers=identifiers)
+        return IssuedCertificate(
+            identifiers=identifiers,
+            chain=chain,
+            private_key_pem=private_key_pem(key).decode("ascii"),
+            info=certificate_info(chain.leaf),
+            order_url=order.url,
+            certificate_url=order.certificate,
+            alternate_chains=tuple(alternates),
+        )
+
+    async def _cleanup(
+        self, presented: list[tuple[Solver, ChallengeTask]], pending_authz: set[str]
+    ) -> None:
+        for solver, task in presented:
+            try:
+                await solver.cleanup(task)
+            except Exception:  # a broken solver must not hide the attempt's outcome
+                log.exception("cleanup of %s for %s failed", task.type, task.identifier)
+        for url in sorted(pending_authz):
+            try:
+                authz = await self.get_authorization(url)
+                if authz.status == "pending":
+                    await self.deactivate_authorization(url)
+                    log.info("deactivated pending authorization %s", url)
+            except (AcmeCertsError, httpx.HTTPError) as exc:
+                log.warning("could not deactivate authorization %s: %s", url, exc)
+
+
+def _pick_chain(chains: Sequence[CertificateChain], issuer: str) -> CertificateChain | None:
+    """The first chain whose root is issued by ``issuer`` (a common name), else the first
+    that passes through a certificate issued by it (an intermediate's name), else ``None``.
+
+    Roots win so that a cross-signed chain that merely passes through the preferred root
+    does not shadow the chain that ends there (certbot's ``--preferred-chain``).
+    """
+    for chain in chains:
+        if chain.root_issuer_name == issuer:
+            return chain
+    for chain in chains:
+        if issuer in chain.issuer_names:
+            return chain
+    return None
+
+
+def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The most telling error in a task group's exception group.
+
+    An acmecerts error beats cancellation noise; an authorization failure beats the
+    rest (it explains why the order cannot finish).
+    """
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        else:
+            leaves.append(exc)
+
+    walk(group)
+    for wanted in (AuthorizationFailed, AcmeCertsError, Exception):
+        for leaf in leaves:
+            if isinstance(leaf, wanted):
+                return leaf
+    return leaves[0] if leaves else group
