@@ -14,14 +14,13 @@ from acmecerts._time import Clock
 from acmecerts.errors import (
     AccountDoesNotExist,
     AcmeCertsError,
-    AttemptTimeout,
     ErrorKind,
     ExternalAccountRequired,
     InvalidInput,
     ProblemType,
     RateLimitDeferred,
 )
-from acmecerts.protocol._flow import PollPolicy
+from acmecerts.protocol._flow import Fail, PollPolicy, next_poll
 from acmecerts.protocol.jws import eab_binding, key_change_inner
 from acmecerts.protocol.keys import AccountKey
 from acmecerts.protocol.resources import Account, Directory, parse_account
@@ -95,19 +94,26 @@ class _AccountRequests:
         )
 
     async def _sleep_until_next_poll(
-        self, attempt: int, response_retry_after: _dt.datetime | None, deadline: _dt.datetime
+        self,
+        resource: str,
+        url: str,
+        attempt: int,
+        retry_after: _dt.datetime | None,
+        deadline: _dt.datetime,
     ) -> None:
-        now = self.clock.now()
-        retry_after = (
-            max(0.0, (response_retry_after - now).total_seconds())
-            if response_retry_after is not None
-            else None
+        """Wait before poll number ``attempt`` of ``url`` as the flow's policy says."""
+        decision = next_poll(
+            self.poll,
+            resource=resource,
+            url=url,
+            attempt=attempt,
+            retry_after=retry_after,
+            now=self.clock.now(),
+            deadline=deadline,
         )
-        delay = self.poll.interval(attempt, retry_after)
-        remaining = (deadline - now).total_seconds()
-        if remaining <= 0:
-            raise AttemptTimeout("the attempt deadline passed while waiting for the CA")
-        await self.clock.sleep(min(delay, remaining))
+        if isinstance(decision, Fail):
+            raise decision.error
+        await self.clock.sleep(decision.after)
 
     async def _kid(self) -> str:
         if self.account_url is None:

@@ -38,7 +38,7 @@ class _AuthorizationRequests(_AccountRequests):
         attempt = 0
         while True:
             attempt += 1
-            await self._sleep_until_next_poll(attempt, retry_after, deadline)
+            await self._sleep_until_next_poll("authorization", url, attempt, retry_after, deadline)
             response = await self._post(url, None)
             authz = parse_authorization(response.json(), url=url)
             if authz.status != "pending":

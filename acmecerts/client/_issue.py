@@ -19,24 +19,39 @@ from acmecerts.errors import (
     AcmeProblem,
     AttemptTimeout,
     AuthorizationFailed,
-    BadServerResponse,
     ErrorKind,
     InvalidInput,
-    OrderFailed,
     OrderNotReady,
     UnsupportedChallenge,
 )
-from acmecerts.protocol._solver import ChallengeTask, Solver
+from acmecerts.protocol._flow import (
+    Answer,
+    Authorize,
+    CleanUp,
+    Diagnose,
+    Download,
+    DownloadAlternates,
+    Fail,
+    Finalize,
+    Finish,
+    IssuanceFlow,
+    Poll,
+    Present,
+    answer_refusal_settled,
+    finalize_refusal_settled,
+    needs_deactivation,
+    order_resumable,
+)
+from acmecerts.protocol._solver import Solver
 from acmecerts.protocol.certificate import (
     CertificateChain,
     certificate_info,
     check_certificate_matches,
 )
-from acmecerts.protocol.challenges import key_authorization
 from acmecerts.protocol.csr import build_csr
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.protocol.keys import KeyType, PrivateKey, generate_private_key, private_key_pem
-from acmecerts.protocol.resources import Challenge, Order
+from acmecerts.protocol.resources import Challenge, Order, parse_order
 
 log = logging.getLogger("acmecerts.client")
 
@@ -173,43 +188,87 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
             if on_order is not None:
                 await on_order(order, key)
         log.debug("order %s for %s is %s", order.url, identifiers, order.status)
-        presented: list[tuple[Solver, ChallengeTask]] = []
-        pending_authz: set[str] = set()
-        finished = False
+        flow = IssuanceFlow(
+            identifiers,
+            solvers,
+            thumbprint=self.account_key.thumbprint,
+            deadline=deadline,
+            poll=self.poll,
+            preferred_chain=preferred_chain,
+        )
+        flow.order_received(order)
         outcome: BaseException | None = None
         try:
-            if order.status == "pending":
-                # any of them may be left pending if the attempt ends early; cleanup
-                # looks at each and deactivates only those still pending
-                pending_authz.update(order.authorizations)
-                await self._solve_authorizations(order, solvers, presented, pending_authz)
-                order = await self.wait_order(
-                    order, until=frozenset({"ready", "processing", "valid"}), deadline=deadline
-                )
-                if order.status == "invalid":
-                    raise await self._explain_invalid_order(order)
-                pending_authz.clear()
-            if order.status == "ready":
-                order = await self._finalize_once(order, csr_der)
-            order = await self.wait_order(order, until=frozenset({"valid"}), deadline=deadline)
-            if order.status != "valid" or order.certificate is None:
-                problem = order.error
-                raise OrderFailed(
-                    f"order {order.url} became {order.status}"
-                    + (f": {problem}" if problem else ""),
-                    order_url=order.url,
-                    problem=problem,
-                )
-            issued = await self._download(order, key, identifiers, preferred_chain)
-            finished = True
-            return issued
+            finish = await self._drive(flow, csr_der)
+            return self._issued(finish, key, identifiers)
         except BaseException as exc:
             outcome = exc
             raise
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CLEANUP_SECONDS):
-                await self._cleanup(presented, pending_authz if not finished else set())
-                await self._ledger_attempt_ended(identifiers, order, replaces, renewal_of, outcome)
+                await self._cleanup(flow.cleanup())
+                last = flow.order if flow.order is not None else order
+                await self._ledger_attempt_ended(identifiers, last, replaces, renewal_of, outcome)
+
+    async def _drive(self, flow: IssuanceFlow, csr_der: bytes) -> Finish:
+        """Do what ``flow`` says until it says :class:`Finish` (or fails: raised)."""
+        while True:
+            action = flow.next_action(self.clock.now())
+            if isinstance(action, Poll):
+                await self.clock.sleep(action.after)
+                response = await self._post(action.url, None)
+                polled = parse_order(response.json(), url=action.url)
+                flow.order_received(polled, retry_after=response.retry_after)
+            elif isinstance(action, Authorize):
+                await self._authorize(flow, action.urls)
+                flow.authorized()
+            elif isinstance(action, Finalize):
+                flow.order_received(await self._finalize_once(action.order, csr_der))
+            elif isinstance(action, Download):
+                chain, alternate_urls = await self.download_certificate(action.url)
+                flow.chain_received(chain, alternate_urls)
+            elif isinstance(action, DownloadAlternates):
+                flow.alternates_received(await self._alternate_chains(action.urls))
+            elif isinstance(action, Diagnose):
+                for url in action.urls:
+                    try:
+                        authz = await self.get_authorization(url)
+                    except AcmeCertsError:
+                        continue
+                    if flow.diagnose(authz):
+                        break
+                flow.diagnosed()
+            elif isinstance(action, Fail):
+                raise action.error
+            else:
+                return action
+
+    async def _authorize(self, flow: IssuanceFlow, urls: tuple[str, ...]) -> None:
+        """Run each authorization's machine, all at once; the first failure cancels all."""
+
+        async def run(url: str) -> None:
+            step = flow.authorization_start(url)
+            while step is not None:
+                if isinstance(step, Poll):
+                    if step.after > 0:
+                        await self.clock.sleep(step.after)
+                    step = flow.authorization_received(await self.get_authorization(url))
+                elif isinstance(step, Present):
+                    await step.solver.present(step.task)
+                    step = flow.presented(url)
+                elif isinstance(step, Answer):
+                    answered = await self._answer_challenge_once(step.challenge, url)
+                    step = flow.challenge_answered(url, answered)
+                else:
+                    raise step.error
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for url in urls:
+                    tg.start_soon(run, url)
+        except BaseExceptionGroup as group:
+            # one authorization's failure cancels the others; report the root cause
+            raise _first_error(group) from None
 
     async def _resumable_order(self, url: str, identifiers: tuple[Identifier, ...]) -> Order | None:
         """The order at ``url`` if it can still lead to a certificate for ``identifiers``."""
@@ -220,78 +279,12 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
                 raise
             log.info("order %s cannot be resumed (%s); ordering anew", url, exc)
             return None
-        if order.status in ("invalid", "expired", "deactivated", "revoked"):
-            log.info("order %s is %s; ordering anew", url, order.status)
-            return None
-        if set(order.identifiers) != set(identifiers):
-            log.warning("order %s is for other identifiers; ordering anew", url)
-            return None
-        if order.expires is not None and order.expires <= self.clock.now():
+        why = order_resumable(order, identifiers, self.clock.now())
+        if why is not None:
+            log.info("order %s cannot be resumed (%s); ordering anew", url, why)
             return None
         log.info("resuming order %s (%s)", url, order.status)
         return order
-
-    async def _solve_authorizations(
-        self,
-        order: Order,
-        solvers: list[Solver],
-        presented: list[tuple[Solver, ChallengeTask]],
-        pending_authz: set[str],
-    ) -> None:
-        async def solve(url: str) -> None:
-            authz = await self.get_authorization(url)
-            if authz.status == "valid":
-                return
-            if authz.status != "pending":
-                raise AuthorizationFailed(
-                    authz.dns_name, authz.error, authorization_url=url, order_url=order.url
-                )
-            pending_authz.add(url)
-            ident = Identifier(authz.identifier.type, authz.dns_name)
-            for candidate in solvers:
-                challenge = authz.challenge(candidate.challenge_type)
-                if challenge is not None and candidate.supports(ident):
-                    break
-            else:
-                offered = ", ".join(c.type for c in authz.challenges)
-                unsupported = UnsupportedChallenge(
-                    f"the CA offers {offered or 'no challenges'} for {ident.value}; "
-                    "no configured solver answers any of them"
-                )
-                unsupported.reached_ca = True  # the order exists at the CA already
-                raise unsupported
-            if challenge.token is None:
-                raise BadServerResponse(f"{challenge.type} challenge without a token", url=url)
-            task = ChallengeTask(
-                type=challenge.type,
-                identifier=ident,
-                token=challenge.token,
-                key_authorization=key_authorization(challenge.token, self.account_key.thumbprint),
-                url=challenge.url,
-            )
-            presented.append((candidate, task))
-            await candidate.present(task)
-            if challenge.status == "pending":
-                answered = await self._answer_challenge_once(challenge, url)
-                if answered.status == "invalid":
-                    # A CA that validates inside the challenge POST (acme2certifier) may
-                    # answer "invalid" and leave the order "pending" for good: decide from
-                    # the challenge instead of polling the order until the deadline.
-                    pending_authz.discard(url)
-                    raise AuthorizationFailed(
-                        authz.dns_name,
-                        answered.error or challenge.error,
-                        authorization_url=url,
-                        order_url=order.url,
-                    )
-
-        try:
-            async with anyio.create_task_group() as tg:
-                for url in order.authorizations:
-                    tg.start_soon(solve, url)
-        except BaseExceptionGroup as group:
-            # one authorization's failure cancels the others; report the root cause
-            raise _first_error(group) from None
 
     async def _finalize_once(self, order: Order, csr_der: bytes) -> Order:
         """Finalize ``order``; a refusal because it is already finalized is no failure.
@@ -307,7 +300,7 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
                 current = await self.get_order(order.url)
             except AcmeCertsError:
                 raise exc from None
-            if current.status not in ("processing", "valid"):
+            if not finalize_refusal_settled(current):
                 raise
             log.info("order %s was finalized already (%s)", order.url, current.status)
             return current
@@ -329,54 +322,26 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
                 authz = await self.get_authorization(authz_url)
             except AcmeCertsError:
                 raise exc from None
-            current = authz.challenge(challenge.type) or challenge
-            if authz.status != "valid" and current.status == "pending":
+            current = answer_refusal_settled(challenge, authz)
+            if current is None:
                 raise
             log.info("challenge %s was answered already (%s)", challenge.url, current.status)
             return current
 
-    async def _explain_invalid_order(self, order: Order) -> AcmeCertsError:
-        for url in order.authorizations:
+    async def _alternate_chains(self, urls: tuple[str, ...]) -> list[CertificateChain]:
+        chains: list[CertificateChain] = []
+        for url in urls:
             try:
-                authz = await self.get_authorization(url)
-            except AcmeCertsError:
-                continue
-            if authz.status == "invalid":
-                return AuthorizationFailed(
-                    authz.dns_name, authz.error, authorization_url=url, order_url=order.url
-                )
-        problem = order.error
-        return OrderFailed(
-            f"order {order.url} became invalid" + (f": {problem}" if problem else ""),
-            order_url=order.url,
-            problem=problem,
-        )
+                chains.append((await self.download_certificate(url))[0])
+            except AcmeCertsError as exc:  # the certificate is issued: never lose it
+                log.warning("could not download alternate chain %s: %s", url, exc)
+        return chains
 
-    async def _download(
-        self,
-        order: Order,
-        key: PrivateKey,
-        identifiers: tuple[Identifier, ...],
-        preferred_chain: str | None,
+    def _issued(
+        self, finish: Finish, key: PrivateKey, identifiers: tuple[Identifier, ...]
     ) -> IssuedCertificate:
+        order, chain = finish.order, finish.chain
         assert order.certificate is not None
-        chain, alternate_urls = await self.download_certificate(order.certificate)
-        alternates: list[CertificateChain] = []
-        if preferred_chain is not None and chain.root_issuer_name != preferred_chain:
-            # §7.4.2: the other chains are behind Link: rel="alternate"; fetched only when
-            # the default one does not already lead to the preferred root.
-            offered = [chain]
-            for alt_url in alternate_urls:
-                try:
-                    offered.append((await self.download_certificate(alt_url))[0])
-                except AcmeCertsError as exc:  # the certificate is issued: never lose it
-                    log.warning("could not download alternate chain %s: %s", alt_url, exc)
-            chosen = _pick_chain(offered, preferred_chain)
-            if chosen is None:
-                log.info("no chain with issuer %r offered; keeping the default", preferred_chain)
-                chosen = chain
-            alternates = [c for c in offered if c is not chosen]
-            chain = chosen
         check_certificate_matches(chain, key=key, identifiers=identifiers)
         return IssuedCertificate(
             identifiers=identifiers,
@@ -385,41 +350,23 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
             info=certificate_info(chain.leaf),
             order_url=order.url,
             certificate_url=order.certificate,
-            alternate_chains=tuple(alternates),
+            alternate_chains=finish.alternates,
         )
 
-    async def _cleanup(
-        self, presented: list[tuple[Solver, ChallengeTask]], pending_authz: set[str]
-    ) -> None:
-        for solver, task in presented:
+    async def _cleanup(self, cleanup: CleanUp) -> None:
+        for solver, task in cleanup.tasks:
             try:
                 await solver.cleanup(task)
             except Exception:  # a broken solver must not hide the attempt's outcome
                 log.exception("cleanup of %s for %s failed", task.type, task.identifier)
-        for url in sorted(pending_authz):
+        for url in cleanup.deactivate:
             try:
                 authz = await self.get_authorization(url)
-                if authz.status == "pending":
+                if needs_deactivation(authz):
                     await self.deactivate_authorization(url)
                     log.info("deactivated pending authorization %s", url)
             except (AcmeCertsError, httpx.HTTPError) as exc:
                 log.warning("could not deactivate authorization %s: %s", url, exc)
-
-
-def _pick_chain(chains: Sequence[CertificateChain], issuer: str) -> CertificateChain | None:
-    """The first chain whose root is issued by ``issuer`` (a common name), else the first
-    that passes through a certificate issued by it (an intermediate's name), else ``None``.
-
-    Roots win so that a cross-signed chain that merely passes through the preferred root
-    does not shadow the chain that ends there (certbot's ``--preferred-chain``).
-    """
-    for chain in chains:
-        if chain.root_issuer_name == issuer:
-            return chain
-    for chain in chains:
-        if issuer in chain.issuer_names:
-            return chain
-    return None
 
 
 def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:

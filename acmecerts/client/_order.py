@@ -189,7 +189,7 @@ class _OrderRequests(_AccountRequests):
         attempt = 0
         while order.status not in until and order.status != "invalid":
             attempt += 1
-            await self._sleep_until_next_poll(attempt, retry_after, deadline)
+            await self._sleep_until_next_poll("order", order.url, attempt, retry_after, deadline)
             response = await self._post(order.url, None)
             order = parse_order(response.json(), url=order.url)
             retry_after = response.retry_after
