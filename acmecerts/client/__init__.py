@@ -18,6 +18,6 @@ from acmecerts.client._account import ExternalAccountBinding
 from acmecerts.client._certificate import RevocationReason
 from acmecerts.client._client import AcmeClient
 from acmecerts.client._order import OrderHook
-from acmecerts.protocol._flow import PollPolicy
+from acmecerts.protocol._polling import PollPolicy
 
 __all__ = ["AcmeClient", "ExternalAccountBinding", "OrderHook", "PollPolicy", "RevocationReason"]

@@ -20,7 +20,7 @@ from acmecerts.errors import (
     ProblemType,
     RateLimitDeferred,
 )
-from acmecerts.protocol._flow import Fail, PollPolicy, next_poll
+from acmecerts.protocol._polling import Fail, PollPolicy, next_poll
 from acmecerts.protocol.jws import eab_binding, key_change_inner
 from acmecerts.protocol.keys import AccountKey
 from acmecerts.protocol.resources import Account, Directory, parse_account

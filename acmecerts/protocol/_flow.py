@@ -38,12 +38,12 @@ from collections.abc import Sequence
 from acmecerts.errors import (
     AcmeCertsError,
     AcmeProblem,
-    AttemptTimeout,
     AuthorizationFailed,
     BadServerResponse,
     OrderFailed,
     UnsupportedChallenge,
 )
+from acmecerts.protocol._polling import Fail, Poll, PollPolicy, next_poll
 from acmecerts.protocol._solver import ChallengeTask, Solver
 from acmecerts.protocol.certificate import CertificateChain
 from acmecerts.protocol.challenges import key_authorization
@@ -81,41 +81,7 @@ _FINALIZED = frozenset({"processing", "valid"})
 _DEAD_ORDER = frozenset({"invalid", "expired", "deactivated", "revoked"})
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class PollPolicy:
-    """How to poll an order or authorization that is still being processed.
-
-    The server's ``Retry-After`` wins when it gives one (bounded by ``max_interval``
-    scaled up to ``max_retry_after``); otherwise the interval starts at ``initial`` and
-    grows by ``multiplier`` up to ``max_interval``. Never below ``floor``.
-    """
-
-    initial: float = 0.25
-    multiplier: float = 1.6
-    max_interval: float = 10.0
-    floor: float = 0.05
-    #: The longest server ``Retry-After`` honoured for a poll (a longer one is capped).
-    max_retry_after: float = 600.0
-
-    def interval(self, attempt: int, retry_after: float | None) -> float:
-        """Seconds to wait before poll number ``attempt`` (1-based)."""
-        if retry_after is not None:
-            return min(max(self.floor, retry_after), self.max_retry_after)
-        computed = self.initial * self.multiplier ** max(0, attempt - 1)
-        return max(self.floor, min(self.max_interval, computed))
-
-
 # -- actions -------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Poll:
-    """Wait ``after`` seconds, then fetch ``url`` (POST-as-GET) and report what it says."""
-
-    #: ``"order"`` or ``"authorization"``.
-    resource: str
-    url: str
-    after: float
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -183,13 +149,6 @@ class Finish:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Fail:
-    """The attempt fails with ``error`` (raise it)."""
-
-    error: AcmeCertsError
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class CleanUp:
     """Undo the attempt: clean up every task presented (in this order, each even if
     another fails), then deactivate each authorization that is still pending (§7.5.2):
@@ -206,30 +165,6 @@ AuthorizationAction = Poll | Present | Answer | Fail | None
 
 
 # -- pure decisions shared by the driver's helpers ------------------------------------
-
-
-def next_poll(
-    policy: PollPolicy,
-    *,
-    resource: str,
-    url: str,
-    attempt: int,
-    retry_after: _dt.datetime | None,
-    now: _dt.datetime,
-    deadline: _dt.datetime,
-) -> Poll | Fail:
-    """Poll number ``attempt`` (1-based) of ``url``: after how long, or fail at the deadline.
-
-    The server's ``Retry-After`` (an instant; one in the past counts as now) wins over the
-    growing interval (:meth:`PollPolicy.interval`); the wait never reaches past the
-    deadline, and once the deadline has passed the answer is
-    :class:`~acmecerts.errors.AttemptTimeout`.
-    """
-    remaining = (deadline - now).total_seconds()
-    if remaining <= 0:
-        return Fail(AttemptTimeout("the attempt deadline passed while waiting for the CA"))
-    seconds = max(0.0, (retry_after - now).total_seconds()) if retry_after is not None else None
-    return Poll(resource, url, min(policy.interval(attempt, seconds), remaining))
 
 
 def order_resumable(
