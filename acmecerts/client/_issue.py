@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -56,6 +57,19 @@ from acmecerts.protocol.resources import Challenge, Order, parse_order
 log = logging.getLogger("acmecerts.client")
 
 _CLEANUP_SECONDS = 15.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _Ordering:
+    """How :meth:`_Issuance.issue` gets its order, and the manager's hooks around it."""
+
+    profile: str | None
+    replaces: str | None
+    renewal_of: Sequence[Identifier | str] | None
+    resume_order_url: str | None
+    on_order: OrderHook | None
+    before_order: Callable[[PrivateKey], Awaitable[None]] | None
+    recover_order: bool
 
 
 class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
@@ -133,82 +147,79 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
         if not timeout > 0:  # also NaN
             raise InvalidInput(f"attempt_timeout must be positive, got {attempt_timeout!r}")
         deadline = self.clock.now() + _dt.timedelta(seconds=timeout)
+        flow = IssuanceFlow(
+            identifiers,
+            solver_list,
+            thumbprint=self.account_key.thumbprint,
+            deadline=deadline,
+            poll=self.poll,
+            preferred_chain=preferred_chain,
+        )
+        ordering = _Ordering(
+            profile=profile,
+            replaces=replaces,
+            renewal_of=renewal_of,
+            resume_order_url=resume_order_url,
+            on_order=on_order,
+            before_order=before_order,
+            recover_order=recover_order,
+        )
         with anyio.move_on_after(timeout):
-            return await self._issue_attempt(
-                identifiers,
-                solver_list,
-                key,
-                csr_der,
-                deadline=deadline,
-                profile=profile,
-                replaces=replaces,
-                preferred_chain=preferred_chain,
-                renewal_of=renewal_of,
-                resume_order_url=resume_order_url,
-                on_order=on_order,
-                before_order=before_order,
-                recover_order=recover_order,
-            )
+            order = await self._order_for(identifiers, key, ordering)
+            return await self._issue_attempt(flow, order, key, csr_der, ordering)
         # only the deadline's own cancel scope gets here (a solver's TimeoutError does not)
         raise AttemptTimeout(
             f"issuance for {', '.join(i.value for i in identifiers)} did not finish "
             f"within {timeout:g} s"
         )
 
-    async def _issue_attempt(
-        self,
-        identifiers: tuple[Identifier, ...],
-        solvers: list[Solver],
-        key: PrivateKey,
-        csr_der: bytes,
-        *,
-        deadline: _dt.datetime,
-        profile: str | None,
-        replaces: str | None,
-        preferred_chain: str | None,
-        renewal_of: Sequence[Identifier | str] | None = None,
-        resume_order_url: str | None = None,
-        on_order: OrderHook | None = None,
-        before_order: Callable[[PrivateKey], Awaitable[None]] | None = None,
-        recover_order: bool = False,
-    ) -> IssuedCertificate:
+    async def _order_for(
+        self, identifiers: tuple[Identifier, ...], key: PrivateKey, ordering: _Ordering
+    ) -> Order:
+        """The order to continue (resumed, or recovered) or a new one, with the hooks."""
         order = None
-        if resume_order_url is not None:
-            order = await self._resumable_order(resume_order_url, identifiers)
-        if order is None and recover_order:
+        if ordering.resume_order_url is not None:
+            order = await self._resumable_order(ordering.resume_order_url, identifiers)
+        if order is None and ordering.recover_order:
             order = await self.find_unfinished_order(identifiers)
-            if order is not None and on_order is not None:
-                await on_order(order, key)
+            if order is not None and ordering.on_order is not None:
+                await ordering.on_order(order, key)
         if order is None:
-            if before_order is not None:
-                await before_order(key)
+            if ordering.before_order is not None:
+                await ordering.before_order(key)
             order = await self.new_order(
-                identifiers, profile=profile, replaces=replaces, renewal_of=renewal_of
+                identifiers,
+                profile=ordering.profile,
+                replaces=ordering.replaces,
+                renewal_of=ordering.renewal_of,
             )
-            if on_order is not None:
-                await on_order(order, key)
+            if ordering.on_order is not None:
+                await ordering.on_order(order, key)
         log.debug("order %s for %s is %s", order.url, identifiers, order.status)
-        flow = IssuanceFlow(
-            identifiers,
-            solvers,
-            thumbprint=self.account_key.thumbprint,
-            deadline=deadline,
-            poll=self.poll,
-            preferred_chain=preferred_chain,
-        )
+        return order
+
+    async def _issue_attempt(
+        self, flow: IssuanceFlow, order: Order, key: PrivateKey, csr_der: bytes, ordering: _Ordering
+    ) -> IssuedCertificate:
+        """Drive ``flow`` from ``order`` to the certificate; clean up however it ends."""
         flow.order_received(order)
         outcome: BaseException | None = None
         try:
             finish = await self._drive(flow, csr_der)
-            return self._issued(finish, key, identifiers)
+            return self._issued(finish, key, flow.identifiers)
         except BaseException as exc:
             outcome = exc
             raise
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CLEANUP_SECONDS):
                 await self._cleanup(flow.cleanup())
-                last = flow.order if flow.order is not None else order
-                await self._ledger_attempt_ended(identifiers, last, replaces, renewal_of, outcome)
+                await self._ledger_attempt_ended(
+                    flow.identifiers,
+                    flow.order or order,
+                    ordering.replaces,
+                    ordering.renewal_of,
+                    outcome,
+                )
 
     async def _drive(self, flow: IssuanceFlow, csr_der: bytes) -> Finish:
         """Do what ``flow`` says until it says :class:`Finish` (or fails: raised)."""

@@ -41,9 +41,11 @@ class PollPolicy:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Poll:
-    """Wait ``after`` seconds, then fetch ``url`` (POST-as-GET) and report what it says."""
+    """Wait ``after`` seconds, then fetch ``url`` (POST-as-GET) and report what it says.
 
-    #: ``"order"`` or ``"authorization"``.
+    ``resource`` says what ``url`` is: ``"order"`` or ``"authorization"``.
+    """
+
     resource: str
     url: str
     after: float
