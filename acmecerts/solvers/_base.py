@@ -1,70 +1,7 @@
-"""The :class:`Solver` plug-in contract and what a solver is asked to do."""
+"""The :class:`Solver` plug-in contract (it lives in :mod:`acmecerts.protocol._solver`)."""
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Protocol, runtime_checkable
-
-from acmecerts.protocol.identifiers import Identifier
+from acmecerts.protocol._solver import ChallengeTask, Solver
 
 __all__ = ["ChallengeTask", "Solver"]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ChallengeTask:
-    """One challenge a solver must make the CA see.
-
-    ``key_authorization`` is ``token || '.' || base64url(JWK thumbprint)`` (RFC 8555 §8.1);
-    ``dns_txt_value`` is what dns-01 puts in the TXT record (§8.4).
-    """
-
-    #: Challenge type, e.g. ``"http-01"``.
-    type: str
-    #: The identifier being validated (for wildcards, the ``*.`` name).
-    identifier: Identifier
-    #: The challenge token from the CA (base64url, safe for paths once validated).
-    token: str
-    #: The key authorization string.
-    key_authorization: str
-    #: The challenge URL at the CA.
-    url: str
-
-    @property
-    def dns_txt_value(self) -> str:
-        """The TXT record value for dns-01: base64url(SHA-256(key authorization))."""
-        from acmecerts.protocol.challenges import dns01_txt_value
-
-        return dns01_txt_value(self.key_authorization)
-
-    def __repr__(self) -> str:
-        return f"ChallengeTask(type={self.type!r}, identifier={self.identifier.value!r})"
-
-
-@runtime_checkable
-class Solver(Protocol):
-    """Makes the CA able to validate a challenge of one type.
-
-    Contract:
-
-    * ``challenge_type`` names the one challenge type this solver answers.
-    * ``present(task)`` MUST return once the CA can validate (for dns-01 after the record
-      is published; an optional ``wait`` step is done inside ``present`` or by the caller's
-      propagation check). It MUST honour cancellation.
-    * ``cleanup(task)`` MUST NOT assume ``present`` succeeded (it is called in ``finally``
-      blocks, after cancellation too), MUST be idempotent, and SHOULD be fast.
-    * One solver instance MUST be safe to use for many concurrent tasks.
-    """
-
-    challenge_type: str
-
-    def supports(self, identifier: Identifier) -> bool:
-        """Whether this solver can answer for ``identifier`` (http-01: no wildcards)."""
-        ...
-
-    async def present(self, task: ChallengeTask) -> None:
-        """Make the challenge response available to the CA."""
-        ...
-
-    async def cleanup(self, task: ChallengeTask) -> None:
-        """Remove what ``present`` made available (idempotent; tolerate partial present)."""
-        ...

@@ -1,0 +1,23 @@
+"""``AcmeClient``: one account on one CA, driving RFC 8555 over the transport.
+
+The client turns the protocol layer's requests into HTTP through
+:class:`~acmecerts.transport.AcmeTransport`, polls with the server's ``Retry-After``
+(or a short growing interval, never a tight loop), runs every issuance attempt under a
+deadline (30 minutes by default) and cleans up after itself: challenge responses are
+removed and pending authorizations deactivated however an attempt ends.
+
+One module per RFC resource: ``_account`` (§7.3), ``_order`` (§7.4), ``_authorization``
+(§7.5), ``_certificate`` (finalize, download, revoke: §7.4, §7.4.2, §7.6),
+``_renewal_info`` (RFC 9773); ``_issue`` drives the issuance flow of
+:mod:`acmecerts.protocol._flow` (which decides every step and does no I/O) over them.
+"""
+
+from __future__ import annotations
+
+from acmecerts.client._account import ExternalAccountBinding
+from acmecerts.client._certificate import RevocationReason
+from acmecerts.client._client import AcmeClient
+from acmecerts.client._order import OrderHook
+from acmecerts.protocol._polling import PollPolicy
+
+__all__ = ["AcmeClient", "ExternalAccountBinding", "OrderHook", "PollPolicy", "RevocationReason"]

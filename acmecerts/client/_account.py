@@ -1,0 +1,320 @@
+"""The account resource (RFC 8555 §7.3) and the signed-request base of the client."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import logging
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from acmecerts._time import Clock
+from acmecerts.errors import (
+    AccountDoesNotExist,
+    AcmeCertsError,
+    ErrorKind,
+    ExternalAccountRequired,
+    InvalidInput,
+    ProblemType,
+    RateLimitDeferred,
+)
+from acmecerts.protocol._polling import Fail, PollPolicy, next_poll
+from acmecerts.protocol.jws import eab_binding, key_change_inner
+from acmecerts.protocol.keys import AccountKey
+from acmecerts.protocol.resources import Account, Directory, parse_account
+from acmecerts.transport import AcmeResponse, AcmeTransport
+
+if TYPE_CHECKING:
+    from acmecerts.ratelimit import Decision, RateLimitLedger
+
+log = logging.getLogger("acmecerts.client")
+
+#: How long a deferred registration is repeated to the client's other requests without
+#: looking the key up again (``onlyReturnExisting``).
+_ACCOUNT_RECHECK_SECONDS = 30.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True, repr=False)
+class ExternalAccountBinding:
+    """External account binding credentials (RFC 8555 §7.3.4) from the CA.
+
+    ``hmac_key`` is the base64url MAC key; it never appears in reprs or logs.
+    """
+
+    kid: str
+    hmac_key: str
+    algorithm: str = "HS256"
+
+    def __repr__(self) -> str:
+        return f"ExternalAccountBinding(kid={self.kid!r}, algorithm={self.algorithm!r})"
+
+
+class _AccountRequests:
+    """The account (RFC 8555 §7.3) and what every request needs: the directory, the kid.
+
+    The base of the client's resource classes: every other resource is reached by
+    requests signed for this account (:meth:`_post`).
+    """
+
+    clock: Clock
+    ledger: RateLimitLedger | None
+    transport: AcmeTransport
+    account_key: AccountKey
+    account_url: str | None
+    contact: tuple[str, ...]
+    eab: ExternalAccountBinding | None
+    attempt_timeout: float
+    poll: PollPolicy
+    _account_lock: anyio.Lock
+    #: When the last implicit registration was deferred, and how (see ``_kid``).
+    _account_deferred: tuple[_dt.datetime, RateLimitDeferred] | None
+
+    async def directory(self) -> Directory:
+        """The CA's directory (fetched once)."""
+        return await self.transport.directory()
+
+    async def _post(
+        self,
+        url: str,
+        payload: Mapping[str, Any] | None,
+        *,
+        accept: str | None = None,
+        idempotent: bool = True,
+    ) -> AcmeResponse:
+        kid = await self._kid()
+        return await self.transport.post(
+            url,
+            key=self.account_key,
+            kid=kid,
+            payload=payload,
+            accept=accept,
+            idempotent=idempotent,
+        )
+
+    async def _sleep_until_next_poll(
+        self,
+        resource: str,
+        url: str,
+        attempt: int,
+        retry_after: _dt.datetime | None,
+        deadline: _dt.datetime,
+    ) -> None:
+        """Wait before poll number ``attempt`` of ``url`` as the flow's policy says."""
+        decision = next_poll(
+            self.poll,
+            resource=resource,
+            url=url,
+            attempt=attempt,
+            retry_after=retry_after,
+            now=self.clock.now(),
+            deadline=deadline,
+        )
+        if isinstance(decision, Fail):
+            raise decision.error
+        await self.clock.sleep(decision.after)
+
+    async def _kid(self) -> str:
+        if self.account_url is None:
+            async with self._account_lock:
+                if self.account_url is None:
+                    self._raise_if_recently_deferred()
+                    try:
+                        await self.register()
+                    except RateLimitDeferred as exc:
+                        self._account_deferred = (self.clock.now(), exc)
+                        raise
+        assert self.account_url is not None
+        return self.account_url
+
+    def _raise_if_recently_deferred(self) -> None:
+        """Repeat a registration deferred moments ago instead of asking the CA again.
+
+        Many attempts that start together without an account (a manager's first pass)
+        would each look the key up; within :data:`_ACCOUNT_RECHECK_SECONDS` of a deferral
+        (and before its instant) they get the same answer without a request.
+        """
+        if self._account_deferred is None:
+            return
+        at, deferred = self._account_deferred
+        now = self.clock.now()
+        fresh = now - at < _dt.timedelta(seconds=_ACCOUNT_RECHECK_SECONDS)
+        if fresh and (deferred.retry_after is None or now < deferred.retry_after):
+            raise RateLimitDeferred(
+                str(deferred),
+                retry_after=deferred.retry_after,
+                limit=deferred.limit,
+                scope_key=deferred.scope_key,
+            )
+        self._account_deferred = None
+
+    async def register(
+        self,
+        *,
+        contact: Sequence[str] | None = None,
+        terms_of_service_agreed: bool = True,
+        eab: ExternalAccountBinding | None = None,
+    ) -> Account:
+        """Create the account for this key, or return the existing one (§7.3, §7.3.1).
+
+        Raises :class:`ExternalAccountRequired` before sending anything when the CA's
+        directory says EAB is required and none was given.
+
+        With a :attr:`ledger`, a new account is first reserved in it (atomically, so
+        replicas sharing a stored ledger never create more than it allows together); the
+        token goes back when the CA answers 200 (the key had an account: nothing was
+        created) or refuses the request. When the ledger has no room, ``newAccount`` is
+        not sent: the key's account is looked up instead (``onlyReturnExisting``, which
+        creates nothing), so a key that has an account is never held back; a key without
+        one raises :class:`~acmecerts.errors.RateLimitDeferred` (``retry_after`` the
+        instant a new account fits, ``reached_ca`` false: nothing that creates an account
+        was sent). An error of the lookup itself (other than "no such account") is raised
+        as it is.
+        """
+        directory = await self.directory()
+        eab = eab or self.eab
+        contacts = tuple(self.contact if contact is None else contact)
+        payload: dict[str, Any] = {"termsOfServiceAgreed": terms_of_service_agreed}
+        if contacts:
+            payload["contact"] = list(contacts)
+        if eab is not None:
+            payload["externalAccountBinding"] = eab_binding(
+                self.account_key,
+                kid=eab.kid,
+                hmac_key_b64url=eab.hmac_key,
+                url=directory.new_account,
+                algorithm=eab.algorithm,
+            )
+        elif directory.external_account_required:
+            error = ExternalAccountRequired(
+                ProblemType.EXTERNAL_ACCOUNT_REQUIRED,
+                "the CA requires external account binding (its directory says "
+                "externalAccountRequired); pass eab=ExternalAccountBinding(kid, hmac_key) "
+                "with the key ID and MAC key the CA gave you (CLI: --eab-kid/--eab-hmac-key)",
+                url=directory.new_account,
+            )
+            error.reached_ca = False  # decided from the directory: nothing was sent
+            raise error
+        reservation = await self._ledger_reserve_account()
+        if reservation is not None and not reservation.allowed:
+            return await self._existing_account_or_defer(reservation)
+        try:
+            response = await self.transport.post(
+                directory.new_account, key=self.account_key, kid=None, payload=payload
+            )
+        except BaseException as exc:
+            await self._ledger_account_refused(reservation, exc)
+            raise
+        created = response.status_code == 201
+        if not created and reservation is not None and self.ledger is not None:
+            # §7.3.1: 200 means the key already had an account; nothing was created
+            with anyio.CancelScope(shield=True):
+                await self.ledger.release(reservation)
+        url = response.require_location()
+        account = parse_account(response.json(), url=url)
+        self.account_url = url
+        log.info("account %s (%s)", url, "created" if created else "existing")
+        return account
+
+    async def _existing_account_or_defer(self, refusal: Decision) -> Account:
+        """The ledger has no room for a new account: this key's account, if it has one."""
+        try:
+            account = await self.find_account()
+        except AccountDoesNotExist:
+            when = refusal.not_before.isoformat() if refusal.not_before else "later"
+            raise RateLimitDeferred(
+                f"newAccount deferred to {when}: a new account would exceed "
+                f"{refusal.limit} for {refusal.scope_key} and this key has no account at the "
+                "CA (nothing that creates one was sent)",
+                retry_after=refusal.not_before,
+                limit=refusal.limit,
+                scope_key=refusal.scope_key,
+            ) from None
+        log.info("account %s (existing; the ledger had no room for a new one)", account.url)
+        return account
+
+    async def find_account(self) -> Account:
+        """Look up the account of this key without creating one (``onlyReturnExisting``).
+
+        Raises :class:`~acmecerts.errors.AccountDoesNotExist` if there is none.
+        """
+        directory = await self.directory()
+        response = await self.transport.post(
+            directory.new_account,
+            key=self.account_key,
+            kid=None,
+            payload={"onlyReturnExisting": True},
+        )
+        url = response.require_location()
+        self.account_url = url
+        return parse_account(response.json(), url=url)
+
+    async def account(self) -> Account:
+        """Fetch the account object (POST-as-GET)."""
+        url = await self._kid()
+        response = await self._post(url, None)
+        return parse_account(response.json(), url=url)
+
+    async def update_contact(self, contact: Sequence[str]) -> Account:
+        """Replace the account's contact URIs (§7.3.2)."""
+        url = await self._kid()
+        response = await self._post(url, {"contact": list(contact)})
+        self.contact = tuple(contact)
+        return parse_account(response.json(), url=url)
+
+    async def deactivate_account(self) -> Account:
+        """Deactivate the account (§7.3.6). The CA refuses its key afterwards."""
+        url = await self._kid()
+        response = await self._post(url, {"status": "deactivated"})
+        return parse_account(response.json(), url=url)
+
+    async def change_key(self, new_key: AccountKey) -> None:
+        """Roll the account over to ``new_key`` (§7.3.5); the old key stops working.
+
+        ``account_key`` becomes ``new_key`` once the CA has switched. Store ``new_key``
+        before calling and the old key until this returns, so that neither can be lost.
+        The request is never replayed blindly (after a success whose answer was lost, a
+        replay signed by the old key would be refused): when the outcome is unknown, the
+        CA is asked whether ``new_key`` now owns the account.
+        """
+        directory = await self.directory()
+        if directory.key_change is None:
+            raise InvalidInput("the CA does not support account key rollover (no keyChange)")
+        account_url = await self._kid()
+        inner = key_change_inner(
+            old_key=self.account_key,
+            new_key=new_key,
+            account_url=account_url,
+            url=directory.key_change,
+        )
+        try:
+            await self._post(directory.key_change, inner, idempotent=False)
+        except AcmeCertsError as exc:
+            if exc.kind is not ErrorKind.TRANSIENT or not exc.reached_ca:
+                raise  # the CA refused it, or it never got there: the old key still holds
+            try:  # §7.3.1: onlyReturnExisting finds the account of a key without creating one
+                found = await self.transport.post(
+                    directory.new_account,
+                    key=new_key,
+                    kid=None,
+                    payload={"onlyReturnExisting": True},
+                )
+            except AcmeCertsError:
+                raise exc from None
+            if found.location != account_url:
+                raise
+        self.account_key = new_key
+
+    async def _ledger_reserve_account(self) -> Decision | None:
+        if self.ledger is None:
+            return None
+        return await self.ledger.reserve_new_account()
+
+    async def _ledger_account_refused(
+        self, reservation: Decision | None, error: BaseException
+    ) -> None:
+        if self.ledger is None or reservation is None:
+            return
+        with anyio.CancelScope(shield=True):
+            await self.ledger.account_refused(reservation, error)

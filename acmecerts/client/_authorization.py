@@ -1,0 +1,46 @@
+"""The authorization and challenge resources (RFC 8555 §7.1.4, §7.5)."""
+
+from __future__ import annotations
+
+import datetime as _dt
+
+from acmecerts.client._account import _AccountRequests
+from acmecerts.protocol.resources import (
+    Authorization,
+    Challenge,
+    parse_authorization,
+    parse_challenge,
+)
+
+
+class _AuthorizationRequests(_AccountRequests):
+    """Authorizations and challenges (RFC 8555 §7.5)."""
+
+    async def get_authorization(self, url: str) -> Authorization:
+        """Fetch an authorization (POST-as-GET)."""
+        response = await self._post(url, None)
+        return parse_authorization(response.json(), url=url)
+
+    async def answer_challenge(self, challenge: Challenge) -> Challenge:
+        """Tell the CA the challenge is ready to be validated (§7.5.1)."""
+        response = await self._post(challenge.url, {})
+        return parse_challenge(response.json(), url=challenge.url)
+
+    async def deactivate_authorization(self, url: str) -> Authorization:
+        """Deactivate an authorization (§7.5.2) so it stops counting as pending."""
+        response = await self._post(url, {"status": "deactivated"})
+        return parse_authorization(response.json(), url=url)
+
+    async def wait_authorization(
+        self, url: str, *, deadline: _dt.datetime, retry_after: _dt.datetime | None = None
+    ) -> Authorization:
+        """Poll an authorization until it is no longer ``pending``."""
+        attempt = 0
+        while True:
+            attempt += 1
+            await self._sleep_until_next_poll("authorization", url, attempt, retry_after, deadline)
+            response = await self._post(url, None)
+            authz = parse_authorization(response.json(), url=url)
+            if authz.status != "pending":
+                return authz
+            retry_after = response.retry_after

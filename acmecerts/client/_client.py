@@ -1,0 +1,187 @@
+"""``AcmeClient``: one account on one CA, driving RFC 8555 over the transport.
+
+The client turns the protocol layer's requests into HTTP through
+:class:`~acmecerts.transport.AcmeTransport`, polls with the server's ``Retry-After``
+(or a short growing interval, never a tight loop), runs every issuance attempt under a
+deadline (30 minutes by default) and cleans up after itself: challenge responses are
+removed and pending authorizations deactivated however an attempt ends.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+import anyio
+
+from acmecerts._time import Clock, SystemClock, as_seconds
+from acmecerts.errors import InvalidInput, RateLimitDeferred
+from acmecerts.protocol._flow import PollPolicy
+from acmecerts.protocol.keys import AccountKey
+from acmecerts.ratelimit._model import RateLimitModel, model_for_directory
+from acmecerts.ratelimit._throttle import RatesTable, RequestRates
+from acmecerts.retry import RequestRetry
+from acmecerts.transport import AcmeTransport, ProxySetting, RequestHook, RequestThrottle, UrlPolicy
+
+if TYPE_CHECKING:
+    from acmecerts.ratelimit import RateLimitLedger
+from acmecerts.client._account import ExternalAccountBinding
+from acmecerts.client._issue import _Issuance
+from acmecerts.client._renewal_info import _RenewalInfoRequests
+
+
+class AcmeClient(_Issuance, _RenewalInfoRequests):
+    """An async ACME client for one account on one CA.
+
+    Args:
+        directory_url: The CA's directory URL.
+        account_key: The account key; a new P-256 key is generated when omitted (save
+            ``client.account_key.to_pem()`` to reuse the account).
+        account_url: The account URL if known (saves a ``newAccount`` round-trip).
+        contact: Contact URIs (``mailto:...``) for a new account.
+        eab: External account binding for CAs that require it.
+        ca_bundle: Extra CA certificate to trust for the CA's TLS (e.g. Pebble's).
+        clock: Time source (inject a fake one in tests).
+        request_timeout: Per-HTTP-request timeout.
+        request_retry: Request-level retry policy.
+        attempt_timeout: Deadline for one issuance attempt, new order through download
+            (default 30 minutes).
+        poll: Polling policy for authorizations and orders.
+        transport: A ready transport (otherwise one is made from the arguments above).
+        on_request: Called with ``(method, url)`` for every HTTP request.
+        ledger: A :class:`~acmecerts.ratelimit.RateLimitLedger` of the CA's rate limits:
+            an order or a new account that would exceed one is not sent
+            (:class:`RateLimitDeferred`; see :meth:`register`), and orders, certificates,
+            new accounts, failed authorizations and ``rateLimited`` answers are recorded
+            in it.
+        url_policy: Which URLs the CA may send the client to (:class:`UrlPolicy`; ignored
+            with ``transport``, which has its own). The default allows the directory URL's
+            origin only; a CA that names another host gets :class:`UnsafeUrl` and nothing
+            is sent there.
+        http2: Speak HTTP/2 through httpx's transport when the CA offers it, instead of
+            acmecerts' leaner HTTP/1.1 keep-alive pool (the default; see
+            :class:`~acmecerts.transport.AcmeTransport`).
+        request_rates: The request throttle: how fast the client may call each ACME
+            endpoint, shared by every task using the client. ``"auto"`` (the default)
+            takes the rates of the limits model in use: the ledger's
+            (:attr:`RateLimitLedger.model`), or without a ledger the one
+            :func:`~acmecerts.ratelimit.model_for_directory` picks (Let's Encrypt's
+            published rates for Let's Encrypt, none for Pebble and other CAs). Or a
+            :class:`~acmecerts.ratelimit.RateLimitModel` (its ``request_rates``), a table
+            (:class:`~acmecerts.ratelimit.RequestRates` or ``{"newOrder": (300, 200),
+            ...}``), a :class:`~acmecerts.transport.RequestThrottle` shared with other
+            clients, or ``None``: no throttle. With ``transport``, configure the
+            throttle on the transport instead.
+        proxy: The HTTP proxy to the CA: ``"env"`` (the default) honours
+            ``HTTPS_PROXY``, ``HTTP_PROXY``, ``ALL_PROXY`` and ``NO_PROXY`` (and their
+            lower-case forms) as curl does, read once when the client is made; a proxy
+            URL (``"http://[USER:PASSWORD@]proxy.example:3128"``) sends every request
+            through that proxy whatever the environment says; a
+            :class:`~acmecerts.ProxyConfig` sets proxies per scheme with ``no_proxy``
+            exceptions; ``None`` connects directly whatever the environment says. A
+            proxy that cannot be reached or refuses the tunnel raises
+            :class:`~acmecerts.ProxyError`. With ``transport``, configure the proxy on
+            the transport instead.
+    """
+
+    def __init__(
+        self,
+        directory_url: str,
+        *,
+        account_key: AccountKey | None = None,
+        account_url: str | None = None,
+        contact: Sequence[str] = (),
+        eab: ExternalAccountBinding | None = None,
+        ca_bundle: str | Path | None = None,
+        clock: Clock | None = None,
+        request_timeout: float | _dt.timedelta = 30.0,
+        request_retry: RequestRetry | None = None,
+        attempt_timeout: float | _dt.timedelta = _dt.timedelta(minutes=30),
+        poll: PollPolicy | None = None,
+        http2: bool = False,
+        transport: AcmeTransport | None = None,
+        on_request: RequestHook | None = None,
+        ledger: RateLimitLedger | None = None,
+        url_policy: UrlPolicy | None = None,
+        request_rates: RatesTable
+        | RateLimitModel
+        | RequestThrottle
+        | Literal["auto"]
+        | None = "auto",
+        proxy: ProxySetting = "env",
+    ) -> None:
+        self.clock: Clock = clock or SystemClock()
+        self.ledger = ledger
+        if transport is not None:
+            if not (isinstance(request_rates, str) and request_rates == "auto"):
+                raise InvalidInput(
+                    "request_rates cannot be given with transport: give it to the "
+                    "AcmeTransport (AcmeTransport(..., request_rates=...))"
+                )
+            if not (isinstance(proxy, str) and proxy == "env"):
+                raise InvalidInput(
+                    "proxy cannot be given with transport: give it to the AcmeTransport "
+                    "(AcmeTransport(..., proxy=...))"
+                )
+            self.transport = transport
+        else:
+            self.transport = AcmeTransport(
+                directory_url,
+                ca_bundle=ca_bundle,
+                timeout=request_timeout,
+                retry=request_retry,
+                clock=self.clock,
+                http2=http2,
+                on_request=on_request,
+                url_policy=url_policy,
+                request_rates=_request_rates(request_rates, directory_url, ledger),
+                proxy=proxy,
+            )
+        self.account_key = account_key or AccountKey.generate()
+        self.account_url = account_url
+        self.contact = tuple(contact)
+        self.eab = eab
+        self.attempt_timeout = as_seconds(attempt_timeout)
+        if self.attempt_timeout <= 0:
+            raise InvalidInput("attempt_timeout must be positive")
+        self.poll = poll or PollPolicy()
+        self._account_lock = anyio.Lock()
+        #: When the last implicit registration was deferred, and how (see ``_kid``).
+        self._account_deferred: tuple[_dt.datetime, RateLimitDeferred] | None = None
+
+    async def __aenter__(self) -> AcmeClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections."""
+        await self.transport.aclose()
+
+    def __repr__(self) -> str:
+        return (
+            f"AcmeClient({self.transport.directory_url!r}, account_url={self.account_url!r}, "
+            f"key={self.account_key!r})"
+        )
+
+
+def _request_rates(
+    value: RequestRates | RatesTable | RateLimitModel | RequestThrottle | str | None,
+    directory_url: str,
+    ledger: RateLimitLedger | None,
+) -> RatesTable | RequestThrottle | None:
+    """What ``AcmeClient(request_rates=value)`` gives the transport."""
+    if isinstance(value, str):
+        if value != "auto":
+            raise InvalidInput(
+                f"request_rates={value!r}: give 'auto', a RateLimitModel, RequestRates, "
+                "a mapping of endpoint class to (rate, burst), a RequestThrottle or None"
+            )
+        model = ledger.model if ledger is not None else model_for_directory(directory_url)
+        return model.request_rates
+    if isinstance(value, RateLimitModel):
+        return value.request_rates
+    return value

@@ -1,0 +1,403 @@
+"""The issuance driver: one certificate, new order through download."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+
+import anyio
+import httpx
+
+from acmecerts._issued import IssuedCertificate
+from acmecerts._time import as_seconds
+from acmecerts.client._authorization import _AuthorizationRequests
+from acmecerts.client._certificate import _CertificateRequests
+from acmecerts.client._order import OrderHook, _as_identifiers, _OrderRequests
+from acmecerts.errors import (
+    AcmeCertsError,
+    AcmeProblem,
+    AttemptTimeout,
+    AuthorizationFailed,
+    ErrorKind,
+    InvalidInput,
+    OrderNotReady,
+    UnsupportedChallenge,
+)
+from acmecerts.protocol._flow import (
+    Answer,
+    Authorize,
+    CleanUp,
+    Diagnose,
+    Download,
+    DownloadAlternates,
+    Fail,
+    Finalize,
+    Finish,
+    IssuanceFlow,
+    Poll,
+    Present,
+    answer_refusal_settled,
+    finalize_refusal_settled,
+    needs_deactivation,
+    order_resumable,
+)
+from acmecerts.protocol._solver import Solver
+from acmecerts.protocol.certificate import (
+    CertificateChain,
+    certificate_info,
+    check_certificate_matches,
+)
+from acmecerts.protocol.csr import build_csr
+from acmecerts.protocol.identifiers import Identifier
+from acmecerts.protocol.keys import KeyType, PrivateKey, generate_private_key, private_key_pem
+from acmecerts.protocol.resources import Challenge, Order, parse_order
+
+log = logging.getLogger("acmecerts.client")
+
+_CLEANUP_SECONDS = 15.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _Ordering:
+    """How :meth:`_Issuance.issue` gets its order, and the manager's hooks around it."""
+
+    profile: str | None
+    replaces: str | None
+    renewal_of: Sequence[Identifier | str] | None
+    resume_order_url: str | None
+    on_order: OrderHook | None
+    before_order: Callable[[PrivateKey], Awaitable[None]] | None
+    recover_order: bool
+
+
+class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
+    """The issuance driver: :meth:`issue` runs the flow over the resource requests."""
+
+    async def issue(
+        self,
+        names: Iterable[str | Identifier],
+        *,
+        solver: Solver | None = None,
+        solvers: Iterable[Solver] = (),
+        key_type: KeyType | str = KeyType.EC256,
+        private_key: PrivateKey | None = None,
+        profile: str | None = None,
+        replaces: str | None = None,
+        preferred_chain: str | None = None,
+        attempt_timeout: float | _dt.timedelta | None = None,
+        renewal_of: Sequence[Identifier | str] | None = None,
+        resume_order_url: str | None = None,
+        on_order: OrderHook | None = None,
+        before_order: Callable[[PrivateKey], Awaitable[None]] | None = None,
+        recover_order: bool = False,
+    ) -> IssuedCertificate:
+        """Issue one certificate for ``names``: order, validate, finalize, download.
+
+        Every authorization of the order is solved concurrently. The attempt runs under
+        ``attempt_timeout`` (default: the client's, 30 minutes); however it ends,
+        challenge responses are cleaned up and authorizations still pending are
+        deactivated. Bad input raises :class:`InvalidInput` before any request is sent.
+
+        Args:
+            names: DNS names (``*.`` wildcards allowed with dns-01) and IP addresses.
+            solver: The solver to use; ``solvers`` gives several (one per challenge type,
+                tried in order of preference).
+            key_type: Certificate key type when ``private_key`` is not given.
+            private_key: Reuse this key for the certificate.
+            profile: A certificate profile the CA offers.
+            replaces: ARI certID of the certificate this one renews (RFC 9773 §5).
+            renewal_of: The identifiers of the certificate this one renews (for the
+                rate-limit ledger's renewal exemptions; see :meth:`new_order`).
+            resume_order_url: An order a previous attempt created (pass the same
+                ``private_key``): it is continued where it stands (pending, ready,
+                processing or valid) instead of sending a new ``newOrder``; if the CA no
+                longer has it usable, a new order is created.
+            on_order: Awaited with the order and the certificate key right after a new
+                order is created (or an unrecorded one found), before anything else is
+                sent: persist them here so that a restarted process can resume the order.
+            before_order: Awaited with the certificate key right before ``newOrder`` is
+                sent: persist an intent here, so that a process that dies before
+                ``on_order`` knows to pass ``recover_order`` when it restarts.
+            recover_order: A previous attempt may have created an order it never
+                recorded (it died between ``newOrder`` and ``on_order``): before
+                ordering, look for it with :meth:`find_unfinished_order`.
+            preferred_chain: The common name of the root (or else of an intermediate)
+                the chain should lead to; among the chains the CA offers (``Link:
+                rel="alternate"``) the one whose root issuer has this name wins, then one
+                with an intermediate so named; the CA's default chain when none matches.
+        """
+        identifiers = _as_identifiers(names)
+        solver_list = ([solver] if solver is not None else []) + list(solvers)
+        if not solver_list:
+            raise InvalidInput("issue() needs a solver (e.g. Http01Server)")
+        for ident in identifiers:
+            if not any(s.supports(ident) for s in solver_list):
+                types = ", ".join(s.challenge_type for s in solver_list)
+                raise UnsupportedChallenge(
+                    f"no solver for {ident.value} among {types}"
+                    + (" (wildcards need dns-01)" if ident.is_wildcard else "")
+                )
+        key = private_key or generate_private_key(key_type)
+        csr_der = build_csr(identifiers, key)
+        timeout = (
+            as_seconds(attempt_timeout) if attempt_timeout is not None else self.attempt_timeout
+        )
+        if not timeout > 0:  # also NaN
+            raise InvalidInput(f"attempt_timeout must be positive, got {attempt_timeout!r}")
+        deadline = self.clock.now() + _dt.timedelta(seconds=timeout)
+        flow = IssuanceFlow(
+            identifiers,
+            solver_list,
+            thumbprint=self.account_key.thumbprint,
+            deadline=deadline,
+            poll=self.poll,
+            preferred_chain=preferred_chain,
+        )
+        ordering = _Ordering(
+            profile=profile,
+            replaces=replaces,
+            renewal_of=renewal_of,
+            resume_order_url=resume_order_url,
+            on_order=on_order,
+            before_order=before_order,
+            recover_order=recover_order,
+        )
+        with anyio.move_on_after(timeout):
+            order = await self._order_for(identifiers, key, ordering)
+            return await self._issue_attempt(flow, order, key, csr_der, ordering)
+        # only the deadline's own cancel scope gets here (a solver's TimeoutError does not)
+        raise AttemptTimeout(
+            f"issuance for {', '.join(i.value for i in identifiers)} did not finish "
+            f"within {timeout:g} s"
+        )
+
+    async def _order_for(
+        self, identifiers: tuple[Identifier, ...], key: PrivateKey, ordering: _Ordering
+    ) -> Order:
+        """The order to continue (resumed, or recovered) or a new one, with the hooks."""
+        order = None
+        if ordering.resume_order_url is not None:
+            order = await self._resumable_order(ordering.resume_order_url, identifiers)
+        if order is None and ordering.recover_order:
+            order = await self.find_unfinished_order(identifiers)
+            if order is not None and ordering.on_order is not None:
+                await ordering.on_order(order, key)
+        if order is None:
+            if ordering.before_order is not None:
+                await ordering.before_order(key)
+            order = await self.new_order(
+                identifiers,
+                profile=ordering.profile,
+                replaces=ordering.replaces,
+                renewal_of=ordering.renewal_of,
+            )
+            if ordering.on_order is not None:
+                await ordering.on_order(order, key)
+        log.debug("order %s for %s is %s", order.url, identifiers, order.status)
+        return order
+
+    async def _issue_attempt(
+        self, flow: IssuanceFlow, order: Order, key: PrivateKey, csr_der: bytes, ordering: _Ordering
+    ) -> IssuedCertificate:
+        """Drive ``flow`` from ``order`` to the certificate; clean up however it ends."""
+        flow.order_received(order)
+        outcome: BaseException | None = None
+        try:
+            finish = await self._drive(flow, csr_der)
+            return self._issued(finish, key, flow.identifiers)
+        except BaseException as exc:
+            outcome = exc
+            raise
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_CLEANUP_SECONDS):
+                await self._cleanup(flow.cleanup())
+                await self._ledger_attempt_ended(
+                    flow.identifiers,
+                    flow.order or order,
+                    ordering.replaces,
+                    ordering.renewal_of,
+                    outcome,
+                )
+
+    async def _drive(self, flow: IssuanceFlow, csr_der: bytes) -> Finish:
+        """Do what ``flow`` says until it says :class:`Finish` (or fails: raised)."""
+        while True:
+            action = flow.next_action(self.clock.now())
+            if isinstance(action, Poll):
+                await self.clock.sleep(action.after)
+                response = await self._post(action.url, None)
+                polled = parse_order(response.json(), url=action.url)
+                flow.order_received(polled, retry_after=response.retry_after)
+            elif isinstance(action, Authorize):
+                await self._authorize(flow, action.urls)
+                flow.authorized()
+            elif isinstance(action, Finalize):
+                flow.order_received(await self._finalize_once(action.order, csr_der))
+            elif isinstance(action, Download):
+                chain, alternate_urls = await self.download_certificate(action.url)
+                flow.chain_received(chain, alternate_urls)
+            elif isinstance(action, DownloadAlternates):
+                flow.alternates_received(await self._alternate_chains(action.urls))
+            elif isinstance(action, Diagnose):
+                for url in action.urls:
+                    try:
+                        authz = await self.get_authorization(url)
+                    except AcmeCertsError:
+                        continue
+                    if flow.diagnose(authz):
+                        break
+                flow.diagnosed()
+            elif isinstance(action, Fail):
+                raise action.error
+            else:
+                return action
+
+    async def _authorize(self, flow: IssuanceFlow, urls: tuple[str, ...]) -> None:
+        """Run each authorization's machine, all at once; the first failure cancels all."""
+
+        async def run(url: str) -> None:
+            step = flow.authorization_start(url)
+            while step is not None:
+                if isinstance(step, Poll):
+                    if step.after > 0:
+                        await self.clock.sleep(step.after)
+                    step = flow.authorization_received(await self.get_authorization(url))
+                elif isinstance(step, Present):
+                    await step.solver.present(step.task)
+                    step = flow.presented(url)
+                elif isinstance(step, Answer):
+                    answered = await self._answer_challenge_once(step.challenge, url)
+                    step = flow.challenge_answered(url, answered)
+                else:
+                    raise step.error
+
+        try:
+            async with anyio.create_task_group() as tg:
+                for url in urls:
+                    tg.start_soon(run, url)
+        except BaseExceptionGroup as group:
+            # one authorization's failure cancels the others; report the root cause
+            raise _first_error(group) from None
+
+    async def _resumable_order(self, url: str, identifiers: tuple[Identifier, ...]) -> Order | None:
+        """The order at ``url`` if it can still lead to a certificate for ``identifiers``."""
+        try:
+            order = await self.get_order(url)
+        except AcmeCertsError as exc:
+            if exc.kind is not ErrorKind.PERMANENT:
+                raise
+            log.info("order %s cannot be resumed (%s); ordering anew", url, exc)
+            return None
+        why = order_resumable(order, identifiers, self.clock.now())
+        if why is not None:
+            log.info("order %s cannot be resumed (%s); ordering anew", url, why)
+            return None
+        log.info("resuming order %s (%s)", url, order.status)
+        return order
+
+    async def _finalize_once(self, order: Order, csr_der: bytes) -> Order:
+        """Finalize ``order``; a refusal because it is already finalized is no failure.
+
+        The transport replays a finalize whose answer was lost; the first copy may have
+        got through, and the CA then refuses the replay (``orderNotReady``: the order is
+        ``processing`` or ``valid`` already). The order's state decides.
+        """
+        try:
+            return await self.finalize(order, csr_der)
+        except OrderNotReady as exc:
+            try:
+                current = await self.get_order(order.url)
+            except AcmeCertsError:
+                raise exc from None
+            if not finalize_refusal_settled(current):
+                raise
+            log.info("order %s was finalized already (%s)", order.url, current.status)
+            return current
+
+    async def _answer_challenge_once(self, challenge: Challenge, authz_url: str) -> Challenge:
+        """Answer ``challenge``; a refusal because it was answered already is no failure.
+
+        The transport replays an answer whose response was lost; if the first copy got
+        through, the CA refuses the replay (the challenge is no longer ``pending``). The
+        challenge's state decides: ``processing``/``valid`` (or ``invalid``, reported by
+        the caller) is returned, a challenge still ``pending`` re-raises the refusal.
+        """
+        try:
+            return await self.answer_challenge(challenge)
+        except AcmeProblem as exc:
+            if exc.kind is not ErrorKind.PERMANENT:
+                raise
+            try:
+                authz = await self.get_authorization(authz_url)
+            except AcmeCertsError:
+                raise exc from None
+            current = answer_refusal_settled(challenge, authz)
+            if current is None:
+                raise
+            log.info("challenge %s was answered already (%s)", challenge.url, current.status)
+            return current
+
+    async def _alternate_chains(self, urls: tuple[str, ...]) -> list[CertificateChain]:
+        chains: list[CertificateChain] = []
+        for url in urls:
+            try:
+                chains.append((await self.download_certificate(url))[0])
+            except AcmeCertsError as exc:  # the certificate is issued: never lose it
+                log.warning("could not download alternate chain %s: %s", url, exc)
+        return chains
+
+    def _issued(
+        self, finish: Finish, key: PrivateKey, identifiers: tuple[Identifier, ...]
+    ) -> IssuedCertificate:
+        order, chain = finish.order, finish.chain
+        assert order.certificate is not None
+        check_certificate_matches(chain, key=key, identifiers=identifiers)
+        return IssuedCertificate(
+            identifiers=identifiers,
+            chain=chain,
+            private_key_pem=private_key_pem(key).decode("ascii"),
+            info=certificate_info(chain.leaf),
+            order_url=order.url,
+            certificate_url=order.certificate,
+            alternate_chains=finish.alternates,
+        )
+
+    async def _cleanup(self, cleanup: CleanUp) -> None:
+        for solver, task in cleanup.tasks:
+            try:
+                await solver.cleanup(task)
+            except Exception:  # a broken solver must not hide the attempt's outcome
+                log.exception("cleanup of %s for %s failed", task.type, task.identifier)
+        for url in cleanup.deactivate:
+            try:
+                authz = await self.get_authorization(url)
+                if needs_deactivation(authz):
+                    await self.deactivate_authorization(url)
+                    log.info("deactivated pending authorization %s", url)
+            except (AcmeCertsError, httpx.HTTPError) as exc:
+                log.warning("could not deactivate authorization %s: %s", url, exc)
+
+
+def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The most telling error in a task group's exception group.
+
+    An acmecerts error beats cancellation noise; an authorization failure beats the
+    rest (it explains why the order cannot finish).
+    """
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        else:
+            leaves.append(exc)
+
+    walk(group)
+    for wanted in (AuthorizationFailed, AcmeCertsError, Exception):
+        for leaf in leaves:
+            if isinstance(leaf, wanted):
+                return leaf
+    return leaves[0] if leaves else group

@@ -1,0 +1,215 @@
+"""The order resource (RFC 8555 §7.1.3, §7.4) and the rate-limit ledger glue of orders."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from acmecerts.errors import AcmeCertsError, BadServerResponse, InvalidInput, RateLimitDeferred
+from acmecerts.protocol.identifiers import Identifier, parse_identifiers
+from acmecerts.protocol.keys import PrivateKey
+from acmecerts.protocol.resources import Order, parse_account, parse_order
+
+if TYPE_CHECKING:
+    from acmecerts.ratelimit import Decision
+from acmecerts.client._account import _AccountRequests
+
+log = logging.getLogger("acmecerts.client")
+
+#: Called with a new order and its certificate key before anything else is sent for it.
+OrderHook = Callable[[Order, PrivateKey], Awaitable[None]]
+
+#: Bounds of the search for an unrecorded order in the account's orders list.
+_MAX_ORDER_PAGES = 5
+_MAX_ORDERS_LOOKED_AT = 20
+
+
+class _OrderRequests(_AccountRequests):
+    """Orders (RFC 8555 §7.4): create, look up, find an unrecorded one, poll."""
+
+    async def new_order(
+        self,
+        identifiers: Iterable[Identifier | str],
+        *,
+        profile: str | None = None,
+        replaces: str | None = None,
+        renewal_of: Sequence[Identifier | str] | None = None,
+    ) -> Order:
+        """Create an order (§7.4). ``replaces`` is the ARI certID of the certificate renewed.
+
+        With a :attr:`ledger`, the order is first reserved in it; one that would exceed a
+        rate limit is not sent (:class:`~acmecerts.errors.RateLimitDeferred`).
+        ``renewal_of`` (the identifiers of the certificate renewed) tells it the order
+        is a renewal, exempt from some limits when the identifiers are the same.
+        """
+        idents = _as_identifiers(identifiers)
+        directory = await self.directory()
+        payload: dict[str, Any] = {"identifiers": [i.to_json() for i in idents]}
+        if profile is not None:
+            # draft-aaron-acme-profiles: only a profile the directory's meta.profiles lists
+            # (a CA without profiles would ignore the field and issue its default silently).
+            if profile not in directory.profiles:
+                offered = ", ".join(sorted(directory.profiles)) or "none, it predates profiles"
+                raise InvalidInput(f"the CA offers no profile {profile!r} (offered: {offered})")
+            payload["profile"] = profile
+        if replaces is not None:
+            payload["replaces"] = replaces
+        reservation = await self._ledger_preflight(idents, replaces, renewal_of)
+        try:
+            response = await self._post(directory.new_order, payload, idempotent=False)
+        except BaseException as exc:
+            await self._ledger_order_refused(reservation, exc, idents, replaces, renewal_of)
+            raise
+        return parse_order(response.json(), url=response.require_location())
+
+    # -- rate-limit ledger hooks (acmecerts.ratelimit): all of them are here -------------
+
+    async def _ledger_preflight(
+        self,
+        idents: tuple[Identifier, ...],
+        replaces: str | None,
+        renewal_of: Sequence[Identifier | str] | None,
+    ) -> Decision | None:
+        if self.ledger is None:
+            return None
+        return await self.ledger.preflight(
+            idents, account=await self._kid(), renewal_of=renewal_of, replaces=bool(replaces)
+        )
+
+    async def _ledger_order_refused(
+        self,
+        reservation: Decision | None,
+        error: BaseException,
+        idents: tuple[Identifier, ...],
+        replaces: str | None,
+        renewal_of: Sequence[Identifier | str] | None,
+    ) -> None:
+        if self.ledger is None or reservation is None or self.account_url is None:
+            return
+        with anyio.CancelScope(shield=True):
+            await self.ledger.order_refused(
+                reservation,
+                error,
+                idents,
+                account=self.account_url,
+                renewal_of=renewal_of,
+                replaces=bool(replaces),
+            )
+
+    async def _ledger_attempt_ended(
+        self,
+        idents: tuple[Identifier, ...],
+        order: Order,
+        replaces: str | None,
+        renewal_of: Sequence[Identifier | str] | None,
+        error: BaseException | None,
+    ) -> None:
+        if self.ledger is None or self.account_url is None:
+            return
+        try:
+            await self.ledger.attempt_ended(
+                idents,
+                account=self.account_url,
+                renewal_of=renewal_of,
+                replaces=bool(replaces),
+                authorized=order.status in ("ready", "processing", "valid"),
+                finalized=order.status in ("processing", "valid"),
+                error=error,
+            )
+        except AcmeCertsError as exc:
+            # bookkeeping must not undo the attempt: raised here (in the attempt's
+            # cleanup), it would drop a certificate already downloaded or hide the error
+            # the attempt failed with (e.g. a store-backed ledger whose store is down)
+            log.warning(
+                "the ledger could not record the attempt for %s (%s): %s",
+                ", ".join(i.value for i in idents),
+                "failed" if error is not None else "issued",
+                exc,
+            )
+
+    async def find_unfinished_order(self, identifiers: Iterable[Identifier | str]) -> Order | None:
+        """An order of this account for exactly ``identifiers`` that is pending or ready.
+
+        For a process that died between sending ``newOrder`` and recording the answer: the
+        CA may hold an order nobody knows the URL of. RFC 8555 §7.1.2.1: the account's
+        ``orders`` URL lists its orders (pending ones at least), paginated with ``Link:
+        rel="next"``. Best effort and bounded (a few pages, at most 20 orders looked at,
+        the last listed first): ``None`` when the CA keeps no such list (Let's Encrypt
+        does not), nothing matches, or the list cannot be read. Only ``pending`` and
+        ``ready`` orders qualify: their CSR, and so the certificate key, is not chosen yet.
+        """
+        wanted = set(_as_identifiers(identifiers))
+        looked_at = 0
+        try:
+            account_url = await self._kid()
+            response = await self._post(account_url, None)
+            page = parse_account(response.json(), url=account_url).orders
+            for _ in range(_MAX_ORDER_PAGES):
+                if page is None:
+                    break
+                response = await self._post(page, None)
+                for url in reversed(_order_urls(response.json(), url=page)):
+                    if looked_at >= _MAX_ORDERS_LOOKED_AT:
+                        return None
+                    looked_at += 1
+                    order = await self.get_order(url)
+                    if (
+                        order.status in ("pending", "ready")
+                        and set(order.identifiers) == wanted
+                        and (order.expires is None or order.expires > self.clock.now())
+                    ):
+                        log.info("found unrecorded order %s (%s)", url, order.status)
+                        return order
+                following = response.links("next")
+                page = following[0] if following else None
+        except RateLimitDeferred:
+            raise  # no account and no room for one: the order would be deferred too
+        except AcmeCertsError as exc:
+            log.info("could not look for an unrecorded order: %s", exc)
+        return None
+
+    async def get_order(self, url: str) -> Order:
+        """Fetch an order (POST-as-GET)."""
+        response = await self._post(url, None)
+        return parse_order(response.json(), url=url)
+
+    async def wait_order(
+        self,
+        order: Order,
+        *,
+        until: frozenset[str],
+        deadline: _dt.datetime,
+        retry_after: _dt.datetime | None = None,
+    ) -> Order:
+        """Poll ``order`` until its status is in ``until`` (or ``invalid``)."""
+        attempt = 0
+        while order.status not in until and order.status != "invalid":
+            attempt += 1
+            await self._sleep_until_next_poll("order", order.url, attempt, retry_after, deadline)
+            response = await self._post(order.url, None)
+            order = parse_order(response.json(), url=order.url)
+            retry_after = response.retry_after
+        return order
+
+
+def _order_urls(data: object, *, url: str) -> list[str]:
+    """The order URLs of an orders list object (RFC 8555 §7.1.2.1)."""
+    orders = data.get("orders") if isinstance(data, dict) else None
+    if not isinstance(orders, list) or not all(isinstance(u, str) for u in orders):
+        raise BadServerResponse("an orders list without an array of URLs", url=url)
+    return list(orders)
+
+
+def _as_identifiers(values: Iterable[Identifier | str]) -> tuple[Identifier, ...]:
+    """Validate strings; keep ready :class:`Identifier` objects as they are."""
+    result: dict[Identifier, None] = {}
+    for value in values:
+        ident = value if isinstance(value, Identifier) else parse_identifiers([value])[0]
+        result.setdefault(ident, None)
+    if not result:
+        raise InvalidInput("an order needs at least one identifier")
+    return tuple(result)

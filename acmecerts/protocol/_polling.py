@@ -1,0 +1,82 @@
+"""Polling: how long to wait before asking the CA again, within one deadline.
+
+The one poll decision of acmecerts' client (:func:`next_poll`): the issuance flow
+(:mod:`acmecerts.protocol._flow`) and the client's ``wait_order``/``wait_authorization``
+both ask it. No I/O: the caller says what time it is and does the waiting.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+
+from acmecerts.errors import AcmeCertsError, AttemptTimeout
+
+__all__ = ["Fail", "Poll", "PollPolicy", "next_poll"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PollPolicy:
+    """How to poll an order or authorization that is still being processed.
+
+    The server's ``Retry-After`` wins when it gives one (bounded by ``max_interval``
+    scaled up to ``max_retry_after``); otherwise the interval starts at ``initial`` and
+    grows by ``multiplier`` up to ``max_interval``. Never below ``floor``.
+    """
+
+    initial: float = 0.25
+    multiplier: float = 1.6
+    max_interval: float = 10.0
+    floor: float = 0.05
+    #: The longest server ``Retry-After`` honoured for a poll (a longer one is capped).
+    max_retry_after: float = 600.0
+
+    def interval(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds to wait before poll number ``attempt`` (1-based)."""
+        if retry_after is not None:
+            return min(max(self.floor, retry_after), self.max_retry_after)
+        computed = self.initial * self.multiplier ** max(0, attempt - 1)
+        return max(self.floor, min(self.max_interval, computed))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Poll:
+    """Wait ``after`` seconds, then fetch ``url`` (POST-as-GET) and report what it says.
+
+    ``resource`` says what ``url`` is: ``"order"`` or ``"authorization"``.
+    """
+
+    resource: str
+    url: str
+    after: float
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Fail:
+    """The attempt fails with ``error`` (raise it)."""
+
+    error: AcmeCertsError
+
+
+def next_poll(
+    policy: PollPolicy,
+    *,
+    resource: str,
+    url: str,
+    attempt: int,
+    retry_after: _dt.datetime | None,
+    now: _dt.datetime,
+    deadline: _dt.datetime,
+) -> Poll | Fail:
+    """Poll number ``attempt`` (1-based) of ``url``: after how long, or fail at the deadline.
+
+    The server's ``Retry-After`` (an instant; one in the past counts as now) wins over the
+    growing interval (:meth:`PollPolicy.interval`); the wait never reaches past the
+    deadline, and once the deadline has passed the answer is
+    :class:`~acmecerts.errors.AttemptTimeout`.
+    """
+    remaining = (deadline - now).total_seconds()
+    if remaining <= 0:
+        return Fail(AttemptTimeout("the attempt deadline passed while waiting for the CA"))
+    seconds = max(0.0, (retry_after - now).total_seconds()) if retry_after is not None else None
+    return Poll(resource, url, min(policy.interval(attempt, seconds), remaining))
