@@ -4,10 +4,9 @@ Backoff and poll_until (on a FakeClock: sleeps counted, never wall time)."""
 from __future__ import annotations
 
 import datetime as dt
-from email.utils import format_datetime
-
 import math
 import random
+from email.utils import format_datetime
 
 import anyio
 import pytest
