@@ -23,6 +23,7 @@ from typing import Protocol, runtime_checkable
 
 import httpx
 
+from acmecerts.errors import InvalidInput
 from acmecerts.transport._proxy import ProxyConfig, ProxyRouter
 
 __all__ = ["Answer", "ClientExchange", "HttpExchange", "ResponseTooLarge", "httpx_exchange"]
@@ -140,7 +141,17 @@ def httpx_exchange(
     For ``http2=True`` (HTTP/2 when the server offers it), and for HTTP/1.1 under an
     event loop other than asyncio, where :class:`~acmecerts.transport.Http11Pool` does
     not run. The same proxies apply as to the pool; the environment is not read again.
+
+    Raises:
+        InvalidInput: ``http2`` without the ``h2`` package (the ``acmecerts[http2]`` extra).
     """
+    if http2:
+        try:
+            import h2  # noqa: F401 - only whether it is there
+        except ImportError as exc:
+            raise InvalidInput(
+                "http2=True needs the h2 package: pip install 'acmecerts[http2]'"
+            ) from exc
     limits = httpx.Limits(
         max_connections=max_connections, max_keepalive_connections=max_connections
     )

@@ -31,7 +31,6 @@ from acmecerts.errors import (
     AcmeCertsError,
     BadServerResponse,
     InvalidInput,
-    ProxyError,
     RequestTimeout,
     TransportError,
 )
@@ -56,7 +55,7 @@ from acmecerts.transport._policy import (
     warn_if_tls_unverified,
 )
 from acmecerts.transport._pool import Http11Pool
-from acmecerts.transport._proxy import ProxyConfig, ProxyFailed, ProxySetting, resolve_proxy
+from acmecerts.transport._proxy import ProxyConfig, ProxySetting, proxy_error, resolve_proxy
 from acmecerts.transport._response import MAX_BODY, AcmeResponse, checked_answer
 from acmecerts.transport._throttle import RequestThrottle, throttle_for
 
@@ -404,7 +403,7 @@ class AcmeTransport:
                 http = self._http = self._default_http()
             return await http.exchange(method, parsed, headers, body, self._timeouts)
         except httpx.ProxyError as exc:
-            raise _proxy_error(url, exc) from exc
+            raise proxy_error(url, exc) from exc
         except httpx.ConnectTimeout as exc:
             via = f" ({exc})" if self.proxy is not None else ""  # which proxy, which step
             raise RequestTimeout(
@@ -601,12 +600,3 @@ class AcmeTransport:
 
     def __repr__(self) -> str:
         return f"AcmeTransport({self.directory_url!r})"
-
-
-def _proxy_error(url: str, exc: httpx.ProxyError) -> ProxyError:
-    """The :class:`~acmecerts.errors.ProxyError` for a proxy that failed a request to ``url``."""
-    if isinstance(exc, ProxyFailed):
-        return ProxyError(
-            f"{exc} (requesting {url})", url=url, proxy=exc.proxy, status_code=exc.status_code
-        )
-    return ProxyError(f"the proxy failed a request to {url}: {exc}", url=url)
