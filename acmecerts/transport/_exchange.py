@@ -26,7 +26,20 @@ import httpx
 from acmecerts.errors import InvalidInput
 from acmecerts.transport._proxy import ProxyConfig, ProxyRouter
 
-__all__ = ["Answer", "ClientExchange", "HttpExchange", "ResponseTooLarge", "httpx_exchange"]
+__all__ = [
+    "Answer",
+    "ClientExchange",
+    "HttpExchange",
+    "RawHeaders",
+    "ResponseTooLarge",
+    "Timeouts",
+    "httpx_exchange",
+]
+
+#: Request headers as sent: ``(name, value)`` byte pairs, in order.
+RawHeaders = list[tuple[bytes, bytes]]
+#: httpx's timeout kinds (``connect``, ``read``, ``write``, ``pool``) in seconds.
+Timeouts = Mapping[str, float | None]
 
 
 class Answer:
@@ -69,12 +82,7 @@ class HttpExchange(Protocol):
     """
 
     async def exchange(
-        self,
-        method: str,
-        url: httpx.URL,
-        headers: list[tuple[bytes, bytes]],
-        body: bytes,
-        timeouts: Mapping[str, float | None],
+        self, method: str, url: httpx.URL, headers: RawHeaders, body: bytes, timeouts: Timeouts
     ) -> Answer:
         """Send one request and return its whole answer."""
         ...
@@ -100,12 +108,7 @@ class ClientExchange:
         self.owned = owned
 
     async def exchange(
-        self,
-        method: str,
-        url: httpx.URL,
-        headers: list[tuple[bytes, bytes]],
-        body: bytes,
-        timeouts: Mapping[str, float | None],
+        self, method: str, url: httpx.URL, headers: RawHeaders, body: bytes, timeouts: Timeouts
     ) -> Answer:
         """Send one request through the client and return its whole answer."""
         client = self.client

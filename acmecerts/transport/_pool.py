@@ -31,7 +31,7 @@ from collections.abc import Mapping
 
 import httpx
 
-from acmecerts.transport._exchange import Answer
+from acmecerts.transport._exchange import Answer, RawHeaders, Timeouts
 from acmecerts.transport._h1 import Connection, Key
 from acmecerts.transport._proxy import ProxyConfig
 from acmecerts.transport._tunnel import open_tunnel, to_proxy
@@ -119,12 +119,7 @@ class Http11Pool(httpx.AsyncBaseTransport):
         return _running_loop() is not None
 
     async def exchange(
-        self,
-        method: str,
-        url: httpx.URL,
-        headers: list[tuple[bytes, bytes]],
-        body: bytes,
-        timeouts: Mapping[str, float | None],
+        self, method: str, url: httpx.URL, headers: RawHeaders, body: bytes, timeouts: Timeouts
     ) -> Answer:
         """Send one request on a pooled connection and return the whole answer.
 
