@@ -1,8 +1,13 @@
-"""Time: the injectable :class:`Clock` and ``Retry-After`` parsing.
+"""Time: the injectable :class:`Clock`, durations, backoff, polling and ``Retry-After``.
 
 Everything in acmecerts that waits or compares instants asks a :class:`Clock`, so that
 tests of hour- and week-long schedules run in milliseconds (:class:`FakeClock`).
-Instants are always timezone-aware UTC ``datetime`` objects.
+Instants are always timezone-aware UTC ``datetime`` objects (:func:`aware_utc`), and
+durations are seconds or ``timedelta`` (:func:`duration_seconds` validates them).
+
+:class:`Backoff` is the one value for a pause that grows (floor, cap, jitter, how far a
+``Retry-After`` is obeyed), and :func:`poll_until` the one loop that sleeps on a clock
+until a check is done or a deadline passes.
 
 :func:`parse_retry_after` reads the ``Retry-After`` header (RFC 9110 §10.2.3) and
 :func:`retry_after_from_detail` the "retry after" instant in Let's Encrypt's rate-limit
@@ -13,22 +18,32 @@ problem text. Both follow one rule, and neither raises for any text: unreadable 
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
+import email.utils
+import math
+import random
 import re
-from typing import Protocol, runtime_checkable
+from collections.abc import Awaitable, Callable
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 import anyio
 import anyio.lowlevel
 
-from acmecerts.errors import InvalidInput
+from acmecerts.errors import AttemptTimeout, InvalidInput
 
 __all__ = [
     "DEFAULT_MAX_RETRY_AFTER",
+    "Again",
+    "Backoff",
     "Clock",
     "FakeClock",
     "SystemClock",
     "as_seconds",
+    "aware_utc",
+    "duration_seconds",
     "parse_retry_after",
+    "poll_until",
     "retry_after_from_detail",
     "utcnow",
 ]
@@ -82,6 +97,38 @@ def as_seconds(value: float | _dt.timedelta) -> float:
     return float(value)
 
 
+def duration_seconds(value: float | _dt.timedelta, name: str, *, positive: bool = False) -> float:
+    """A duration given as seconds or ``timedelta``, validated, in seconds.
+
+    Raises:
+        InvalidInput: ``value`` is not a number of seconds or a ``timedelta``, is not
+            finite (``inf``, NaN), or is negative (or zero, with ``positive``).
+    """
+    bound = "> 0" if positive else ">= 0"
+    try:
+        seconds = as_seconds(value)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not ((seconds > 0 if positive else seconds >= 0) and math.isfinite(seconds)):
+        raise InvalidInput(f"{name} must be a finite number of seconds {bound}, got {value!r}")
+    return seconds
+
+
+def aware_utc(
+    instant: _dt.datetime, name: str = "instant", *, assume_utc: bool = False
+) -> _dt.datetime:
+    """``instant`` in UTC.
+
+    A naive ``datetime`` is a programming error (:class:`InvalidInput` naming ``name``),
+    or, with ``assume_utc``, taken as UTC (for values from outside: a CA's timestamps).
+    """
+    if instant.tzinfo is None or instant.utcoffset() is None:
+        if assume_utc:
+            return instant.replace(tzinfo=_dt.UTC)
+        raise InvalidInput(f"{name} must be a timezone-aware datetime, got naive {instant!r}")
+    return instant.astimezone(_dt.UTC)
+
+
 # ---------------------------------------------------------------------------
 # Retry-After (RFC 9110 §10.2.3) and Let's Encrypt's "retry after" detail text
 # ---------------------------------------------------------------------------
@@ -93,42 +140,11 @@ _UTC = _dt.UTC
 _MAX_INSTANT = _dt.datetime.max.replace(tzinfo=_UTC)
 _MIN_INSTANT = _dt.datetime.min.replace(tzinfo=_UTC)
 
-_MONTHS = {
-    name: number
-    for number, name in enumerate(
-        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
-        start=1,
-    )
-}
-_FLAGS = re.ASCII | re.IGNORECASE
-_SHORT_DAY = r"(?:mon|tue|wed|thu|fri|sat|sun)"
-_LONG_DAY = r"(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
-_MONTH = r"(?P<month>jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec)"
-_HMS = r"(?P<hour>[0-9]{2}):(?P<minute>[0-9]{2}):(?P<second>[0-9]{2})"
-
+# RFC 9110 §5.6.7: obsolete rfc850-date has a two-digit year ("Sunday, 06-Nov-94 ...").
+_RFC850_YEAR = re.compile(r"-[a-z]{3}-(?P<year>[0-9]{2})\s", re.ASCII | re.IGNORECASE)
 # RFC 9110 §5.6.7: delta-seconds = 1*DIGIT. A decimal fraction is not allowed by the
 # grammar but is seen in the wild; it is accepted and rounded up (never sooner).
 _DELTA_SECONDS = re.compile(r"(?P<int>[0-9]*)(?:\.(?P<frac>[0-9]*))?", re.ASCII)
-# RFC 9110 §5.6.7: IMF-fixdate = day-name "," SP date1 SP time-of-day SP GMT
-#   e.g. "Sun, 06 Nov 1994 08:49:37 GMT"
-_IMF_FIXDATE = re.compile(
-    rf"(?:{_SHORT_DAY}\s*,\s*)?(?P<day>[0-9]{{1,2}})\s+{_MONTH}\s+(?P<year>[0-9]{{4}})"
-    rf"\s+{_HMS}\s+(?:GMT|UTC)",
-    _FLAGS,
-)
-# RFC 9110 §5.6.7: obsolete rfc850-date = day-name-l "," SP date2 SP time-of-day SP GMT
-#   e.g. "Sunday, 06-Nov-94 08:49:37 GMT"
-_RFC850_DATE = re.compile(
-    rf"(?:(?:{_LONG_DAY}|{_SHORT_DAY})\s*,\s*)?(?P<day>[0-9]{{1,2}})-{_MONTH}-"
-    rf"(?P<year>[0-9]{{2}}|[0-9]{{4}})\s+{_HMS}\s+(?:GMT|UTC)",
-    _FLAGS,
-)
-# RFC 9110 §5.6.7: obsolete asctime-date = day-name SP date3 SP time-of-day SP year
-#   e.g. "Sun Nov  6 08:49:37 1994"
-_ASCTIME_DATE = re.compile(
-    rf"(?:{_SHORT_DAY}\s+)?{_MONTH}\s+(?P<day>[0-9]{{1,2}})\s+{_HMS}\s+(?P<year>[0-9]{{4}})",
-    _FLAGS,
-)
 # Let's Encrypt (Boulder) rate-limit detail text:
 #   "..., retry after 2026-01-01 00:00:00 UTC: see https://letsencrypt.org/docs/rate-limits/"
 # also ISO 8601 ("2026-01-01T00:00:00Z", "...00:00:00.123456+00:00") and Go's default
@@ -139,22 +155,15 @@ _DETAIL_RETRY_AFTER = re.compile(
     r"(?P<hour>[0-9]{2}):(?P<minute>[0-9]{2})(?::(?P<second>[0-9]{2})(?:[.,](?P<frac>[0-9]+))?)?"
     r"(?:\s*(?P<offset>Z|(?P<sign>[+-])(?P<oh>[0-9]{2}):?(?P<om>[0-9]{2})))?"
     r"(?:\s*(?:UTC|GMT)\b)?",
-    _FLAGS,
+    re.ASCII | re.IGNORECASE,
 )
 
 
-def _aware_utc(instant: _dt.datetime, name: str) -> _dt.datetime:
-    """Return ``instant`` in UTC; a naive datetime is a programming error."""
-    if instant.tzinfo is None or instant.utcoffset() is None:
-        raise InvalidInput(f"{name} must be a timezone-aware datetime, got naive {instant!r}")
-    return instant.astimezone(_UTC)
-
-
 def _limit_seconds(max_delay: float | _dt.timedelta) -> float:
-    seconds = as_seconds(max_delay)
-    if not seconds >= 0:  # also rejects NaN
-        raise InvalidInput(f"max_delay must be >= 0 seconds, got {max_delay!r}")
-    return seconds
+    """``max_delay`` in seconds: a duration >= 0, or ``inf`` for no limit."""
+    if max_delay == math.inf:
+        return math.inf
+    return duration_seconds(max_delay, "max_delay")
 
 
 def _after(now: _dt.datetime, seconds: float) -> _dt.datetime:
@@ -203,26 +212,28 @@ def _build_instant(
 
 
 def _parse_http_date(text: str, now: _dt.datetime) -> _dt.datetime | None:
-    for pattern in (_IMF_FIXDATE, _RFC850_DATE, _ASCTIME_DATE):
-        match = pattern.fullmatch(text)
-        if match is None:
-            continue
-        year = int(match["year"])
-        if len(match["year"]) == 2:
-            # RFC 9110 §5.6.7: a two-digit year that appears to be more than 50 years in
-            # the future is the most recent past year with the same last two digits.
-            year += now.year - now.year % 100
-            if year > now.year + 50:
-                year -= 100
-        return _build_instant(
-            year,
-            _MONTHS[match["month"].lower()],
-            int(match["day"]),
-            int(match["hour"]),
-            int(match["minute"]),
-            int(match["second"]),
-        )
-    return None
+    """An HTTP-date (RFC 9110 §5.6.7: IMF-fixdate, RFC 850 or asctime), or ``None``.
+
+    The standard library's e-mail date parser reads all three forms (it is what
+    :func:`email.utils.parsedate_to_datetime` calls); its fields are taken rather than its
+    ``datetime`` so that a leap second and RFC 9110's two-digit-year rule are honoured.
+    """
+    fields = email.utils.parsedate_tz(text)
+    if fields is None:
+        return None
+    zone = text.rsplit(None, 1)[-1].upper()
+    # GMT (or UTC) is the only zone an HTTP-date has; asctime has none (it ends in the year)
+    if zone not in ("GMT", "UTC") and not (zone.isdigit() and zone.isascii()):
+        return None
+    year, month, day, hour, minute, second = fields[:6]
+    two_digits = _RFC850_YEAR.search(text)
+    if two_digits is not None:
+        # RFC 9110 §5.6.7: a two-digit year that appears to be more than 50 years in
+        # the future is the most recent past year with the same last two digits.
+        year = int(two_digits["year"]) + now.year - now.year % 100
+        if year > now.year + 50:
+            year -= 100
+    return _build_instant(year, month, day, hour, minute, second)
 
 
 def parse_retry_after(
@@ -267,7 +278,7 @@ def parse_retry_after(
         InvalidInput: only for a naive ``now`` or a negative ``max_delay``
             (programming errors), never because of ``value``.
     """
-    now = _aware_utc(now, "now")
+    now = aware_utc(now, "now")
     limit = _limit_seconds(max_delay)
     if value is None:
         return None
@@ -304,7 +315,7 @@ def retry_after_from_detail(
     ``str``: no recognisable instant gives ``None``; a past instant gives ``now``; more
     than ``max_delay`` away gives ``now + max_delay``.
     """
-    now = _aware_utc(now, "now")
+    now = aware_utc(now, "now")
     limit = _limit_seconds(max_delay)
     if not detail:
         return None
@@ -362,7 +373,7 @@ class FakeClock:
 
     def __init__(self, start: _dt.datetime | None = None) -> None:
         """Start at ``start`` (timezone-aware), or at the real current time if ``None``."""
-        self._now = utcnow() if start is None else _aware_utc(start, "start")
+        self._now = utcnow() if start is None else aware_utc(start, "start")
         #: Every ``sleep()`` request, in order, as given (seconds).
         self.sleeps: list[float] = []
 
@@ -386,3 +397,144 @@ class FakeClock:
 
     def __repr__(self) -> str:
         return f"FakeClock({self._now.isoformat()})"
+
+
+# ---------------------------------------------------------------------------
+# Backoff and polling: every "sleep until the deadline while the pause grows" loop
+# ---------------------------------------------------------------------------
+
+T = TypeVar("T")
+_RNG = random.Random()  # noqa: S311 - jitter only spreads retries, nothing secret
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True, slots=True)
+class Backoff:
+    """A pause that grows, and how far a server's ``Retry-After`` is obeyed.
+
+    The pause after the ``step``-th try (1 = the first) lies in a window whose top is
+    ``initial * multiplier ** (step - 1)``, kept within ``[floor, cap]``. ``jitter``
+    is the share of ``[floor, top]`` the pause is drawn from, uniformly at random: ``0``
+    is exactly the top, ``1`` anywhere from ``floor`` to the top ("full jitter"), so a
+    fleet does not come back in lockstep. A ``Retry-After`` replaces the computed pause,
+    bounded to ``[floor, max_retry_after]``. Durations are seconds::
+
+        Backoff(floor=0.5, cap=30, jitter=1)                  # 0.5, <=1, <=2, ... <=30 s
+        Backoff(initial=0.25, multiplier=1.6, floor=0.05, cap=10, max_retry_after=600)
+    """
+
+    #: The shortest pause (never a tight loop).
+    floor: float
+    #: The longest computed pause.
+    cap: float
+    #: The top of the first window (``None``: ``floor``).
+    initial: float | None = None
+    #: How fast the window grows, ``>= 1``.
+    multiplier: float = 2.0
+    #: The share of the window ``[floor, top]`` that is random, in ``[0, 1]``.
+    jitter: float = 0.0
+    #: The longest ``Retry-After`` obeyed as it is (a longer one is cut to this).
+    max_retry_after: float = math.inf
+
+    def __post_init__(self) -> None:
+        floor = duration_seconds(self.floor, "floor")
+        cap = duration_seconds(self.cap, "cap")
+        initial = floor if self.initial is None else duration_seconds(self.initial, "initial")
+        if cap < floor:
+            raise InvalidInput(f"cap ({cap} s) must not be below floor ({floor} s)")
+        if not (self.multiplier >= 1 and math.isfinite(self.multiplier)):
+            raise InvalidInput(f"multiplier must be finite and >= 1, got {self.multiplier!r}")
+        if not 0 <= self.jitter <= 1:
+            raise InvalidInput(f"jitter must be in [0, 1], got {self.jitter!r}")
+        longest = self.max_retry_after
+        if longest != math.inf:
+            longest = duration_seconds(longest, "max_retry_after")
+        object.__setattr__(self, "floor", floor)
+        object.__setattr__(self, "cap", cap)
+        object.__setattr__(self, "initial", initial)
+        object.__setattr__(self, "max_retry_after", longest)
+
+    def top(self, step: int) -> float:
+        """The top of the window after the ``step``-th try (1 = the first)."""
+        if step < 1:
+            raise InvalidInput(f"step counts from 1, got {step!r}")
+        try:
+            top = (self.initial or self.floor) * self.multiplier ** (step - 1)
+        except OverflowError:
+            top = self.cap
+        return max(self.floor, min(self.cap, top))
+
+    def pause(self, step: int, *, rng: random.Random | None = None) -> float:
+        """Seconds to pause after the ``step``-th try: in the window, jittered."""
+        high = self.top(step)
+        if not self.jitter:
+            return high
+        floor = self.floor
+        low = floor if self.jitter >= 1 else high - self.jitter * (high - floor)
+        return min(max((rng or _RNG).uniform(low, high), floor), high)
+
+    def until(self, retry_after: _dt.datetime, now: _dt.datetime) -> float:
+        """Seconds from ``now`` until ``retry_after``, within ``[floor, max_retry_after]``."""
+        wait = (aware_utc(retry_after, "retry_after") - aware_utc(now, "now")).total_seconds()
+        return min(max(self.floor, wait), self.max_retry_after)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Again(Generic[T]):
+    """What a :func:`poll_until` check returns when it is not done yet.
+
+    ``retry_after``: the instant the server named (``Retry-After``); it replaces the
+    backoff's pause. ``pause``: exactly this many seconds instead (``0``: at once, e.g. a
+    ``badNonce`` replay), counted as no step of the backoff.
+    """
+
+    retry_after: _dt.datetime | None = None
+    pause: float | None = None
+
+
+async def poll_until(
+    check: Callable[[], Awaitable[T | Again[T]]],
+    *,
+    clock: Clock,
+    backoff: Backoff,
+    deadline: _dt.datetime | None = None,
+    on_deadline: Callable[[], BaseException] | None = None,
+    rng: random.Random | None = None,
+) -> T:
+    """Await ``check()`` until it returns something other than :class:`Again`; return that.
+
+    Between two checks it sleeps on ``clock``: the ``Again``'s ``pause`` if it gives one,
+    else until its ``retry_after`` (bounded by ``backoff``), else ``backoff.pause(step)``,
+    ``step`` counting the checks that asked for the backoff's pause or the server's. A
+    pause never runs past ``deadline``: once a check is not done at or after it, the
+    exception ``on_deadline()`` makes (default :class:`~acmecerts.errors.AttemptTimeout`)
+    is raised. An exception from ``check`` propagates at once. A pause of zero is still a
+    checkpoint (cancellation, other tasks).
+    """
+    step = 0
+    while True:
+        result = await check()
+        if not isinstance(result, Again):
+            return result
+        now = clock.now()
+        if result.pause is not None:
+            pause = result.pause
+        else:
+            step += 1
+            retry_after = result.retry_after
+            if retry_after is not None:
+                pause = backoff.until(retry_after, now)
+            else:
+                pause = backoff.pause(step, rng=rng)
+        if deadline is not None:
+            remaining = (deadline - now).total_seconds()
+            if remaining <= 0:
+                raise (
+                    on_deadline()
+                    if on_deadline is not None
+                    else AttemptTimeout("the deadline passed while polling")
+                )
+            pause = min(pause, remaining)
+        if pause > 0:
+            await clock.sleep(pause)
+        else:
+            await anyio.lowlevel.checkpoint()

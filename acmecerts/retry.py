@@ -28,8 +28,10 @@ jitter. A later ``retry_after`` from the CA wins over the schedule, and a transi
 error that never reached the CA does not escalate it. :class:`AttemptState` is plain
 data with a JSON form, so it survives restarts.
 
-Backoff windows are computed with tenacity's wait strategies; every wait goes through
-an injected :class:`~acmecerts._time.Clock`, and every instant is timezone-aware UTC.
+Request backoff is a :class:`~acmecerts._time.Backoff` slept by
+:func:`~acmecerts._time.poll_until`; attempt schedules use tenacity's wait strategies.
+Every wait goes through an injected :class:`~acmecerts._time.Clock`, and every instant
+is timezone-aware UTC.
 See ``docs/retries.md``.
 """
 
@@ -42,11 +44,17 @@ import random
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import anyio.lowlevel
 import tenacity
 import tenacity.wait
 
-from acmecerts._time import as_seconds
+from acmecerts._time import (
+    Again,
+    Backoff,
+    as_seconds,
+    aware_utc,
+    duration_seconds,
+    poll_until,
+)
 from acmecerts.errors import (
     AcmeCertsError,
     BadNonce,
@@ -87,27 +95,10 @@ def _call_state(attempt: int) -> tenacity.RetryCallState:
     return state
 
 
-def _aware(instant: _dt.datetime, name: str) -> _dt.datetime:
-    if instant.tzinfo is None or instant.utcoffset() is None:
-        raise InvalidInput(f"{name} must be a timezone-aware datetime, got naive {instant!r}")
-    return instant.astimezone(_UTC)
-
-
 def _retry_after(error: AcmeCertsError) -> _dt.datetime | None:
     """The error's ``retry_after`` in UTC (a naive value is taken as UTC, not rejected)."""
     instant = error.retry_after
-    if instant is None:
-        return None
-    if instant.tzinfo is None or instant.utcoffset() is None:
-        return instant.replace(tzinfo=_UTC)
-    return instant.astimezone(_UTC)
-
-
-def _seconds(value: float | _dt.timedelta, name: str) -> float:
-    seconds = as_seconds(value)
-    if not (seconds >= 0 and math.isfinite(seconds)):
-        raise InvalidInput(f"{name} must be a finite duration >= 0, got {value!r}")
-    return seconds
+    return None if instant is None else aware_utc(instant, assume_utc=True)
 
 
 def _add(now: _dt.datetime, seconds: float) -> _dt.datetime:
@@ -146,30 +137,28 @@ class RequestRetry:
     #: The longest ``Retry-After`` waited out inside one request; a longer one is raised.
     max_wait: float | _dt.timedelta = 60.0
 
-    _window: tenacity.wait_exponential = dataclasses.field(init=False, repr=False, compare=False)
+    #: The backoff these fields make: full jitter between ``floor`` and the window's top.
+    backoff: Backoff = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        floor = _seconds(self.floor, "floor")
-        cap = _seconds(self.cap, "cap")
+        floor = duration_seconds(self.floor, "floor")
         if floor <= 0:
             raise InvalidInput(f"floor must be > 0 (no tight loops), got {self.floor!r}")
-        if cap < floor:
-            raise InvalidInput(f"cap ({cap} s) must not be below floor ({floor} s)")
-        if not (self.multiplier >= 1 and math.isfinite(self.multiplier)):
-            raise InvalidInput(f"multiplier must be finite and >= 1, got {self.multiplier!r}")
+        # The window's top: min(cap, floor * multiplier**(attempt-1)), never below floor.
+        backoff = Backoff(
+            floor=floor,
+            cap=duration_seconds(self.cap, "cap"),
+            multiplier=self.multiplier,
+            jitter=1.0,
+        )
         if self.max_attempts < 1:
             raise InvalidInput(f"max_attempts must be >= 1, got {self.max_attempts!r}")
         if self.max_bad_nonce < 0:
             raise InvalidInput(f"max_bad_nonce must be >= 0, got {self.max_bad_nonce!r}")
-        object.__setattr__(self, "floor", floor)
-        object.__setattr__(self, "cap", cap)
-        object.__setattr__(self, "max_wait", _seconds(self.max_wait, "max_wait"))
-        # The upper edge of the jitter window: min(cap, floor * multiplier**(attempt-1)),
-        # never below floor. tenacity guards the exponent against overflow.
-        window = tenacity.wait_exponential(
-            multiplier=floor, exp_base=self.multiplier, min=floor, max=cap
-        )
-        object.__setattr__(self, "_window", window)
+        object.__setattr__(self, "floor", backoff.floor)
+        object.__setattr__(self, "cap", backoff.cap)
+        object.__setattr__(self, "max_wait", duration_seconds(self.max_wait, "max_wait"))
+        object.__setattr__(self, "backoff", backoff)
 
     def delay(
         self,
@@ -194,11 +183,9 @@ class RequestRetry:
         """
         if attempt < 1:
             raise InvalidInput(f"attempt counts from 1, got {attempt!r}")
-        floor = as_seconds(self.floor)
-        high = float(self._window(_call_state(attempt)))
-        seconds = min(max((rng or _RNG).uniform(floor, high), floor), high)
+        seconds = self.backoff.pause(attempt, rng=rng)
         if retry_after is not None:
-            wait = (_aware(retry_after, "retry_after") - _aware(now, "now")).total_seconds()
+            wait = (aware_utc(retry_after, "retry_after") - aware_utc(now, "now")).total_seconds()
             seconds = max(seconds, wait)
         return seconds
 
@@ -280,7 +267,9 @@ async def retry_request(
     calls = 0
     attempt = 0  # failed calls, badNonce replays not counted
     bad_nonces = 0
-    while True:
+
+    async def once() -> T | Again[T]:
+        nonlocal calls, attempt, bad_nonces
         calls += 1
         delay: float | None
         try:
@@ -303,10 +292,9 @@ async def retry_request(
         if on_retry is not None:
             on_retry(calls, error, delay)
         del error  # no reference cycle through the traceback while sleeping
-        if delay > 0:
-            await clock.sleep(delay)
-        else:
-            await anyio.lowlevel.checkpoint()
+        return Again(pause=delay)
+
+    return await poll_until(once, clock=clock, backoff=policy.backoff)
 
 
 # ---------------------------------------------------------------------------
@@ -342,7 +330,7 @@ class AttemptState:
             if not isinstance(self.next_attempt_at, _dt.datetime):
                 raise InvalidInput(f"next_attempt_at must be a datetime: {self.next_attempt_at!r}")
             object.__setattr__(
-                self, "next_attempt_at", _aware(self.next_attempt_at, "next_attempt_at")
+                self, "next_attempt_at", aware_utc(self.next_attempt_at, "next_attempt_at")
             )
         if self.last_error is not None and not isinstance(self.last_error, str):
             raise InvalidInput(f"last_error must be a str, got {self.last_error!r}")
@@ -459,7 +447,7 @@ class AttemptSchedule:
         """
         if not delays:
             raise InvalidInput("from_delays() needs at least one delay")
-        seconds = [_seconds(d, "delay") for d in delays]
+        seconds = [duration_seconds(d, "delay") for d in delays]
         return cls(
             wait=tenacity.wait_chain(*(tenacity.wait_fixed(s) for s in seconds)),
             jitter=jitter,
@@ -480,8 +468,8 @@ class AttemptSchedule:
 
         The defaults give 1 min, 10 min, 100 min, ~16.7 h, then 24 h.
         """
-        low = _seconds(base, "base")
-        high = _seconds(cap, "cap")
+        low = duration_seconds(base, "base")
+        high = duration_seconds(cap, "cap")
         if high < low:
             raise InvalidInput(f"cap ({high} s) must not be below base ({low} s)")
         if not (multiplier >= 1 and math.isfinite(multiplier)):
@@ -523,7 +511,7 @@ class AttemptSchedule:
         * once :meth:`exhausted`, ``next_attempt_at`` is ``None`` and :meth:`ready`
           stays false.
         """
-        now = _aware(now, "now")
+        now = aware_utc(now, "now")
         if error.kind is ErrorKind.TRANSIENT and not error.reached_ca:
             attempts, step = state.attempts, 1
         else:
@@ -552,7 +540,7 @@ class AttemptSchedule:
         """Whether an attempt may start at ``now``."""
         if self.exhausted(state):
             return False
-        return state.next_attempt_at is None or _aware(now, "now") >= state.next_attempt_at
+        return state.next_attempt_at is None or aware_utc(now, "now") >= state.next_attempt_at
 
     def wait_seconds(self, state: AttemptState, now: _dt.datetime) -> float:
         """Seconds from ``now`` until an attempt may start (0 if ready, inf if exhausted)."""
@@ -560,4 +548,4 @@ class AttemptSchedule:
             return math.inf
         if state.next_attempt_at is None:
             return 0.0
-        return max(0.0, (state.next_attempt_at - _aware(now, "now")).total_seconds())
+        return max(0.0, (state.next_attempt_at - aware_utc(now, "now")).total_seconds())

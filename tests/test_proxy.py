@@ -493,25 +493,38 @@ async def test_tunnelled_and_direct_connections_are_pooled_apart(
 
 @pebble_tests
 @pytest.mark.anyio
-async def test_the_pools_httpx_fallback_goes_through_the_proxy_too(
-    pebble: PebbleServer, proxy_factory: ProxyFactory
+async def test_off_asyncio_the_transport_sends_through_httpx_with_the_same_proxies(
+    pebble: PebbleServer, proxy_factory: ProxyFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Under trio the pool hands requests to httpx's transport: the same proxies apply."""
+    """Under trio the pool does not run: httpx's HTTP/1.1 transport does, same proxies.
+
+    The event loop is asyncio here; the pool is told there is none, so the transport takes
+    the path it takes under trio (the same ``ClientExchange`` the fakes and HTTP/2 use).
+    """
+    import acmecerts.transport._pool as pool_module
+    from acmecerts.transport._exchange import ClientExchange
+
+    monkeypatch.setattr(pool_module, "_running_loop", lambda: None)
     proxy = proxy_factory()
-    ctx = ssl.create_default_context(cafile=str(pebble.ca_bundle))
-    pool = Http11Pool(ssl_context=ctx, proxy=ProxyConfig(proxy.url))
-    fallback = pool._fallback_transport()
-    request = httpx.Request("GET", pebble.directory_url)
-    answer = await fallback.handle_async_request(request)
-    await answer.aread()
-    assert answer.status_code == 200
-    await pool.aclose()
-    assert proxy.connects() == [_pebble_authority(pebble)]
+    async with AcmeTransport(
+        pebble.directory_url, ca_bundle=pebble.ca_bundle, proxy=ProxyConfig(proxy.url)
+    ) as transport:
+        await transport.directory()
+        await transport.new_nonce()
+        assert isinstance(transport._http, ClientExchange)
+        assert transport._pool is not None
+        assert transport._pool.connections_opened == 0
+        assert transport.request_count == 2
+    assert proxy.connects() == [_pebble_authority(pebble)]  # one kept-alive connection
     refusing = proxy_factory(connect_ports=[443])
-    pool = Http11Pool(ssl_context=ctx, proxy=ProxyConfig(refusing.url))
-    with pytest.raises(ProxyFailed, match="403") as caught:
-        await pool._fallback_transport().handle_async_request(request)
-    await pool.aclose()
+    async with AcmeTransport(
+        pebble.directory_url,
+        ca_bundle=pebble.ca_bundle,
+        proxy=ProxyConfig(refusing.url),
+        retry=RequestRetry(max_attempts=1),
+    ) as transport:
+        with pytest.raises(ProxyError, match="403") as caught:
+            await transport.directory()
     assert caught.value.proxy == refusing.url
     assert caught.value.status_code == 403
 

@@ -1,8 +1,11 @@
-"""Retry-After parsing (RFC 9110 §10.2.3), Let's Encrypt detail text, and FakeClock."""
+"""Retry-After parsing (RFC 9110 §10.2.3), Let's Encrypt detail text, FakeClock, durations,
+Backoff and poll_until (on a FakeClock: sleeps counted, never wall time)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import math
+import random
 from email.utils import format_datetime
 
 import anyio
@@ -13,12 +16,17 @@ from waits import within
 
 from acmecerts._time import (
     DEFAULT_MAX_RETRY_AFTER,
+    Again,
+    Backoff,
     Clock,
     FakeClock,
+    aware_utc,
+    duration_seconds,
     parse_retry_after,
+    poll_until,
     retry_after_from_detail,
 )
-from acmecerts.errors import InvalidInput
+from acmecerts.errors import AttemptTimeout, InvalidInput
 
 UTC = dt.UTC
 NOW = dt.datetime(2025, 6, 1, 12, 0, 0, tzinfo=UTC)
@@ -311,3 +319,166 @@ def test_fake_clock_defaults_to_the_real_time_in_utc() -> None:
     now = FakeClock().now()
     assert before <= now <= dt.datetime.now(UTC)
     assert now.tzinfo is UTC
+
+
+# --- durations and instants ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "positive"),
+    [(-1, False), (math.nan, False), (math.inf, False), (0, True), ("soon", False)],
+)
+def test_duration_seconds_refuses_what_is_no_duration(value: object, positive: bool) -> None:
+    with pytest.raises(InvalidInput, match="lease must be a finite number of seconds"):
+        duration_seconds(value, "lease", positive=positive)  # type: ignore[arg-type]
+
+
+def test_duration_seconds_takes_seconds_and_timedeltas() -> None:
+    assert duration_seconds(dt.timedelta(minutes=2), "x") == 120.0
+    assert duration_seconds(0, "x") == 0.0
+    assert duration_seconds(1.5, "x", positive=True) == 1.5
+
+
+def test_aware_utc_refuses_naive_unless_told_it_is_utc() -> None:
+    naive = dt.datetime(2025, 6, 1, 12)
+    with pytest.raises(InvalidInput, match="deadline must be a timezone-aware"):
+        aware_utc(naive, "deadline")
+    assert aware_utc(naive, assume_utc=True) == NOW
+    paris = dt.timezone(dt.timedelta(hours=2))
+    assert aware_utc(dt.datetime(2025, 6, 1, 14, tzinfo=paris)).tzinfo is UTC
+
+
+# --- Backoff --------------------------------------------------------------------------------
+
+
+class _Top(random.Random):
+    def uniform(self, a: float, b: float) -> float:
+        return b
+
+
+class _Bottom(random.Random):
+    def uniform(self, a: float, b: float) -> float:
+        return a
+
+
+def test_backoff_grows_from_initial_within_floor_and_cap() -> None:
+    backoff = Backoff(initial=0.25, multiplier=2, floor=0.5, cap=3)
+    assert [backoff.pause(n) for n in range(1, 6)] == [0.5, 0.5, 1.0, 2.0, 3.0]
+    assert backoff.pause(10_000) == 3.0  # no overflow, just the cap
+
+
+def test_backoff_jitter_is_a_share_of_the_window() -> None:
+    full = Backoff(floor=1, cap=100, jitter=1)
+    assert full.pause(4, rng=_Top()) == 8.0
+    assert full.pause(4, rng=_Bottom()) == 1.0
+    half = Backoff(floor=1, cap=100, jitter=0.5)
+    assert half.pause(4, rng=_Bottom()) == 4.5  # the upper half of [1, 8]
+    rng = random.Random(3)
+    pauses = [full.pause(4, rng=rng) for _ in range(200)]
+    assert all(1 <= p <= 8 for p in pauses)
+    assert len(set(pauses)) > 100  # spread, not lockstep
+
+
+def test_backoff_retry_after_is_bounded_by_floor_and_max_retry_after() -> None:
+    backoff = Backoff(floor=2, cap=10, max_retry_after=60)
+    assert backoff.until(NOW + dt.timedelta(seconds=30), NOW) == 30
+    assert backoff.until(NOW - dt.timedelta(seconds=30), NOW) == 2  # never a tight loop
+    assert backoff.until(NOW + dt.timedelta(days=1), NOW) == 60
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"floor": -1, "cap": 1},
+        {"floor": 2, "cap": 1},
+        {"floor": 1, "cap": 2, "multiplier": 0.5},
+        {"floor": 1, "cap": 2, "jitter": 1.5},
+        {"floor": 1, "cap": 2, "max_retry_after": -1},
+    ],
+)
+def test_backoff_refuses_bad_settings(bad: dict[str, float]) -> None:
+    with pytest.raises(InvalidInput):
+        Backoff(**bad)
+
+
+# --- poll_until -----------------------------------------------------------------------------
+
+
+class _Checks:
+    """A check that is done on its ``done_on``-th call; until then, ``answers`` say why."""
+
+    def __init__(self, done_on: int, answers: list[Again[str]] | None = None) -> None:
+        self.done_on = done_on
+        self.answers = answers or []
+        self.calls = 0
+
+    async def __call__(self) -> str | Again[str]:
+        self.calls += 1
+        if self.calls >= self.done_on:
+            return "done"
+        return self.answers[self.calls - 1] if self.answers else Again()
+
+
+@pytest.mark.anyio
+async def test_poll_until_sleeps_the_growing_pause_between_checks() -> None:
+    clock = FakeClock(NOW)
+    check = _Checks(done_on=5)
+    backoff = Backoff(initial=1, multiplier=2, floor=0.5, cap=5)
+    assert await poll_until(check, clock=clock, backoff=backoff) == "done"
+    assert check.calls == 5
+    assert clock.sleeps == [1, 2, 4, 5]  # one sleep between two checks, none after the last
+
+
+@pytest.mark.anyio
+async def test_poll_until_obeys_retry_after_and_exact_pauses() -> None:
+    clock = FakeClock(NOW)
+    later = NOW + dt.timedelta(seconds=30)
+    check = _Checks(done_on=4, answers=[Again(retry_after=later), Again(pause=0), Again()])
+    backoff = Backoff(initial=1, multiplier=3, floor=0.5, cap=100)
+    assert await poll_until(check, clock=clock, backoff=backoff) == "done"
+    # the server's 30 s replace step 1; the exact pause 0 is a checkpoint, not a sleep and
+    # no step; the next computed pause is step 2's
+    assert clock.sleeps == [30, 3]
+
+
+@pytest.mark.anyio
+async def test_poll_until_never_sleeps_past_the_deadline() -> None:
+    clock = FakeClock(NOW)
+    check = _Checks(done_on=1_000)
+    deadline = NOW + dt.timedelta(seconds=10)
+    backoff = Backoff(initial=4, multiplier=1, floor=1, cap=4)
+    with pytest.raises(AttemptTimeout):
+        await poll_until(check, clock=clock, backoff=backoff, deadline=deadline)
+    assert clock.sleeps == [4, 4, 2]  # the last pause cut to the deadline
+    assert clock.now() == deadline
+    assert check.calls == 4  # checked once more at the deadline, then gave up
+
+
+@pytest.mark.anyio
+async def test_poll_until_raises_the_callers_error_at_the_deadline() -> None:
+    clock = FakeClock(NOW)
+
+    class Late(Exception):
+        pass
+
+    with pytest.raises(Late):
+        await poll_until(
+            _Checks(done_on=1_000),
+            clock=clock,
+            backoff=Backoff(floor=1, cap=1),
+            deadline=NOW,
+            on_deadline=Late,
+        )
+    assert clock.sleeps == []
+
+
+@pytest.mark.anyio
+async def test_poll_until_lets_errors_of_the_check_through() -> None:
+    clock = FakeClock(NOW)
+
+    async def broken() -> Again[str]:
+        raise ValueError("broken")
+
+    with pytest.raises(ValueError, match="broken"):
+        await poll_until(broken, clock=clock, backoff=Backoff(floor=1, cap=1))
+    assert clock.sleeps == []

@@ -1,10 +1,12 @@
 """The HTTP transport to an ACME server."""
 
-from acmecerts.transport._h1 import Http11Pool, ResponseTooLarge
-from acmecerts.transport._http import USER_AGENT, AcmeResponse, AcmeTransport, RequestHook
+from acmecerts.transport._exchange import HttpExchange, ResponseTooLarge
+from acmecerts.transport._http import USER_AGENT, AcmeTransport, RequestHook
 from acmecerts.transport._nonces import NoncePool
 from acmecerts.transport._policy import UrlPolicy
+from acmecerts.transport._pool import Http11Pool
 from acmecerts.transport._proxy import ProxyConfig, ProxyFailed, ProxySetting
+from acmecerts.transport._response import AcmeResponse
 from acmecerts.transport._throttle import RequestThrottle, ThrottleStats
 
 __all__ = [
@@ -12,6 +14,7 @@ __all__ = [
     "AcmeResponse",
     "AcmeTransport",
     "Http11Pool",
+    "HttpExchange",
     "NoncePool",
     "ProxyConfig",
     "ProxyFailed",

@@ -1,21 +1,21 @@
-"""One ACME server over one ``httpx.AsyncClient``: signed POSTs, nonces, error mapping.
+"""One ACME server, one request path: signed POSTs, nonces, retries, error mapping.
 
-The transport sends requests; it decides nothing about orders. It keeps one connection
-pool per CA (keep-alive, HTTP/2 when offered), feeds a :class:`NoncePool` from every
-``Replay-Nonce`` header (RFC 8555 §6.5) so ``newNonce`` is only asked when the pool is
-empty, replays ``badNonce`` answers with a fresh nonce, maps httpx errors and problem
-documents to acmecerts errors, and retries what :class:`~acmecerts.retry.RequestRetry`
-says may be retried. With a :class:`RequestThrottle`, every request (retries and
-``badNonce`` replays too) first takes a token of its endpoint class, told apart by the
-directory's URLs.
+The transport sends requests; it decides nothing about orders. Every request takes the
+same path, whatever sends its bytes: the URL policy bound to the CA's directory
+(:class:`UrlPolicy`), the throttle's token (:class:`RequestThrottle`, told apart by the
+directory's URLs), the nonce (a :class:`NoncePool` fed from every ``Replay-Nonce``
+header, RFC 8555 §6.5, so ``newNonce`` is only asked when the pool is empty), then one
+:class:`~acmecerts.transport._exchange.HttpExchange` (acmecerts' HTTP/1.1 pool by
+default; an ``httpx.AsyncClient`` for HTTP/2, a caller's client or another event loop;
+a test's fake), then the answer's checks, the mapping of httpx errors and problem
+documents to acmecerts errors, ``badNonce`` replay and the retries
+:class:`~acmecerts.retry.RequestRetry` allows.
 """
 
 from __future__ import annotations
 
 import collections
-import dataclasses
 import datetime as _dt
-import json
 import logging
 import ssl
 from collections.abc import Callable, Mapping
@@ -25,57 +25,49 @@ from typing import Any
 import anyio
 import httpx
 
-from acmecerts._time import (
-    Clock,
-    SystemClock,
-    as_seconds,
-    parse_retry_after,
-    retry_after_from_detail,
-)
+from acmecerts._time import Clock, SystemClock, duration_seconds
 from acmecerts._version import __version__
 from acmecerts.errors import (
     AcmeCertsError,
     BadServerResponse,
-    ErrorKind,
     InvalidInput,
-    ProxyError,
-    RateLimited,
     RequestTimeout,
     TransportError,
 )
 from acmecerts.protocol.jws import sign_request
 from acmecerts.protocol.keys import AccountKey
-from acmecerts.protocol.problems import problem_from_response, synthetic_problem
 from acmecerts.protocol.resources import Directory, parse_directory
-from acmecerts.ratelimit._throttle import EndpointClass, RatesTable, RequestRates
+from acmecerts.ratelimit._throttle import EndpointClass, RatesTable
 from acmecerts.retry import RequestRetry, retry_request
-from acmecerts.transport._h1 import Answer, Http11Pool, ResponseTooLarge
+from acmecerts.transport._exchange import (
+    Answer,
+    ClientExchange,
+    HttpExchange,
+    ResponseTooLarge,
+    httpx_exchange,
+)
 from acmecerts.transport._nonces import NoncePool
 from acmecerts.transport._policy import (
+    BoundUrlPolicy,
     UrlPolicy,
     connect_error,
+    ssl_context,
     warn_if_tls_unverified,
 )
-from acmecerts.transport._proxy import (
-    ProxyConfig,
-    ProxyFailed,
-    ProxyRouter,
-    ProxySetting,
-    resolve_proxy,
-)
-from acmecerts.transport._throttle import RequestThrottle
+from acmecerts.transport._pool import Http11Pool
+from acmecerts.transport._proxy import ProxyConfig, ProxySetting, proxy_error, resolve_proxy
+from acmecerts.transport._response import MAX_BODY, AcmeResponse, checked_answer
+from acmecerts.transport._throttle import RequestThrottle, throttle_for
 
 __all__ = ["USER_AGENT", "AcmeResponse", "AcmeTransport", "RequestHook", "ResponseHook"]
 
 USER_AGENT = f"acmecerts/{__version__}"
-JOSE_CONTENT_TYPE = "application/jose+json"
+_USER_AGENT = (b"User-Agent", USER_AGENT.encode("ascii"))
+_JOSE = (b"Content-Type", b"application/jose+json")
 #: Called for every HTTP request sent: ``(method, url)``.
 RequestHook = Callable[[str, str], None]
 #: Called after every HTTP request: ``(method, url, status)``; status 0 when none came.
 ResponseHook = Callable[[str, str, int], None]
-_MAX_BODY = 1 << 20
-#: How many accepted URLs are remembered before the memo starts over.
-_MAX_CHECKED_URLS = 4096
 #: The longest a request waits for another request's Replay-Nonce before asking newNonce.
 _NONCE_WAIT = 2.0
 
@@ -90,101 +82,6 @@ class _NonceWaiter:
         self.nonce: str | None = None
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class AcmeResponse:
-    """A successful (2xx) answer from the CA."""
-
-    status_code: int
-    headers: httpx.Headers
-    content: bytes
-    url: str
-    #: The instant the CA's ``Retry-After`` named (aware UTC), if any.
-    retry_after: _dt.datetime | None
-
-    @property
-    def location(self) -> str | None:
-        """The ``Location`` header, if present."""
-        location: str | None = self.headers.get("location")
-        return location
-
-    def require_location(self) -> str:
-        """The ``Location`` header, or :class:`BadServerResponse` when it is missing."""
-        loc = self.location
-        if not loc:
-            raise BadServerResponse("the answer lacks a Location header", url=self.url)
-        return loc
-
-    def links(self, rel: str) -> list[str]:
-        """URLs of the ``Link`` headers with relation ``rel`` (RFC 8288), in order."""
-        found: list[str] = []
-        for value in self.headers.get_list("link"):
-            found.extend(_parse_links(value, rel, base=self.url))
-        return found
-
-    def json(self) -> Any:
-        """The body as JSON; :class:`BadServerResponse` for wrong content type or bad JSON."""
-        media = self.headers.get("content-type", "").split(";", 1)[0].strip().lower()
-        if media not in ("application/json", "application/problem+json"):
-            raise BadServerResponse(
-                f"expected application/json, got {media or 'no content type'}",
-                url=self.url,
-                status_code=self.status_code,
-            )
-        try:
-            return json.loads(self.content)
-        except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # also nesting too deep
-            raise BadServerResponse(
-                f"the answer is not valid JSON: {exc}", url=self.url, status_code=self.status_code
-            ) from exc
-
-    @property
-    def text(self) -> str:
-        """The body decoded as UTF-8 (replacing errors)."""
-        return self.content.decode("utf-8", "replace")
-
-
-def _parse_links(header: str, rel: str, *, base: str) -> list[str]:
-    """Parse one ``Link`` header value (RFC 8288 §3), tolerant of junk."""
-    urls: list[str] = []
-    for part in _split_link_values(header):
-        part = part.strip()
-        if not part.startswith("<") or ">" not in part:
-            continue
-        target, _, params = part[1:].partition(">")
-        rels: list[str] = []
-        for param in params.split(";"):
-            name, _, value = param.strip().partition("=")
-            if name.strip().lower() == "rel":
-                rels.extend(value.strip().strip('"').lower().split())
-        if rel.lower() in rels:
-            try:
-                urls.append(str(httpx.URL(base).join(target.strip())))
-            except (httpx.InvalidURL, ValueError):
-                continue
-    return urls
-
-
-def _split_link_values(header: str) -> list[str]:
-    parts: list[str] = []
-    depth = 0
-    quoted = False
-    current: list[str] = []
-    for ch in header:
-        if ch == '"' and depth == 0:
-            quoted = not quoted
-        elif ch == "<" and not quoted:
-            depth += 1
-        elif ch == ">" and not quoted:
-            depth = max(0, depth - 1)
-        if ch == "," and depth == 0 and not quoted:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-    parts.append("".join(current))
-    return parts
-
-
 def _directory_urls(directory: Directory) -> list[str]:
     """Every resource URL of a directory, which requests may be sent to."""
     optional = (
@@ -195,18 +92,6 @@ def _directory_urls(directory: Directory) -> list[str]:
     )
     required = [directory.new_nonce, directory.new_account, directory.new_order]
     return required + [url for url in optional if url is not None]
-
-
-def _ssl_context(ca_bundle: str | Path | None) -> ssl.SSLContext:
-    # Verification is always on: certificate chain and host name (there is no option to
-    # turn it off; a caller-supplied ``client`` that does is warned about loudly).
-    ctx = ssl.create_default_context()
-    if ca_bundle is not None:
-        try:
-            ctx.load_verify_locations(cafile=str(ca_bundle))
-        except (OSError, ssl.SSLError) as exc:
-            raise InvalidInput(f"cannot load CA bundle {ca_bundle}: {exc}") from exc
-    return ctx
 
 
 class AcmeTransport:
@@ -223,11 +108,15 @@ class AcmeTransport:
         http2: Use httpx's own transport and negotiate HTTP/2 when the server offers
             it. The default (``False``) is acmecerts' HTTP/1.1 keep-alive pool
             (:class:`~acmecerts.transport.Http11Pool`), which costs about a third of the
-            client CPU per request (see docs/performance.md); under trio it falls back
-            to httpx's HTTP/1.1 transport.
+            client CPU per request (see docs/performance.md); under an event loop other
+            than asyncio (trio), httpx's HTTP/1.1 transport.
         max_connections: Connections to the CA at most (in use or idle).
-        client: A ready ``httpx.AsyncClient`` to use instead (its settings win; the
-            transport does not close a client it did not create).
+        client: What sends the requests instead: a ready ``httpx.AsyncClient`` (its
+            settings win), or an :class:`~acmecerts.transport.HttpExchange` such as an
+            :class:`~acmecerts.transport.Http11Pool` of your own or a test's fake. Every
+            request still takes the transport's one path (URL policy, throttle, nonces,
+            retries, error mapping). The transport does not close what it did not
+            create.
         on_request: Called with ``(method, url)`` for every request sent.
         url_policy: Which URLs the CA may send the client to (:class:`UrlPolicy`); the
             default allows only the directory URL's origin, https. Every URL is checked
@@ -266,7 +155,7 @@ class AcmeTransport:
         retry: RequestRetry | None = None,
         clock: Clock | None = None,
         http2: bool = False,
-        client: httpx.AsyncClient | None = None,
+        client: httpx.AsyncClient | HttpExchange | None = None,
         on_request: RequestHook | None = None,
         max_connections: int = 100,
         url_policy: UrlPolicy | None = None,
@@ -293,80 +182,106 @@ class AcmeTransport:
         self._promised = 0
         self._nonce_waiters: collections.deque[_NonceWaiter] = collections.deque()
         self.on_request = on_request
-        #: Where requests may go (checked before every request; see :class:`UrlPolicy`).
-        self.url_policy = url_policy if url_policy is not None else UrlPolicy()
-        self._checked_policy: UrlPolicy | None = None
-        #: URLs the policy accepted, parsed once (an order URL is polled several times).
-        self._checked_urls: dict[str, httpx.URL] = {}
+        #: Where requests may go, bound to the directory (see :attr:`url_policy`).
+        self._policy: BoundUrlPolicy = (url_policy or UrlPolicy()).bind(directory_url)
         self._response_hooks: list[ResponseHook] = []
         #: Number of HTTP requests sent (every method, retries included).
         self.request_count = 0
         self._directory: Directory | None = None
         self._directory_lock = anyio.Lock()
         #: The request throttle (``None``: none); read for every request.
-        self.throttle = _throttle(request_rates, self.clock)
+        self.throttle = throttle_for(request_rates, self.clock)
         #: Endpoint class of the directory's resource URLs; a URL not here is "other"
         #: unless it is below :attr:`_renewal_info` (filled in with the directory).
         self._endpoints: dict[str, EndpointClass] = {directory_url: EndpointClass.DIRECTORY}
         self._renewal_info: str | None = None
-        #: Our own HTTP/1.1 pool when the transport made its client without HTTP/2:
-        #: requests then go to its ``exchange()`` directly, without httpx's client layer
-        #: (URL parsing, cookies, auth and redirect flows, Request/Response objects).
-        self._pool: Http11Pool | None = None
-        seconds = as_seconds(timeout)
+        seconds = duration_seconds(timeout, "timeout", positive=True)
         self._timeouts = {"connect": seconds, "read": seconds, "write": seconds, "pool": seconds}
         #: The proxies requests go through (``None``: none; with ``client``, its own).
         self.proxy: ProxyConfig | None = None
+        #: Our own HTTP/1.1 pool, when the transport made one (``http2=False``, no
+        #: ``client``): under asyncio the requests go to its ``exchange()``.
+        self._pool: Http11Pool | None = None
+        #: What sends the requests (``None`` until the first one: the pool, or httpx's
+        #: HTTP/1.1 transport when the event loop is not asyncio).
+        self._http: HttpExchange | None = None
+        #: Whether :meth:`aclose` closes :attr:`_http` (the transport made it).
+        self._owns_http = client is None
+        self._max_connections = max_connections
+        self._ssl_context: ssl.SSLContext | None = None
         if client is None:
             self.proxy = resolve_proxy(proxy)
-            ctx = _ssl_context(ca_bundle)
-            transport: httpx.AsyncBaseTransport | None = None
-            if not http2:
-                self._pool = Http11Pool(
-                    ssl_context=ctx,
+            self._ssl_context = ssl_context(ca_bundle)
+            if http2:
+                self._http = httpx_exchange(
+                    ssl_context=self._ssl_context,
+                    proxy=self.proxy,
+                    http2=True,
                     max_connections=max_connections,
-                    max_body=_MAX_BODY,
+                    timeout=seconds,
+                    user_agent=USER_AGENT,
+                )
+            else:
+                self._pool = Http11Pool(
+                    ssl_context=self._ssl_context,
+                    max_connections=max_connections,
+                    max_body=MAX_BODY,
                     proxy=self.proxy,
                 )
-                transport = self._pool
-            elif self.proxy is not None:
-                limits = httpx.Limits(
-                    max_connections=max_connections, max_keepalive_connections=max_connections
-                )
-
-                def make(via: httpx.Proxy | None) -> httpx.AsyncHTTPTransport:
-                    return httpx.AsyncHTTPTransport(
-                        verify=ctx, http2=True, limits=limits, proxy=via
-                    )
-
-                transport = ProxyRouter(self.proxy, make)
-            self._client = httpx.AsyncClient(
-                verify=ctx,
-                http2=http2,
-                transport=transport,
-                timeout=seconds,
-                headers={"User-Agent": USER_AGENT},
-                limits=httpx.Limits(
-                    max_connections=max_connections, max_keepalive_connections=max_connections
-                ),
-                follow_redirects=False,
-                trust_env=False,
-            )
-            self._owns_client = True
         else:
             if not (isinstance(proxy, str) and proxy == "env"):
                 raise InvalidInput(
                     "proxy cannot be given with client: configure the proxy on the "
                     "httpx.AsyncClient (its settings win)"
                 )
-            self._client = client
-            self._owns_client = False
-            warn_if_tls_unverified(client)
+            if isinstance(client, httpx.AsyncClient):
+                warn_if_tls_unverified(client)
+                self._http = ClientExchange(client, owned=False)
+            elif isinstance(client, HttpExchange):
+                self._http = client
+            else:
+                raise InvalidInput(
+                    "client must be an httpx.AsyncClient or an HttpExchange, "
+                    f"got {type(client).__name__}"
+                )
+
+    @property
+    def url_policy(self) -> UrlPolicy:
+        """Where requests may go (checked before every request; see :class:`UrlPolicy`).
+
+        Setting it binds the new policy to the directory URL.
+        """
+        return self._policy.policy
+
+    @url_policy.setter
+    def url_policy(self, policy: UrlPolicy) -> None:
+        self._policy = policy.bind(self.directory_url)
+
+    def _default_http(self) -> HttpExchange:
+        """What sends the transport's own requests: the pool, or httpx off asyncio."""
+        pool = self._pool
+        assert pool is not None
+        assert self._ssl_context is not None
+        if pool.serves_here():
+            return pool
+        # Not asyncio (trio): httpx's HTTP/1.1 transport, with the same TLS and proxies.
+        return httpx_exchange(
+            ssl_context=self._ssl_context,
+            proxy=self.proxy,
+            http2=False,
+            max_connections=self._max_connections,
+            timeout=self._timeouts["read"],
+            user_agent=USER_AGENT,
+        )
 
     async def aclose(self) -> None:
         """Close the connection pool (if the transport created it)."""
-        if self._owns_client:
-            await self._client.aclose()
+        if not self._owns_http:
+            return
+        if self._http is not None and self._http is not self._pool:
+            await self._http.aclose()
+        if self._pool is not None:
+            await self._pool.aclose()
 
     async def __aenter__(self) -> AcmeTransport:
         return self
@@ -378,13 +293,16 @@ class AcmeTransport:
 
     async def _send_once(
         self, method: str, url: str, *, content: bytes | None = None, accept: str | None = None
-    ) -> httpx.Response | Answer:
-        self.check_url(url)  # the last line of defence: nothing is sent to a refused URL
-        headers: dict[str, str] = {"User-Agent": USER_AGENT}
+    ) -> Answer:
+        # the last line of defence: nothing is sent to a refused URL
+        parsed = self._policy.checked(url)
+        headers = [(b"Host", parsed.netloc), _USER_AGENT]
         if content is not None:
-            headers["Content-Type"] = JOSE_CONTENT_TYPE
+            headers.append(_JOSE)
         if accept:
-            headers["Accept"] = accept
+            headers.append((b"Accept", accept.encode("ascii")))
+        if content is not None:
+            headers.append((b"Content-Length", str(len(content)).encode("ascii")))
         throttle = self.throttle
         if throttle is not None:
             endpoint = self.endpoint_class(url)
@@ -397,7 +315,7 @@ class AcmeTransport:
         if donor:
             self._promised += 1
         try:
-            response = await self._request(method, url, content=content, headers=headers)
+            response = await self._request(method, url, parsed, headers, content or b"")
         except BaseException:
             if donor:
                 self._promised -= 1
@@ -471,26 +389,21 @@ class AcmeTransport:
                 logging.getLogger("acmecerts.transport").exception("response hook failed")
 
     async def _request(
-        self, method: str, url: str, *, content: bytes | None, headers: dict[str, str]
-    ) -> httpx.Response | Answer:
+        self,
+        method: str,
+        url: str,
+        parsed: httpx.URL,
+        headers: list[tuple[bytes, bytes]],
+        body: bytes,
+    ) -> Answer:
+        """One exchange, whatever sends it; httpx's errors become acmecerts' here."""
         try:
-            if self._pool is not None and self._pool.serves_here():
-                # our own pool: no httpx.Request/Response objects in between
-                parsed = self._parsed(url)
-                raw_headers = [(b"Host", parsed.netloc)]
-                raw_headers.extend((k.encode(), v.encode()) for k, v in headers.items())
-                if content is not None:
-                    raw_headers.append((b"Content-Length", str(len(content)).encode()))
-                return await self._pool.exchange(
-                    method, parsed, raw_headers, content or b"", self._timeouts
-                )
-            # follow_redirects=False even on a caller's client: a redirect could lead
-            # anywhere, around the URL policy (a 3xx is reported as BadServerResponse).
-            return await self._client.request(
-                method, url, content=content, headers=headers, follow_redirects=False
-            )
+            http = self._http
+            if http is None:
+                http = self._http = self._default_http()
+            return await http.exchange(method, parsed, headers, body, self._timeouts)
         except httpx.ProxyError as exc:
-            raise _proxy_error(url, exc) from exc
+            raise proxy_error(url, exc) from exc
         except httpx.ConnectTimeout as exc:
             via = f" ({exc})" if self.proxy is not None else ""  # which proxy, which step
             raise RequestTimeout(
@@ -511,60 +424,6 @@ class AcmeTransport:
         except ssl.SSLError as exc:
             raise connect_error(url, exc) from exc
 
-    def _parsed(self, url: str) -> httpx.URL:
-        """``httpx.URL(url)`` as the URL policy accepted it (checked again if forgotten)."""
-        parsed = self._checked_urls.get(url)
-        if parsed is None or self._checked_policy is not self.url_policy:
-            self.check_url(url)
-            parsed = self._checked_urls[url]
-        return parsed
-
-    def _check(
-        self, response: httpx.Response | Answer, url: str, method: str = "GET"
-    ) -> AcmeResponse:
-        content = response.content
-        if len(content) > _MAX_BODY:
-            raise BadServerResponse("the answer is larger than 1 MiB", url=url)
-        status = response.status_code
-        header = response.headers.get("retry-after")
-        if header is None and 200 <= status < 300:  # the common case: nothing to work out
-            return AcmeResponse(status, response.headers, content, url, None)
-        now = self.clock.now()
-        retry_after = parse_retry_after(header, now=now)
-        if status < 400:
-            if status >= 300:
-                raise BadServerResponse(f"unexpected redirect ({status})", url=url)
-            return AcmeResponse(status, response.headers, content, url, retry_after)
-        problem = problem_from_response(
-            status_code=status,
-            content_type=response.headers.get("content-type", ""),
-            body=content,
-            url=url,
-            retry_after=retry_after,
-        )
-        if problem is None and status in (429, 503):
-            problem = synthetic_problem(
-                status, url=url, retry_after=retry_after, reason=response.reason_phrase
-            )
-        if problem is not None:
-            if status == 404 and url not in problem.message:
-                # a wrong URL (a typo in the directory's path): say which request it was
-                problem.message = f"{problem.message} ({method} {url})"
-            if status == 503:
-                # the CA refused the request unprocessed: nothing was created or spent
-                problem.reached_ca = False
-            if isinstance(problem, RateLimited) and problem.retry_after is None:
-                problem.retry_after = retry_after_from_detail(problem.detail, now=now)
-            raise problem
-        reason = f" {response.reason_phrase}" if response.reason_phrase else ""
-        raise BadServerResponse(
-            f"{method} {url} answered HTTP {status}{reason} without a problem document",
-            url=url,
-            status_code=status,
-            kind=ErrorKind.TRANSIENT if status >= 500 else ErrorKind.PERMANENT,
-            retry_after=retry_after,
-        )
-
     async def _with_retry(self, attempt: Callable[[], Any], *, idempotent: bool) -> AcmeResponse:
         result: AcmeResponse = await retry_request(
             attempt, policy=self.retry, clock=self.clock, idempotent=idempotent
@@ -574,18 +433,9 @@ class AcmeTransport:
     def check_url(self, url: str) -> str:
         """Return ``url`` if :attr:`url_policy` lets requests go there, else raise UnsafeUrl.
 
-        Accepted URLs are remembered (per policy object), so a URL polled many times is
-        parsed once.
+        The policy is bound to the directory URL: a URL polled many times is parsed once.
         """
-        if self._checked_policy is not self.url_policy:
-            self._checked_policy = self.url_policy
-            self._checked_urls.clear()
-        if url in self._checked_urls:
-            return url
-        parsed = self.url_policy.checked(url, directory_url=self.directory_url)
-        if len(self._checked_urls) >= _MAX_CHECKED_URLS:
-            self._checked_urls.clear()
-        self._checked_urls[url] = parsed
+        self._policy.checked(url)
         return url
 
     async def get(self, url: str, *, accept: str | None = None) -> AcmeResponse:
@@ -593,7 +443,9 @@ class AcmeTransport:
         self.check_url(url)
 
         async def attempt() -> AcmeResponse:
-            return self._check(await self._send_once("GET", url, accept=accept), url)
+            return checked_answer(
+                await self._send_once("GET", url, accept=accept), url, "GET", self.clock
+            )
 
         return await self._with_retry(attempt, idempotent=True)
 
@@ -697,7 +549,7 @@ class AcmeTransport:
         url = directory.new_nonce
 
         async def attempt() -> AcmeResponse:
-            return self._check(await self._send_once("HEAD", url), url, "HEAD")
+            return checked_answer(await self._send_once("HEAD", url), url, "HEAD", self.clock)
 
         response = await (self._with_retry(attempt, idempotent=True) if retry else attempt())
         nonce = response.headers.get("replay-nonce")
@@ -737,36 +589,14 @@ class AcmeTransport:
                 exc.reached_ca = False
                 raise
             body = sign_request(key, url=url, nonce=nonce, payload=payload, kid=kid)
-            return self._check(
-                await self._send_once("POST", url, content=body, accept=accept), url, "POST"
+            return checked_answer(
+                await self._send_once("POST", url, content=body, accept=accept),
+                url,
+                "POST",
+                self.clock,
             )
 
         return await self._with_retry(attempt, idempotent=idempotent)
 
     def __repr__(self) -> str:
         return f"AcmeTransport({self.directory_url!r})"
-
-
-def _proxy_error(url: str, exc: httpx.ProxyError) -> ProxyError:
-    """The :class:`~acmecerts.errors.ProxyError` for a proxy that failed a request to ``url``."""
-    if isinstance(exc, ProxyFailed):
-        return ProxyError(
-            f"{exc} (requesting {url})", url=url, proxy=exc.proxy, status_code=exc.status_code
-        )
-    return ProxyError(f"the proxy failed a request to {url}: {exc}", url=url)
-
-
-def _throttle(
-    request_rates: RequestThrottle | RatesTable | None,
-    clock: Clock,
-) -> RequestThrottle | None:
-    """The throttle ``request_rates`` asks for (``None``: none, as for no rates)."""
-    if request_rates is None or isinstance(request_rates, RequestThrottle):
-        return request_rates
-    if not isinstance(request_rates, Mapping):
-        raise InvalidInput(
-            "request_rates must be RequestRates, a mapping of endpoint class to "
-            f"(rate, burst), a RequestThrottle or None, got {request_rates!r}"
-        )
-    rates = RequestRates(request_rates)
-    return RequestThrottle(rates, clock=clock) if rates else None

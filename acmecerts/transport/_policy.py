@@ -24,12 +24,21 @@ from __future__ import annotations
 import logging
 import ssl
 from collections.abc import Iterable
+from pathlib import Path
 
 import httpx
 
 from acmecerts.errors import ConnectError, ErrorKind, InvalidInput, UnsafeUrl
 
-__all__ = ["Origin", "UrlPolicy", "connect_error", "origin_of", "warn_if_tls_unverified"]
+__all__ = [
+    "BoundUrlPolicy",
+    "Origin",
+    "UrlPolicy",
+    "connect_error",
+    "origin_of",
+    "ssl_context",
+    "warn_if_tls_unverified",
+]
 
 log = logging.getLogger("acmecerts.transport")
 
@@ -37,6 +46,8 @@ log = logging.getLogger("acmecerts.transport")
 Origin = tuple[str, str, int]
 
 _DEFAULT_PORTS = {"https": 443, "http": 80}
+#: How many accepted URLs a bound policy remembers before the memo starts over.
+_MAX_ACCEPTED = 4096
 
 
 def origin_of(url: str) -> Origin:
@@ -86,7 +97,7 @@ class UrlPolicy:
             an ``https`` URL whose path is ignored.
     """
 
-    __slots__ = ("_extra", "_last")
+    __slots__ = ("_extra",)
 
     def __init__(self, *, allowed_origins: Iterable[str] = ()) -> None:
         if isinstance(allowed_origins, str):
@@ -98,8 +109,6 @@ class UrlPolicy:
                 raise InvalidInput(f"allowed origin {value!r} must be https")
             extra.append(origin)
         self._extra: tuple[Origin, ...] = tuple(dict.fromkeys(extra))
-        # (directory URL, its origins): one CA per transport, so one entry is enough
-        self._last: tuple[str, tuple[Origin, ...]] | None = None
 
     @property
     def allowed_origins(self) -> tuple[str, ...]:
@@ -108,13 +117,16 @@ class UrlPolicy:
 
     def origins(self, directory_url: str) -> tuple[Origin, ...]:
         """Every origin allowed for a CA with this directory URL, the directory's first."""
-        last = self._last
-        if last is not None and last[0] == directory_url:
-            return last[1]
         home = origin_of(directory_url)
-        origins = (home, *(o for o in self._extra if o != home))
-        self._last = (directory_url, origins)
-        return origins
+        return (home, *(o for o in self._extra if o != home))
+
+    def bind(self, directory_url: str) -> BoundUrlPolicy:
+        """This policy for one CA: its origins worked out once (what a transport uses).
+
+        Raises:
+            InvalidInput: ``directory_url`` is not an absolute http(s) URL.
+        """
+        return BoundUrlPolicy(self, directory_url)
 
     def check(self, url: str, *, directory_url: str) -> str:
         """Return ``url`` if requests may go to it, else raise :class:`UnsafeUrl`.
@@ -129,10 +141,13 @@ class UrlPolicy:
     def checked(self, url: str, *, directory_url: str) -> httpx.URL:
         """Like :meth:`check`, but return the parsed URL (to send the request with).
 
-        This is the method the transport calls before every request to a new URL; a
-        subclass that narrows the policy overrides this one.
+        This is the method the transport calls (through :meth:`bind`) before every
+        request to a new URL; a subclass that narrows the policy overrides this one.
         """
-        allowed = self.origins(directory_url)
+        return self._verdict(url, self.origins(directory_url))
+
+    def _verdict(self, url: str, allowed: tuple[Origin, ...]) -> httpx.URL:
+        """``url`` parsed if its origin is one of ``allowed`` (and it is safe), else refuse."""
         try:
             origin, parsed = _parse(url)
         except InvalidInput as exc:
@@ -173,6 +188,44 @@ class UrlPolicy:
 
     def __hash__(self) -> int:
         return hash(self._extra)
+
+
+class BoundUrlPolicy:
+    """A :class:`UrlPolicy` bound to one CA's directory URL (:meth:`UrlPolicy.bind`).
+
+    The allowed origins are worked out once, and each accepted URL is parsed once (an
+    order URL is polled many times; parsing is a good part of a request's CPU). A
+    subclass's :meth:`UrlPolicy.checked` is still asked for every new URL.
+    """
+
+    __slots__ = ("_accepted", "_narrowed", "directory_url", "origins", "policy")
+
+    def __init__(self, policy: UrlPolicy, directory_url: str) -> None:
+        #: The policy bound.
+        self.policy = policy
+        #: The CA's directory URL it is bound to.
+        self.directory_url = directory_url
+        #: Every origin allowed, the directory's first.
+        self.origins = policy.origins(directory_url)
+        self._narrowed = type(policy).checked is not UrlPolicy.checked
+        self._accepted: dict[str, httpx.URL] = {}
+
+    def checked(self, url: str) -> httpx.URL:
+        """``url`` parsed if requests may go to it, else raise :class:`UnsafeUrl`."""
+        parsed = self._accepted.get(url)
+        if parsed is not None:
+            return parsed
+        if self._narrowed:
+            parsed = self.policy.checked(url, directory_url=self.directory_url)
+        else:
+            parsed = self.policy._verdict(url, self.origins)
+        if len(self._accepted) >= _MAX_ACCEPTED:
+            self._accepted.clear()
+        self._accepted[url] = parsed
+        return parsed
+
+    def __repr__(self) -> str:
+        return f"BoundUrlPolicy({self.policy!r}, {self.directory_url!r})"
 
 
 def warn_if_tls_unverified(client: httpx.AsyncClient) -> bool:
@@ -224,3 +277,16 @@ def connect_error(url: str, exc: BaseException) -> ConnectError:
             return ConnectError(message, url=url, reached_ca=False)
         cause = cause.__cause__ or cause.__context__
     return ConnectError(f"cannot connect to {url}: {exc}", url=url, reached_ca=False)
+
+
+def ssl_context(ca_bundle: str | Path | None) -> ssl.SSLContext:
+    """A TLS context verifying the CA (chain and host name), trusting ``ca_bundle`` too."""
+    # Verification is always on: certificate chain and host name (there is no option to
+    # turn it off; a caller-supplied ``client`` that does is warned about loudly).
+    ctx = ssl.create_default_context()
+    if ca_bundle is not None:
+        try:
+            ctx.load_verify_locations(cafile=str(ca_bundle))
+        except (OSError, ssl.SSLError) as exc:
+            raise InvalidInput(f"cannot load CA bundle {ca_bundle}: {exc}") from exc
+    return ctx

@@ -34,13 +34,14 @@ from typing import Literal
 
 import httpx
 
-from acmecerts.errors import InvalidInput
+from acmecerts.errors import InvalidInput, ProxyError
 
 __all__ = [
     "ProxyConfig",
     "ProxyFailed",
     "ProxyRouter",
     "ProxySetting",
+    "proxy_error",
     "resolve_proxy",
 ]
 
@@ -494,3 +495,12 @@ def _hint(status: int | None, proxy: _Proxy) -> str:
     if status == 403:
         return " (the proxy does not allow this destination or port)"
     return ""
+
+
+def proxy_error(url: str, exc: httpx.ProxyError) -> ProxyError:
+    """The :class:`~acmecerts.errors.ProxyError` for a proxy that failed a request to ``url``."""
+    if isinstance(exc, ProxyFailed):
+        return ProxyError(
+            f"{exc} (requesting {url})", url=url, proxy=exc.proxy, status_code=exc.status_code
+        )
+    return ProxyError(f"the proxy failed a request to {url}: {exc}", url=url)

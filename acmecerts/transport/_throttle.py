@@ -16,6 +16,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime as _dt
+from collections.abc import Mapping
 
 import anyio
 
@@ -28,7 +29,7 @@ from acmecerts.ratelimit._throttle import (
     RequestRates,
 )
 
-__all__ = ["RequestThrottle", "ThrottleStats"]
+__all__ = ["RequestThrottle", "ThrottleStats", "throttle_for"]
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 _ONE_US = _dt.timedelta(microseconds=1)
@@ -154,3 +155,19 @@ class RequestThrottle:
 
     def __repr__(self) -> str:
         return f"RequestThrottle({self.rates!r})"
+
+
+def throttle_for(
+    request_rates: RequestThrottle | RatesTable | None,
+    clock: Clock,
+) -> RequestThrottle | None:
+    """The throttle ``request_rates`` asks for (``None``: none, as for no rates)."""
+    if request_rates is None or isinstance(request_rates, RequestThrottle):
+        return request_rates
+    if not isinstance(request_rates, Mapping):
+        raise InvalidInput(
+            "request_rates must be RequestRates, a mapping of endpoint class to "
+            f"(rate, burst), a RequestThrottle or None, got {request_rates!r}"
+        )
+    rates = RequestRates(request_rates)
+    return RequestThrottle(rates, clock=clock) if rates else None

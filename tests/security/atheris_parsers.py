@@ -64,7 +64,7 @@ with atheris.instrument_imports(include=["acmecerts"]):
     from acmecerts.ratelimit._state import LedgerState
     from acmecerts.retry import AttemptState
     from acmecerts.storage.filesystem import FileStorage
-    from acmecerts.transport._http import AcmeResponse, _parse_links
+    from acmecerts.transport._response import AcmeResponse, _parse_links
 
 NOW = dt.datetime(2026, 6, 1, tzinfo=dt.UTC)
 URL = "https://ca.test/acme/x"

@@ -70,7 +70,7 @@ from acmecerts.protocol.resources import (
 from acmecerts.ratelimit._state import LedgerState
 from acmecerts.retry import AttemptState
 from acmecerts.storage import FileStorage, KeyLayout, load_account_url
-from acmecerts.transport._http import AcmeResponse, _parse_links
+from acmecerts.transport._response import AcmeResponse, _parse_links
 from tests.security._bounded import bounded, typed_or_success
 
 NOW = dt.datetime(2026, 6, 1, 12, tzinfo=dt.UTC)
