@@ -1,0 +1,452 @@
+"""The manager's work for one certificate, from its turn to its outcome.
+
+One attempt: join or start the single flight for the certificate, pass the budget gate
+(:class:`~acmecerts.manager._scheduler.BudgetGate`), take a concurrency slot, ask the
+owner, take the store's lock, read what another process did meanwhile, order through the
+client, and turn the outcome into the certificate's next instant (the attempt schedule,
+or the error backoff for a failure on our side) and an event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as _dt
+import logging
+import random
+from collections.abc import Awaitable, Callable, Sequence
+
+import anyio
+import anyio.abc
+
+from acmecerts._issued import IssuedCertificate
+from acmecerts._time import Clock
+from acmecerts.client import AcmeClient
+from acmecerts.errors import (
+    AcmeCertsError,
+    AlreadyReplaced,
+    ErrorKind,
+    InvalidInput,
+    RateLimitDeferred,
+    RateLimited,
+    StorageError,
+)
+from acmecerts.manager._entry import (
+    Entry,
+    Flight,
+    HandedOut,
+    current,
+    due_at,
+    for_name,
+    parked,
+    progress_mark,
+    steady,
+)
+from acmecerts.manager._events import (
+    CertificateCancelled,
+    CertificateDeferred,
+    CertificateEvent,
+    CertificateFailed,
+    CertificateObtained,
+    CertificateObtaining,
+    CertificateRateLimited,
+    EventBus,
+)
+from acmecerts.manager._persist import CertificateStore
+from acmecerts.manager._scheduler import BudgetGate, Scheduler, plan_renewal, replaces_id
+from acmecerts.manager._spec import (
+    CancelledResult,
+    CertificateSpec,
+    DeferredResult,
+    FailedResult,
+    IssuedResult,
+    IssueResult,
+)
+from acmecerts.manager._stored import StoredEntries
+from acmecerts.protocol.identifiers import Identifier
+from acmecerts.retry import AttemptSchedule
+from acmecerts.solvers._base import Solver
+
+#: Called with ``(name, reason)`` whenever work for a certificate is cancelled.
+CancellationHook = Callable[[str, str], Awaitable[None] | None]
+
+_NO_LIMIT = contextlib.nullcontext()
+_OWNER_GONE = "owner gone"
+
+log = logging.getLogger("acmecerts.manager")
+
+
+class Attempts:
+    """The work for one certificate: single flight, budget gate, owner, lock, order, outcome.
+
+    :class:`~acmecerts.manager.CertificateManager` is built on it; the attributes below
+    are set by its ``__init__``, and ``_client_issue`` (one call of the client for an
+    order, with the order journal) is defined there.
+    """
+
+    client: AcmeClient
+    solvers: list[Solver]
+    schedule: AttemptSchedule
+    error_backoff: AttemptSchedule
+    renewal_fraction: float
+    clock: Clock
+    _rng: random.Random
+    _limiter: anyio.CapacityLimiter
+    _global_limiter: anyio.CapacityLimiter | None
+    _entries: dict[str, Entry]
+    _handed_out: HandedOut
+    _flights_by_ids: dict[frozenset[Identifier], Flight]
+    _events: EventBus
+    _cancellation_hooks: list[CancellationHook]
+    _store: CertificateStore | None
+    _lock_lease: float
+    _stored: StoredEntries
+    _scheduler: Scheduler
+    _gate: BudgetGate
+    _client_issue: Callable[
+        [Entry, str | None, Sequence[Identifier] | None], Awaitable[IssuedCertificate]
+    ]
+
+    async def _cancelled(self, name: str, reason: str) -> None:
+        await self._publish(CertificateCancelled(name, self.clock.now(), reason=reason))
+        for hook in list(self._cancellation_hooks):
+            try:
+                result = hook(name, reason)
+                if result is not None:
+                    await result
+            except Exception:
+                log.exception("cancellation hook failed for %s", name)
+
+    async def _obtain(
+        self, entry: Entry, *, renewal: bool = False, force: bool = False
+    ) -> IssueResult:
+        """Run (or join) the single flight for ``entry``."""
+        if entry.cancelled is not None:
+            return CancelledResult(entry.spec.name, entry.cancelled)
+        existing = entry.flight or self._flights_by_ids.get(entry.spec.identifier_set)
+        if existing is not None:
+            await existing.done.wait()
+            assert existing.result is not None
+            return for_name(existing.result, entry.spec.name)
+        flight = Flight()
+        ids = entry.spec.identifier_set
+        entry.flight = flight
+        self._flights_by_ids[ids] = flight
+        self._gate.enter(entry)
+        result: IssueResult = CancelledResult(entry.spec.name, "interrupted")
+        try:
+            result = await self._attempt(entry, flight, renewal=renewal, force=force)
+        finally:
+            self._gate.leave(entry)
+            flight.result = result
+            entry.flight = None
+            if self._flights_by_ids.get(ids) is flight:
+                del self._flights_by_ids[ids]
+            flight.done.set()
+            self._scheduler.changed(entry)  # the scheduler plans what comes next (renewal, retry)
+        return result
+
+    async def _owner_present(self, spec: CertificateSpec) -> bool | None:
+        if spec.owner is None:
+            return True
+        try:
+            return bool(await spec.owner())
+        except Exception as exc:
+            log.warning("%s: the owner guard failed (%r); not starting an order", spec.name, exc)
+            return None
+
+    async def _attempt(
+        self, entry: Entry, flight: Flight, *, renewal: bool, force: bool = False
+    ) -> IssueResult:
+        try:
+            return await self._attempt_once(entry, flight, renewal=renewal, force=force)
+        except StorageError as exc:
+            # the store failed (read, lock, write): ours to retry, on the error backoff
+            name = entry.spec.name
+            until = self._hiccup(entry, f"{type(exc).__name__}: {exc}")
+            log.warning("%s: storage failed (%s); next try at %s", name, exc, until)
+            await self._publish(
+                CertificateFailed(name, self.clock.now(), error=exc, next_attempt_at=until)
+            )
+            return FailedResult(name, exc, until)
+
+    async def _attempt_once(
+        self, entry: Entry, flight: Flight, *, renewal: bool, force: bool = False
+    ) -> IssueResult:
+        spec = entry.spec
+        name = spec.name
+        generation = entry.generation
+        await self._stored.load(entry)
+        if parked(entry) and not force:
+            assert entry.state.last_error is not None
+            return FailedResult(name, InvalidInput(entry.state.last_error))
+        now = self.clock.now()
+        if not self.schedule.ready(entry.state, now) and entry.state.next_attempt_at is not None:
+            return DeferredResult(name, entry.state.next_attempt_at, "backoff after a failure")
+        # before taking a slot: an entry waiting here must not keep others from theirs
+        fits_at = None if force else await self._gate.turn(entry)
+        if fits_at is not None:
+            deferred = RateLimitDeferred(
+                "certificates of higher priority take the rate-limit budget until then",
+                retry_after=fits_at,
+                limit=None,
+            )
+            result = await self._failed(entry, deferred)
+            await self._stored.save_state(entry)
+            return result
+        with anyio.CancelScope() as scope:
+            flight.scope = scope
+            if entry.cancelled is not None:
+                scope.cancel()
+            async with self._limiter, self._global_limiter or _NO_LIMIT:
+                if self._store is None:
+                    result = await self._owned_issue(entry, generation, renewal, force)
+                else:
+                    # the owner is asked under the lock: a deletion seen while another
+                    # replica held it still stops this order
+                    async with self._store.lock(name, lease=self._lock_lease):
+                        result = await self._owned_issue(entry, generation, renewal, force)
+                if isinstance(result, CancelledResult) and result.reason == _OWNER_GONE:
+                    await self._stored.retire(name, entry)  # (outside the lock: a purge takes it)
+                return result
+        return CancelledResult(name, entry.cancelled or "cancelled")
+
+    async def _owned_issue(
+        self, entry: Entry, generation: int, renewal: bool, force: bool
+    ) -> IssueResult:
+        """Ask the owner, then issue (under the store's lock when there is a store)."""
+        refused = await self._ask_owner(entry)
+        if refused is not None:
+            return refused
+        if entry.cancelled is not None or entry.generation != generation:
+            return CancelledResult(entry.spec.name, entry.cancelled or "cancelled")
+        return await self._issue(entry, renewal=renewal, force=force)
+
+    async def _ask_owner(self, entry: Entry) -> IssueResult | None:
+        """Ask the owner guard before an order: ``None`` to go on, else the outcome.
+
+        Gone: the certificate is cancelled (nothing more is sent). Unknown (the guard
+        raised): held on the error backoff, then asked again; never taken for "gone".
+        """
+        name = entry.spec.name
+        owner = await self._owner_present(entry.spec)
+        if owner is True:
+            return None
+        if owner is False:
+            entry.cancelled = _OWNER_GONE
+            entry.generation += 1
+            await self._cancelled(name, _OWNER_GONE)
+            return CancelledResult(name, _OWNER_GONE)
+        until = self._hiccup(entry, "the owner guard failed")
+        reason = "the owner guard failed"
+        await self._publish(CertificateDeferred(name, self.clock.now(), until=until, reason=reason))
+        return DeferredResult(name, until, reason)
+
+    async def _issue(self, entry: Entry, *, renewal: bool, force: bool = False) -> IssueResult:
+        spec = entry.spec
+        name = spec.name
+        if self._store is not None:
+            # under the store's lock: another process may have issued it meanwhile, or
+            # failed with it (its attempt state says when to try again, or that the
+            # input is invalid)
+            await self._stored.load(entry, again=True)
+            await self._stored.adopt(entry)
+            await self._stored.forget_finished_order(entry)
+            if not force and current(entry, self.clock.now()):
+                assert entry.certificate is not None
+                return IssuedResult(name, self._handed_out.issued(entry.certificate))
+            if not force and parked(entry):
+                assert entry.state.last_error is not None
+                return FailedResult(name, InvalidInput(entry.state.last_error))
+            retry_at = entry.state.next_attempt_at
+            if not force and retry_at is not None and retry_at > self.clock.now():
+                return DeferredResult(name, retry_at, "another process's attempt failed")
+            renewal = renewal or (entry.certificate is not None and not entry.stale)
+        await self._publish(
+            CertificateObtaining(
+                name, self.clock.now(), renewal=renewal, attempt=entry.state.attempts + 1
+            )
+        )
+        replaces = replaces_id(entry) if renewal else None
+        renewal_of = (
+            entry.certificate.identifiers if renewal and entry.certificate is not None else None
+        )
+        try:
+            try:
+                certificate = await self._client_issue(entry, replaces, renewal_of)
+            except AlreadyReplaced:
+                log.info("%s: the CA refused replaces=%s; ordering without it", name, replaces)
+                if self._store is not None:
+                    # the refused newOrder created no order: its intent must not send the
+                    # next one looking for an unrecorded order
+                    await self._store.delete_order(name)
+                # a new order: the owner may have gone meanwhile, so ask before it again
+                refused = await self._ask_owner(entry)
+                if refused is not None:
+                    return refused
+                certificate = await self._client_issue(entry, None, renewal_of)
+        except StorageError:
+            raise  # our store, not the CA: the error backoff (see _attempt), not the schedule
+        except AcmeCertsError as exc:
+            steady(entry)
+            result = await self._failed(entry, exc)
+            await self._stored.save_state(entry)
+            return result
+        steady(entry)
+        if self._store is not None:
+            # saved before it counts as held: if the store fails here, the attempt is
+            # retried on the error backoff and resumes the order (recorded) instead of
+            # keeping an unsaved certificate that nobody would ever publish
+            await self._store.save_certificate(name, certificate)
+            await self._store.delete_order(name)
+        entry.certificate = self._handed_out.hold(certificate)
+        entry.stale = False
+        entry.state = self.schedule.after_success(entry.state)
+        if self._store is not None:
+            await self._stored.save_state(entry)
+        await self._plan_renewal(entry)
+        await self._publish(
+            CertificateObtained(name, self.clock.now(), certificate=certificate, renewal=renewal)
+        )
+        return IssuedResult(name, certificate, renewed=renewal)
+
+    def _hiccup(self, entry: Entry, reason: str) -> _dt.datetime:
+        """Hold ``entry`` back after a failure on our side; returns the end of the hold.
+
+        The n-th hiccup in a row waits the n-th step of :attr:`error_backoff` (5 s
+        doubling to 5 min by default, jittered). Only progress (an attempt that reached
+        an outcome, a successful read) resets the count (:meth:`_steady`).
+        """
+        entry.hiccups += 1
+        delay = self.error_backoff.delay(entry.hiccups, rng=self._rng)
+        until = self.clock.now() + _dt.timedelta(seconds=delay)
+        entry.hold_until = until
+        entry.hold_reason = reason
+        return until
+
+    async def _failed(self, entry: Entry, error: AcmeCertsError) -> IssueResult:
+        name = entry.spec.name
+        if isinstance(error, InvalidInput):
+            # bad input will not get better by waiting: parked until the spec changes
+            entry.state = dataclasses.replace(
+                entry.state,
+                next_attempt_at=None,
+                last_error=f"{type(error).__name__}: {error}",
+                last_error_kind=error.kind.value,
+                parked=entry.spec.fingerprint,
+            )
+            log.warning("%s: invalid input, parked until its spec changes: %s", name, error)
+            await self._publish(CertificateFailed(name, self.clock.now(), error=error))
+            return FailedResult(name, error)
+        if isinstance(error, RateLimitDeferred) and error.retry_after is None:
+            # the ledger named no instant (a pause): hold on our own backoff, never "now"
+            until = self._hiccup(entry, f"{type(error).__name__}: {error}")
+            await self._publish(
+                CertificateDeferred(name, self.clock.now(), until=until, reason=str(error))
+            )
+            return DeferredResult(name, until, str(error))
+        if isinstance(error, RateLimitDeferred):
+            # predicted by the ledger, nothing was sent: not a failure, no escalation
+            entry.state = dataclasses.replace(
+                entry.state,
+                next_attempt_at=error.retry_after,
+                last_error=f"{type(error).__name__}: {error}",
+                last_error_kind=error.kind.value,
+            )
+        else:
+            entry.state = self.schedule.after_failure(
+                entry.state, error, now=self.clock.now(), rng=self._rng
+            )
+        next_at = entry.state.next_attempt_at
+        if error.kind is ErrorKind.RATE_LIMITED and next_at is not None:
+            event: CertificateEvent
+            if isinstance(error, RateLimited):
+                event = CertificateRateLimited(
+                    name, self.clock.now(), until=next_at, detail=error.detail
+                )
+            else:
+                event = CertificateDeferred(
+                    name, self.clock.now(), until=next_at, reason=str(error)
+                )
+            await self._publish(event)
+            return DeferredResult(name, next_at, str(error))
+        log.warning("%s: attempt failed (%s), next at %s", name, error, next_at)
+        await self._publish(
+            CertificateFailed(name, self.clock.now(), error=error, next_attempt_at=next_at)
+        )
+        return FailedResult(name, error, next_at)
+
+    # -- scheduling (see _scheduler.py) -------------------------------------------------
+
+    def _plan_tick(self, now: _dt.datetime) -> tuple[list[Entry], _dt.datetime | None]:
+        """One scheduling decision: the entries to start now, the next due time."""
+        return self._scheduler.plan_tick(now)
+
+    async def _plan_renewal(self, entry: Entry) -> None:
+        await plan_renewal(
+            entry, self.client, fraction=self.renewal_fraction, clock=self.clock, rng=self._rng
+        )
+
+    async def _background(self, entry: Entry) -> None:
+        before = progress_mark(entry)
+        ended = False  # not cancelled (the manager stopping is no reason to hold)
+        try:
+            if entry in self._scheduler.loading:
+                self._gate.enter(entry)
+                try:
+                    await self._stored.load(entry)
+                    steady(entry)
+                finally:
+                    self._scheduler.loading.discard(entry)
+                    self._gate.leave(entry)
+                due = due_at(entry, self.schedule, self.clock.now())
+                if due is None or due > self.clock.now():
+                    ended = True
+                    return  # a stored certificate that is current: nothing to do yet
+            await self._work(entry)
+            ended = True
+        except AcmeCertsError as exc:
+            # reading the store (or the ARI re-check) failed outside an attempt
+            until = self._hiccup(entry, f"{type(exc).__name__}: {exc}")
+            log.warning("%s: %s; next try at %s", entry.spec.name, exc, until)
+            ended = True
+            await self._publish(
+                CertificateFailed(
+                    entry.spec.name, self.clock.now(), error=exc, next_attempt_at=until
+                )
+            )
+        except Exception as exc:  # a bug (ours or a plugin's) must not stop the others
+            until = self._hiccup(entry, f"unexpected error: {exc!r}")
+            ended = True
+            log.exception("%s: unexpected error; next try at %s", entry.spec.name, until)
+        finally:
+            if (
+                ended
+                and self._entries.get(entry.spec.name) is entry
+                and entry.flight is None
+                and progress_mark(entry) == before
+            ):
+                due = due_at(entry, self.schedule, self.clock.now())
+                if due is not None and due <= self.clock.now():
+                    # nothing moved and it would start again at once: never a hot loop
+                    self._hiccup(entry, "no progress")
+            self._scheduler.changed(entry)
+
+    async def _work(self, entry: Entry) -> None:
+        if entry.flight is not None:
+            return
+        if (
+            entry.certificate is not None
+            and not entry.stale
+            and entry.ari_recheck_at is not None
+            and entry.renew_at is not None
+            and self.clock.now() < entry.renew_at
+        ):
+            # only the ARI re-check is due: ask the CA again, no order
+            await self._plan_renewal(entry)
+            return
+        renewal = entry.certificate is not None and not entry.stale
+        await self._obtain(entry, renewal=renewal)
+
+    async def _publish(self, event: CertificateEvent) -> None:
+        await self._events.publish(event)

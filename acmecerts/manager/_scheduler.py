@@ -1,0 +1,314 @@
+"""The manager's scheduler: when each certificate needs work, and who goes first.
+
+* :class:`Scheduler`: a heap of every managed certificate by its explicit next instant
+  (:func:`~acmecerts.manager._entry.due_at`), planned again only for the certificates that
+  changed, and the loop that starts the due ones (highest priority first), at most
+  :data:`MAX_LOADS` stored states being read at a time.
+* :class:`BudgetGate`: priority reserves the rate-limit budget: a certificate on its way
+  to an order waits while certificates of higher priority would take what it needs.
+* :func:`plan_renewal`: the renewal instant, from ARI (RFC 9773) or the lifetime fraction.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as _dt
+import heapq
+import itertools
+import logging
+import random
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import anyio
+import anyio.abc
+import anyio.lowlevel
+
+from acmecerts._time import Clock
+from acmecerts.client import AcmeClient
+from acmecerts.errors import AcmeCertsError
+from acmecerts.manager._entry import AT_ONCE, Entry, current, leaf, parked, queue_time
+from acmecerts.manager._retention import RetiredCertificates
+from acmecerts.protocol.ari import cert_id, choose_renewal_time
+from acmecerts.ratelimit import IssuanceRequest
+from acmecerts.retry import AttemptSchedule
+
+log = logging.getLogger("acmecerts.manager")
+
+#: The longest timed sleep of the scheduler (guards against wall-clock jumps).
+MAX_SCHEDULER_SLEEP = 3600.0
+#: At most this many stored certificates are read at once by the background scheduler.
+MAX_LOADS = 32
+
+_Item = tuple[_dt.datetime, int, Entry]
+
+
+class Scheduler:
+    """Every managed certificate's next instant, in a heap, and the loop that acts on it.
+
+    Args:
+        entries: The manager's certificates by name (read here, never changed).
+        schedule: The attempt schedule (when a failed certificate tries again).
+        clock: Where "now" comes from, and how to sleep.
+        stored: Whether the manager has a store (each certificate's stored state is read
+            before its first work, :data:`MAX_LOADS` at a time).
+    """
+
+    def __init__(
+        self, entries: dict[str, Entry], *, schedule: AttemptSchedule, clock: Clock, stored: bool
+    ) -> None:
+        self._entries = entries
+        self._schedule = schedule
+        self._clock = clock
+        self._stored = stored
+        #: The schedule: a heap of ``(due, token, entry)``; an item is valid while the
+        #: entry is managed and its ``queued`` is the item's token (lazy deletion).
+        self._queue: list[_Item] = []
+        self._tokens = itertools.count()
+        #: Entries changed since the last scheduling tick (their due time is recomputed).
+        self._dirty: set[Entry] = set()
+        #: Entries whose stored state waits to be read by the scheduler, and those being read.
+        self._to_load: collections.deque[Entry] = collections.deque()
+        self.loading: set[Entry] = set()
+        self._wake = anyio.Event()
+
+    async def run(
+        self,
+        task_group: anyio.abc.TaskGroup,
+        work: Callable[[Entry], Coroutine[Any, Any, None]],
+        retired: RetiredCertificates | None,
+    ) -> None:
+        """Start ``work`` for each certificate when it is due, and purge retired ones."""
+        while True:
+            self._wake = anyio.Event()
+            now = self._clock.now()
+            due_now, next_due = self.plan_tick(now)
+            for entry in due_now:
+                task_group.start_soon(work, entry)
+            if retired is not None:
+                purge_at = retired.tick(task_group, now, self.wake_up)
+                if purge_at is not None and (next_due is None or purge_at < next_due):
+                    next_due = purge_at
+            if next_due is None:
+                # nothing is scheduled: sleep until something changes (manage, a flight
+                # ends); a timed sleep here would move a fake clock under running work
+                await self._wake.wait()
+                continue
+            delay = min(MAX_SCHEDULER_SLEEP, (next_due - now).total_seconds())
+            await self._sleep_or_wake(delay)
+
+    def changed(self, entry: Entry, *, wake: bool = True) -> None:
+        """``entry`` may need work at another time: the scheduler recomputes it."""
+        self._dirty.add(entry)
+        if wake:
+            self._wake.set()
+
+    def wake_up(self) -> None:
+        """Look at the queue again now."""
+        self._wake.set()
+
+    def _enqueue(self, entry: Entry, now: _dt.datetime) -> None:
+        managed = self._entries.get(entry.spec.name) is entry
+        when = queue_time(entry, self._schedule, now) if managed else None
+        if when is None:
+            entry.queued = None
+            return
+        token = next(self._tokens)
+        entry.queued = token
+        heapq.heappush(self._queue, (when, token, entry))
+
+    def _valid(self, item: _Item) -> bool:
+        _, token, entry = item
+        return entry.queued == token and self._entries.get(entry.spec.name) is entry
+
+    def plan_tick(self, now: _dt.datetime) -> tuple[list[Entry], _dt.datetime | None]:
+        """One scheduling decision: the entries to start now (in order), the next due time.
+
+        Only the entries changed since the last tick are looked at again; the others wait
+        in a heap by due time. Entries in flight are dropped from the queue (they are
+        planned again when their flight ends). Due entries start highest priority first,
+        then earliest due (new certificates last), then in declaration order.
+        """
+        self._plan_changes(now)
+        queue = self._queue
+        due: list[tuple[tuple[int, bool, _dt.datetime, int], Entry]] = []
+        while queue and queue[0][0] <= now:
+            item = heapq.heappop(queue)
+            entry = item[2]
+            if not self._valid(item):
+                continue
+            entry.queued = None
+            if entry.flight is None:
+                key = (-entry.spec.priority, item[0] is AT_ONCE, item[0], entry.seq)
+                due.append((key, entry))
+        due.sort(key=lambda pair: pair[0])
+        return self._with_loads([entry for _, entry in due]), self._next_due()
+
+    def _plan_changes(self, now: _dt.datetime) -> None:
+        """Queue every changed entry at its due time; rebuild a heap of mostly dead items."""
+        dirty, self._dirty = self._dirty, set()
+        for entry in sorted(dirty, key=lambda e: e.seq):
+            self._enqueue(entry, now)
+        if len(self._queue) > 2 * len(self._entries) + 1024:
+            self._queue = [item for item in self._queue if self._valid(item)]
+            heapq.heapify(self._queue)
+
+    def _next_due(self) -> _dt.datetime | None:
+        """The earliest due time of a queued entry that is not in flight."""
+        queue = self._queue
+        while queue and (not self._valid(queue[0]) or queue[0][2].flight is not None):
+            item = heapq.heappop(queue)
+            if self._valid(item):
+                item[2].queued = None  # in flight: planned again when the flight ends
+        return queue[0][0] if queue else None
+
+    def _with_loads(self, due: list[Entry]) -> list[Entry]:
+        """``due``, with at most :data:`MAX_LOADS` entries at a time whose state is unread.
+
+        Reading a stored certificate is the first step of its work; the rest wait their
+        turn in ``_to_load`` (a read ending wakes the scheduler), so a restart with
+        many certificates does not start one task per certificate at once.
+        """
+        if not self._stored:
+            return due
+        ready = [entry for entry in due if entry.loaded]
+        self._to_load.extend(entry for entry in due if not entry.loaded)
+        while self._to_load and len(self.loading) < MAX_LOADS:
+            entry = self._to_load.popleft()
+            if self._entries.get(entry.spec.name) is entry and entry.flight is None:
+                self.loading.add(entry)
+                ready.append(entry)
+        return ready
+
+    async def _sleep_or_wake(self, seconds: float) -> None:
+        wake = self._wake
+        if wake.is_set():
+            await anyio.lowlevel.checkpoint()
+            return
+        async with anyio.create_task_group() as tg:
+
+            async def sleeper() -> None:
+                await self._clock.sleep(max(0.0, seconds))
+                wake.set()
+
+            tg.start_soon(sleeper)
+            await wake.wait()
+            tg.cancel_scope.cancel()
+
+
+class BudgetGate:
+    """Priority reserves quota: an entry waits while higher-priority ones would spend first.
+
+    Entries on their way to an order that have not passed the gate yet (loading, waiting
+    for a slot, asking the owner) are *contending* (:meth:`enter` / :meth:`leave`).
+    """
+
+    def __init__(self, client: AcmeClient, *, clock: Clock, stored: bool) -> None:
+        self._client = client
+        self._clock = clock
+        self._stored = stored
+        self._contending: set[Entry] = set()
+        self._contention = anyio.Event()
+
+    def enter(self, entry: Entry) -> None:
+        """``entry`` is on its way to an order."""
+        self._contending.add(entry)
+
+    def leave(self, entry: Entry) -> None:
+        """``entry`` passed the gate or gave up: those waiting behind it look again."""
+        if entry in self._contending:
+            self._contending.discard(entry)
+            self._contention.set()
+
+    def _needs_order(self, entry: Entry) -> bool:
+        """Whether ``entry`` (its stored state read) is on its way to an order now."""
+        if entry.cancelled is not None or parked(entry):
+            return False
+        if self._stored and not entry.loaded:
+            return False
+        return not current(entry, self._clock.now())
+
+    async def turn(self, entry: Entry) -> _dt.datetime | None:
+        """``None`` to go on now, else when ``entry``'s turn comes.
+
+        Without a ledger, or with no certificate of higher priority on its way to an
+        order (loading, waiting for a slot, in an attempt), it answers at once. Else it
+        waits until their stored state is read (they may be current and need nothing),
+        and plans them and ``entry`` with the ledger (:meth:`RateLimitLedger.plan`,
+        highest priority first, as if none of them had spent yet): if ``entry`` fits
+        even then, it goes on; if it would fit only later, it waits for one of them to
+        finish and looks again; once none is left, the ledger's own reservation decides.
+        A deferral says the instant ``entry`` fits behind them.
+        """
+        client = self._client
+        ledger = client.ledger
+        if ledger is None or not self._needs_order(entry):
+            return None
+        priority = entry.spec.priority
+        while True:
+            higher = [e for e in self._contending if e.spec.priority > priority]
+            if not higher:
+                return None
+            if all(not self._stored or e.loaded for e in higher):
+                ahead = [e for e in higher if self._needs_order(e)]
+                if not ahead:
+                    return None
+                account = client.account_url or await client._kid()
+                requests = [issuance_request(e) for e in (*ahead, entry)]
+                planned = await ledger.plan(requests, account=account)
+                mine = next(p for p in planned if p.request is requests[-1])
+                if mine.at is None or mine.at <= self._clock.now():
+                    return None  # it fits even if every one of them spends first
+            if self._contention.is_set():  # every waiter shares one event until it fires
+                self._contention = anyio.Event()
+            await self._contention.wait()
+
+
+def issuance_request(entry: Entry) -> IssuanceRequest:
+    """``entry``'s next order as the ledger's planner sees it."""
+    held = entry.certificate
+    return IssuanceRequest(
+        entry.spec.identifiers,
+        expires_at=held.not_after if held is not None else None,
+        renewal_of=held.identifiers if held is not None else None,
+        replaces=held is not None and replaces_id(entry) is not None,
+        priority=entry.spec.priority,
+        name=entry.spec.name,
+    )
+
+
+def replaces_id(entry: Entry) -> str | None:
+    """The ARI certID of the current certificate, when the CA supports ARI."""
+    if entry.certificate is None or entry.ari_recheck_at is None:
+        return None
+    try:
+        return cert_id(leaf(entry.certificate))
+    except AcmeCertsError:
+        return None
+
+
+async def plan_renewal(
+    entry: Entry, client: AcmeClient, *, fraction: float, clock: Clock, rng: random.Random
+) -> None:
+    """Set ``renew_at``: from ARI when the CA has it, else at the lifetime fraction.
+
+    RFC 9773 §4.2: a uniformly random instant in the suggested window, re-checked at
+    the CA's ``Retry-After`` (six hours by default). Without ``renewalInfo`` the
+    certificate is renewed when ``fraction`` of its lifetime remains.
+    """
+    certificate = entry.certificate
+    assert certificate is not None
+    lifetime = certificate.not_after - certificate.not_before
+    entry.renew_at = certificate.not_after - lifetime * fraction
+    entry.ari_recheck_at = None
+    try:
+        directory = await client.directory()
+        if directory.renewal_info is None:
+            return
+        result = await client.renewal_info(leaf(certificate))
+    except AcmeCertsError as exc:
+        log.info("%s: no ARI window (%s); renewing at %s", entry.spec.name, exc, entry.renew_at)
+        return
+    now = clock.now()
+    entry.renew_at = choose_renewal_time(result.info, now=now, rng=rng)
+    entry.ari_recheck_at = result.retry_after

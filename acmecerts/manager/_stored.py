@@ -1,0 +1,175 @@
+"""The manager's store, one certificate at a time: read, save, retire, take back.
+
+:class:`StoredEntries` reads a certificate's stored certificate and attempt state into
+its :class:`~acmecerts.manager._entry.Entry`, saves the attempt state, forgets a finished
+order, and keeps certificates no longer managed for the retention
+(:class:`~acmecerts.manager._retention.RetiredCertificates`). Without a store every
+method does nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+import anyio
+
+from acmecerts._issued import IssuedCertificate
+from acmecerts._time import Clock
+from acmecerts.errors import AcmeCertsError
+from acmecerts.manager._entry import Entry, HandedOut
+from acmecerts.manager._events import CertificateEvent, CertificateLoaded
+from acmecerts.manager._persist import CertificateStore
+from acmecerts.manager._retention import RetiredCertificates
+from acmecerts.protocol.identifiers import Identifier
+from acmecerts.retry import AttemptState
+
+log = logging.getLogger("acmecerts.manager")
+
+#: Recording a retirement may take this long (seconds), even while being cancelled.
+_RETIRE_TIMEOUT = 30.0
+
+
+class StoredEntries:
+    """What the manager keeps in its store (``store``), for the entries it manages.
+
+    Args:
+        store: The certificate store, ``None`` for a manager without one.
+        entries: The manager's certificates by name (read here).
+        handed_out: The manager's cache of certificates handed out.
+        retention: Seconds a certificate no longer managed is kept (``None``: forever).
+        clock: Where "now" comes from.
+        plan_renewal: Sets an entry's renewal instant (after a certificate is read).
+        publish: Sends a :class:`CertificateEvent` to the manager's subscribers.
+    """
+
+    def __init__(
+        self,
+        store: CertificateStore | None,
+        entries: dict[str, Entry],
+        handed_out: HandedOut,
+        *,
+        retention: float | None,
+        clock: Clock,
+        plan_renewal: Callable[[Entry], Awaitable[None]],
+        publish: Callable[[CertificateEvent], Awaitable[None]],
+    ) -> None:
+        self._store = store
+        self._entries = entries
+        self._handed_out = handed_out
+        self._clock = clock
+        self._plan_renewal = plan_renewal
+        self._publish = publish
+        #: Certificates no longer managed, kept for ``retention`` (see ``_retention.py``).
+        self.retired: RetiredCertificates | None = None
+        if store is not None:
+            self.retired = RetiredCertificates(
+                store,
+                retention=retention,
+                clock=clock,
+                managed=self._is_managed,
+                wanted=self._waits_for,
+            )
+
+    async def load(self, entry: Entry, *, again: bool = False) -> None:
+        """Read the stored certificate and attempt state of ``entry`` (once, or ``again``)."""
+        store = self._store
+        if store is None or (entry.loaded and not again):
+            return
+        name = entry.spec.name
+        if not entry.loaded and self.retired is not None:
+            await self.retired.reclaim(name, entry.spec.identifier_set)  # managed again
+        stored = await store.load_certificate(name)
+        loaded: IssuedCertificate | None = None
+        if stored is not None and (
+            entry.certificate is None or stored.serial != entry.certificate.serial
+        ):
+            if frozenset(stored.identifiers) == entry.spec.identifier_set:
+                entry.certificate = self._handed_out.hold(stored)
+                entry.stale = False
+                await self._plan_renewal(entry)
+                loaded = stored
+            elif entry.certificate is None:
+                entry.certificate = self._handed_out.hold(stored)
+                entry.stale = True  # managed with other identifiers now: issue again
+        if not entry.state_changed:
+            # the stored state is the truth: a replica may have failed (or succeeded)
+            entry.state = await store.load_attempt_state(name) or AttemptState()
+        entry.loaded = True
+        if loaded is not None and self._clock.now() < loaded.not_after:
+            await self._publish(
+                CertificateLoaded(
+                    name, self._clock.now(), certificate=loaded, renew_at=entry.renew_at
+                )
+            )
+
+    async def forget_finished_order(self, entry: Entry) -> None:
+        """Delete the order record of a certificate that is already saved.
+
+        A process that died after saving the certificate but before deleting the record
+        leaves it behind; resumed by the next renewal, that order (``valid``) would hand
+        back the saved certificate instead of a new one.
+        """
+        store = self._store
+        if store is None or entry.certificate is None:
+            return
+        record = await store.load_order(entry.spec.name)
+        if record is not None and record.order_url == entry.certificate.order_url:
+            log.info("%s: forgetting the finished order %s", entry.spec.name, record.order_url)
+            await store.delete_order(entry.spec.name)
+
+    async def save_state(self, entry: Entry) -> None:
+        if self._store is not None:
+            await self._store.save_attempt_state(entry.spec.name, entry.state)
+        entry.state_changed = False
+
+    def _is_managed(self, name: str) -> bool:
+        """Whether ``name`` is managed (its stored files are in use)."""
+        entry = self._entries.get(name)
+        return entry is not None and entry.cancelled is None
+
+    def _waits_for(self, identifiers: frozenset[Identifier]) -> bool:
+        """Whether a managed certificate with exactly ``identifiers`` has none yet."""
+        return any(
+            e.cancelled is None
+            and (e.certificate is None or e.stale)
+            and e.spec.identifier_set == identifiers
+            for e in self._entries.values()
+        )
+
+    async def retire(self, name: str, entry: Entry | None) -> None:
+        """``name`` is no longer managed: keep its stored certificate for the retention."""
+        if self.retired is None:
+            return
+        identifiers = entry.spec.identifiers if entry is not None else None
+        # recorded even when the caller is being cancelled: else the files stay forever
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_RETIRE_TIMEOUT):
+            try:
+                await self.retired.retire(name, identifiers)
+            except AcmeCertsError as exc:
+                log.warning("%s: cannot record its retirement (its files stay): %s", name, exc)
+
+    async def adopt(self, entry: Entry) -> None:
+        """Take over a retired certificate with exactly ``entry``'s identifiers, if any.
+
+        Called under ``entry``'s store lock before ordering: a certificate deleted and
+        applied again (under this name or another) gets the stored one back.
+        """
+        if self.retired is None or (entry.certificate is not None and not entry.stale):
+            return
+        spec = entry.spec
+        try:
+            certificate = await self.retired.adopt(spec.name, spec.identifier_set, spec.key_type)
+        except AcmeCertsError as exc:
+            log.warning("%s: cannot take over a retired certificate: %s", spec.name, exc)
+            return
+        if certificate is None:
+            return
+        entry.certificate = self._handed_out.hold(certificate)
+        entry.stale = False
+        await self._plan_renewal(entry)
+        await self._publish(
+            CertificateLoaded(
+                spec.name, self._clock.now(), certificate=certificate, renew_at=entry.renew_at
+            )
+        )
