@@ -170,7 +170,7 @@ class MemoryStorage:
         self._check(name)
         lock = self.locks.setdefault(name, anyio.Lock())
         async with lock:
-            yield dataclasses.make_dataclass("Held", ["name"])(name)
+            yield dataclasses.make_dataclass("Held", ["name", ("lost", bool, False)])(name)
 
     async def aclose(self) -> None:
         return None
