@@ -5,6 +5,9 @@
   and :data:`NO_LIMITS` presets, and :func:`model_for_directory` to pick one for a CA.
 * :class:`RateLimitLedger`: records spends, answers "may this order be sent now, and if
   not, when", learns from the CA's ``rateLimited`` answers, persists in a ``Storage``.
+  It writes to storage, so it lives beside the manager (``acmecerts.manager._ledger``);
+  its state and the questions asked of it are pure and live here (``_state``,
+  ``_changes``). The name is still imported from here, on first use (see below).
 * :func:`prioritize` / :meth:`RateLimitLedger.plan`: who goes first when the budget is
   short, and when each certificate will be issued.
 * :class:`RequestRates` (on :attr:`RateLimitModel.request_rates`), :class:`RequestRate`,
@@ -17,7 +20,11 @@ This is policy: pure decisions from the model, the recorded spends and an inject
 clock. See ``docs/rate-limits.md``.
 """
 
-from acmecerts.ratelimit._ledger import RateLimitLedger
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from acmecerts.ratelimit._model import (
     LETS_ENCRYPT,
     NO_LIMITS,
@@ -37,6 +44,9 @@ from acmecerts.ratelimit._throttle import (
     RequestRate,
     RequestRates,
 )
+
+if TYPE_CHECKING:
+    from acmecerts.manager._ledger import RateLimitLedger
 
 __all__ = [
     "LETS_ENCRYPT",
@@ -60,3 +70,21 @@ __all__ = [
     "prioritize",
     "registered_domain",
 ]
+
+if not TYPE_CHECKING:  # type checkers see the import above, and no catch-all attribute
+
+    def __getattr__(name: str) -> Any:
+        """``RateLimitLedger`` on first use (PEP 562), from the manager layer.
+
+        The ledger writes itself to storage, so it lives beside the manager, above this
+        policy layer, which imports no storage. It is still public here, where it always
+        was (``from acmecerts.ratelimit import RateLimitLedger``); an import at the top of
+        this module would make the policy layer load storage and the manager, and
+        ``acmecerts.manager`` (which imports this package) would import itself. So the
+        name is imported when it is first asked for, and kept.
+        """
+        if name != "RateLimitLedger":
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = importlib.import_module("acmecerts.manager._ledger").RateLimitLedger
+        globals()[name] = value
+        return value

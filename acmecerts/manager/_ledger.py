@@ -1,10 +1,12 @@
 """``RateLimitLedger``: what may be spent now at the CA, and when the next slot opens.
 
 The ledger keeps a :class:`~acmecerts.ratelimit._state.LedgerState` (the pure bucket
-arithmetic) in memory, or in a :class:`~acmecerts.storage.Storage` where every change is
-a read-modify-write with compare-and-swap, retried on
+arithmetic, in the policy layer with the questions and records made on it,
+:mod:`acmecerts.ratelimit._changes`) in memory, or in a :class:`~acmecerts.storage.Storage`
+where every change is a read-modify-write with compare-and-swap, retried on
 :class:`~acmecerts.storage.VersionConflict`, so that replicas sharing a store share one
-budget and a restart forgets nothing.
+budget and a restart forgets nothing. Because it writes to storage it lives here, beside
+the manager; ``acmecerts.ratelimit.RateLimitLedger`` names this same class.
 """
 
 from __future__ import annotations
@@ -12,33 +14,19 @@ from __future__ import annotations
 import datetime as _dt
 import random
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, Unpack, cast
 
 import anyio
 
-from acmecerts._time import Clock, SystemClock, retry_after_from_detail
-from acmecerts.errors import (
-    AcmeCertsError,
-    AcmeProblem,
-    AuthorizationFailed,
-    IdentifierPaused,
-    InvalidInput,
-    RateLimitDeferred,
-    RateLimited,
-    StorageError,
-)
+from acmecerts._time import Clock, SystemClock
+from acmecerts.errors import AcmeProblem, InvalidInput, RateLimited, StorageError
 from acmecerts.protocol.identifiers import Identifier
+from acmecerts.ratelimit import _changes as changes
+from acmecerts.ratelimit._changes import OrderKeywords, order_request
 from acmecerts.ratelimit._model import Event, RateLimitModel
 from acmecerts.ratelimit._priority import IssuanceRequest, PlannedIssuance, prioritize
 from acmecerts.ratelimit._scopes import as_identifiers
-from acmecerts.ratelimit._state import (
-    BudgetLine,
-    Decision,
-    LedgerState,
-    OrderRequest,
-    from_us,
-    to_us,
-)
+from acmecerts.ratelimit._state import BudgetLine, Decision, LedgerState, OrderRequest, to_us
 from acmecerts.storage._base import VersionConflict
 
 if TYPE_CHECKING:
@@ -48,8 +36,6 @@ __all__ = ["RateLimitLedger"]
 
 T = TypeVar("T")
 
-_CERTIFICATE = frozenset({Event.NEW_CERTIFICATE})
-_ORDER = (Event.NEW_ORDER, Event.NEW_CERTIFICATE)
 _MAX_CAS_ATTEMPTS = 50
 # Without storage, full buckets are pruned at most this often (ledger time, µs).
 _PRUNE_EVERY_US = 60 * 1_000_000
@@ -71,12 +57,13 @@ class RateLimitLedger:
             ledger per CA: some limits count across accounts). Required with
             ``storage``.
 
-    Every question and record takes the order's identifiers (strings or
-    :class:`~acmecerts.Identifier`), the ``account`` (its URL) and the exemptions:
-    ``replaces=True`` for an ARI renewal (exempt from every limit) and ``renewal_of``,
-    the identifiers of the certificate being renewed (if they are exactly the order's,
-    the order is exempt from the limits marked ``renewal_exempt``: new orders and
-    certificates per registered domain).
+    Every question and record of an order takes its identifiers (strings or
+    :class:`~acmecerts.Identifier`) and the keywords of
+    :class:`~acmecerts.ratelimit._changes.OrderKeywords`: the ``account`` (its URL,
+    required) and the exemptions, ``replaces=True`` for an ARI renewal (exempt from
+    every limit) and ``renewal_of``, the identifiers of the certificate being renewed
+    (if they are exactly the order's, the order is exempt from the limits marked
+    ``renewal_exempt``: new orders and certificates per registered domain).
 
     Methods are coroutines because the ledger may live in a store; without one, none
     of them waits for anything. Concurrent calls are serialised: :meth:`reserve` from
@@ -118,24 +105,14 @@ class RateLimitLedger:
     # -- questions -----------------------------------------------------------------------
 
     async def check(
-        self,
-        identifiers: Iterable[Identifier | str],
-        *,
-        account: str,
-        renewal_of: Iterable[Identifier | str] | None = None,
-        replaces: bool = False,
+        self, identifiers: Iterable[Identifier | str], **order: Unpack[OrderKeywords]
     ) -> Decision:
         """Whether an order for ``identifiers`` fits the limits now; spends nothing."""
-        request = _request(identifiers, account, renewal_of, replaces)
+        request = order_request(identifiers, order)
         return await self._read(lambda state, now: state.evaluate(self.model, request, now))
 
     async def when(
-        self,
-        identifiers: Iterable[Identifier | str],
-        *,
-        account: str,
-        renewal_of: Iterable[Identifier | str] | None = None,
-        replaces: bool = False,
+        self, identifiers: Iterable[Identifier | str], **order: Unpack[OrderKeywords]
     ) -> _dt.datetime:
         """The earliest instant an order for ``identifiers`` fits (now if it fits now).
 
@@ -144,10 +121,8 @@ class RateLimitLedger:
         Raises:
             IdentifierPaused: an identifier is paused; no instant will do.
         """
-        decision = await self.check(
-            identifiers, account=account, renewal_of=renewal_of, replaces=replaces
-        )
-        _raise_if_paused(decision, account)
+        decision = await self.check(identifiers, **order)
+        changes.raise_if_paused(decision, order["account"])
         if decision.allowed or decision.not_before is None:
             return self.clock.now()
         return decision.not_before
@@ -165,16 +140,7 @@ class RateLimitLedger:
         200 for an existing one) or with :meth:`account_refused` when the request failed.
         A refusal (``allowed`` false) has ``not_before``, ``limit`` and ``scope_key``.
         """
-
-        def reserve(state: LedgerState, now: int) -> tuple[Decision, bool]:
-            decision = state.account_decision(self.model, source, now)
-            if not decision.allowed:
-                return decision, False
-            charges = state.account_charges(self.model, source)
-            state.apply(self.model, charges, now)
-            return Decision(True, charges=charges), bool(charges)
-
-        return await self._write(reserve)
+        return await self._write(changes.reserve_account(self.model, source))
 
     async def account_refused(
         self, decision: Decision, error: BaseException, *, source: str = "local"
@@ -186,21 +152,10 @@ class RateLimitLedger:
         cancellation) they stay spent. A ``rateLimited`` answer holds back new accounts
         from ``source`` until the CA's ``retry_after`` (one hour if it named none).
         """
-        refused = isinstance(error, AcmeProblem) or (
-            isinstance(error, AcmeCertsError) and not error.reached_ca
-        )
-        if refused:
+        if changes.refused(error):
             await self.release(decision)
         if isinstance(error, RateLimited):
-
-            def learn(state: LedgerState, now: int) -> tuple[Decision, bool]:
-                instant = error.retry_after or retry_after_from_detail(
-                    error.detail or "", now=from_us(now)
-                )
-                until = None if instant is None else to_us(instant)
-                return state.learn_account(self.model, source, now, until), True
-
-            await self._write(learn)
+            await self._write(changes.learn_account(self.model, source, error))
 
     async def budget(self, *, limit: str | None = None) -> list[BudgetLine]:
         """Every bucket not full now (remaining tokens, next slot), learned blocks, pauses.
@@ -223,7 +178,7 @@ class RateLimitLedger:
         """
         if self.storage is not None and not self._loaded:
             return None
-        state = _snapshot(self._state)
+        state = changes.snapshot(self._state)
         lines = state.budget(self.model, self._now())
         return [line for line in lines if limit is None or line.limit == limit]
 
@@ -237,41 +192,12 @@ class RateLimitLedger:
         it fits, so later ones queue behind earlier ones for the same buckets. The
         result is in that order; ``at`` is ``None`` for a paused request.
         """
-        ordered = prioritize(requests)
-
-        def simulate(state: LedgerState, now: int) -> list[PlannedIssuance]:
-            scratch = state.copy()
-            planned: list[PlannedIssuance] = []
-            for item in ordered:
-                request = OrderRequest(
-                    item.identifiers,
-                    account,
-                    renewal=item.is_exact_renewal,
-                    replaces=item.replaces,
-                )
-                decision = scratch.evaluate(self.model, request, now)
-                if decision.paused:
-                    planned.append(PlannedIssuance(item, None, decision))
-                    continue
-                at = now
-                if not decision.allowed and decision.not_before is not None:
-                    at = to_us(decision.not_before)
-                for limit, key in scratch.order_charges(self.model, request, _ORDER):
-                    scratch.spend(limit, key, at)
-                planned.append(PlannedIssuance(item, from_us(at), decision))
-            return planned
-
-        return await self._read(simulate)
+        return await self._read(changes.plan(self.model, prioritize(requests), account))
 
     # -- reservations ------------------------------------------------------------------
 
     async def reserve(
-        self,
-        identifiers: Iterable[Identifier | str],
-        *,
-        account: str,
-        renewal_of: Iterable[Identifier | str] | None = None,
-        replaces: bool = False,
+        self, identifiers: Iterable[Identifier | str], **order: Unpack[OrderKeywords]
     ) -> Decision:
         """Check and, if the order fits, spend its tokens at once (atomically).
 
@@ -279,15 +205,7 @@ class RateLimitLedger:
         (after exemptions). Give them back with :meth:`release` if the order is not
         sent or no certificate comes of it.
         """
-        request = _request(identifiers, account, renewal_of, replaces)
-
-        def reserve(state: LedgerState, now: int) -> tuple[Decision, bool]:
-            decision = state.evaluate(self.model, request, now)
-            if decision.allowed:
-                state.apply(self.model, decision.charges, now)
-            return decision, decision.allowed and bool(decision.charges)
-
-        return await self._write(reserve)
+        return await self._write(changes.reserve(self.model, order_request(identifiers, order)))
 
     async def release(self, decision: Decision, *, certificate_only: bool = False) -> None:
         """Give back what :meth:`reserve` spent for ``decision``.
@@ -297,7 +215,7 @@ class RateLimitLedger:
         """
         if not decision.allowed or not decision.charges:
             return
-        events = _CERTIFICATE if certificate_only else None
+        events = changes.CERTIFICATE if certificate_only else None
         await self._write(
             lambda state, now: (
                 None,
@@ -308,26 +226,18 @@ class RateLimitLedger:
     # -- records of what happened --------------------------------------------------------
 
     async def order_created(
-        self,
-        identifiers: Iterable[Identifier | str],
-        *,
-        account: str,
-        renewal_of: Iterable[Identifier | str] | None = None,
-        replaces: bool = False,
+        self, identifiers: Iterable[Identifier | str], **order: Unpack[OrderKeywords]
     ) -> None:
         """Record an order created without :meth:`reserve` (e.g. by another tool)."""
-        await self._record(identifiers, account, renewal_of, replaces, Event.NEW_ORDER)
+        request = order_request(identifiers, order)
+        await self._write(changes.record(self.model, request, Event.NEW_ORDER))
 
     async def certificate_issued(
-        self,
-        identifiers: Iterable[Identifier | str],
-        *,
-        account: str,
-        renewal_of: Iterable[Identifier | str] | None = None,
-        replaces: bool = False,
+        self, identifiers: Iterable[Identifier | str], **order: Unpack[OrderKeywords]
     ) -> None:
         """Record a certificate issued without :meth:`reserve` (e.g. by another tool)."""
-        await self._record(identifiers, account, renewal_of, replaces, Event.NEW_CERTIFICATE)
+        request = order_request(identifiers, order)
+        await self._write(changes.record(self.model, request, Event.NEW_CERTIFICATE))
 
     async def authorization_failed(self, identifier: Identifier | str, *, account: str) -> bool:
         """Record a failed authorization; returns whether the identifier is now paused."""
@@ -347,14 +257,7 @@ class RateLimitLedger:
 
     async def account_created(self, *, source: str = "local") -> None:
         """Record a new account created from ``source`` (an IP address)."""
-
-        def record(state: LedgerState, now: int) -> tuple[None, bool]:
-            limits = self.model.for_event(Event.NEW_ACCOUNT)
-            for limit in limits:
-                state.spend(limit, source, now)
-            return None, bool(limits)
-
-        await self._write(record)
+        await self._write(changes.record_account(self.model, source))
 
     async def unpause(self, identifier: Identifier | str, *, account: str) -> bool:
         """Forget a pause once the CA lifted it; returns whether there was one."""
@@ -368,10 +271,8 @@ class RateLimitLedger:
         error: AcmeProblem,
         identifiers: Iterable[Identifier | str] = (),
         *,
-        account: str,
-        renewal_of: Iterable[Identifier | str] | None = None,
-        replaces: bool = False,
         source: str = "local",
+        **order: Unpack[OrderKeywords],
     ) -> Decision:
         """Make the ledger agree with a ``rateLimited`` answer the CA gave to an order.
 
@@ -384,27 +285,21 @@ class RateLimitLedger:
         marks the identifiers paused. Returns the resulting decision for this order.
         """
         idents = as_identifiers(identifiers) if identifiers else ()
+        renewal_of = order.get("renewal_of")
         renewal = renewal_of is not None and set(as_identifiers(renewal_of)) == set(idents)
-        request = OrderRequest(idents, account, renewal=renewal, replaces=replaces, source=source)
-
-        def learn(state: LedgerState, now: int) -> tuple[Decision, bool]:
-            instant = error.retry_after or retry_after_from_detail(
-                error.detail or "", now=from_us(now)
-            )
-            until = None if instant is None else to_us(instant)
-            return state.learn(self.model, error, request, now, until), True
-
-        return await self._write(learn)
+        request = OrderRequest(
+            idents,
+            order["account"],
+            renewal=renewal,
+            replaces=order.get("replaces", False),
+            source=source,
+        )
+        return await self._write(changes.learn_order(self.model, error, request))
 
     # -- what AcmeClient calls around an issuance ---------------------------------------
 
     async def preflight(
-        self,
-        identifiers: Iterable[Identifier | str],
-        *,
-        account: str,
-        renewal_of: Iterable[Identifier | str] | None = None,
-        replaces: bool = False,
+        self, identifiers: Iterable[Identifier | str], **order: Unpack[OrderKeywords]
     ) -> Decision:
         """:meth:`reserve`, raising instead of returning a refusal (before ``newOrder``).
 
@@ -412,33 +307,19 @@ class RateLimitLedger:
             RateLimitDeferred: the order does not fit now; ``retry_after`` says when.
             IdentifierPaused: an identifier is paused.
         """
-        idents = as_identifiers(identifiers)
-        decision = await self.reserve(
-            idents, account=account, renewal_of=renewal_of, replaces=replaces
-        )
+        request = order_request(identifiers, order)
+        decision = await self._write(changes.reserve(self.model, request))
         if decision.allowed:
             return decision
-        _raise_if_paused(decision, account)
-        names = ", ".join(i.value for i in idents)
-        when = decision.not_before.isoformat() if decision.not_before else "later"
-        raise RateLimitDeferred(
-            f"order for {names} deferred to {when}: it would exceed {decision.limit} "
-            f"for {decision.scope_key} (nothing was sent)",
-            retry_after=decision.not_before,
-            limit=decision.limit,
-            scope_key=decision.scope_key,
-            identifiers=[i.value for i in idents],
-        )
+        changes.raise_if_paused(decision, request.account)
+        raise changes.deferred(decision, request)
 
     async def order_refused(
         self,
         decision: Decision,
         error: BaseException,
         identifiers: Iterable[Identifier | str],
-        *,
-        account: str,
-        renewal_of: Iterable[Identifier | str] | None = None,
-        replaces: bool = False,
+        **order: Unpack[OrderKeywords],
     ) -> None:
         """``newOrder`` failed after :meth:`preflight`: learn from it, give tokens back.
 
@@ -446,25 +327,18 @@ class RateLimitLedger:
         reached it; after a request that may have created an order (a timeout), only
         the certificate tokens do.
         """
-        refused = isinstance(error, AcmeProblem) or (
-            isinstance(error, AcmeCertsError) and not error.reached_ca
-        )
-        await self.release(decision, certificate_only=not refused)
+        await self.release(decision, certificate_only=not changes.refused(error))
         if isinstance(error, RateLimited):  # after the release: the CA's word is final
-            await self.learn_from(
-                error, identifiers, account=account, renewal_of=renewal_of, replaces=replaces
-            )
+            await self.learn_from(error, identifiers, **order)
 
     async def attempt_ended(
         self,
         identifiers: Iterable[Identifier | str],
         *,
-        account: str,
-        renewal_of: Iterable[Identifier | str] | None = None,
-        replaces: bool = False,
         authorized: bool,
         finalized: bool,
         error: BaseException | None,
+        **order: Unpack[OrderKeywords],
     ) -> None:
         """Record how an issuance attempt after a successful :meth:`preflight` ended.
 
@@ -473,53 +347,18 @@ class RateLimitLedger:
         the certificate tokens go back. An :class:`~acmecerts.AuthorizationFailed`
         error records a failed authorization, a ``rateLimited`` one is learned from.
         """
-        idents = as_identifiers(identifiers)
-        request = _request(idents, account, renewal_of, replaces)
-        denied = _find(error, AuthorizationFailed)
-        failed = as_identifiers([denied.identifier])[0] if denied is not None else None
-        limited = _find(error, RateLimited)
-
-        def record(state: LedgerState, now: int) -> tuple[None, bool]:
-            changed = False
-            if authorized:
-                for ident in idents:
-                    changed |= state.authorization_succeeded(self.model, account, ident)
-            if failed is not None:
-                state.authorization_failed(self.model, account, failed, now)
-                changed = True
-            if not finalized:
-                charges = state.order_charges(self.model, request, _CERTIFICATE)
-                for limit, key in charges:
-                    if key in state.buckets.get(limit.name, {}):
-                        state.refund(limit, key, now)
-                        changed = True
-            return None, changed
-
-        await self._write(record)
-        if limited is not None:
-            await self.learn_from(
-                limited, idents, account=account, renewal_of=renewal_of, replaces=replaces
+        request = order_request(identifiers, order)
+        failed = changes.failed_identifier(error)
+        await self._write(
+            changes.attempt_ended(
+                self.model, request, authorized=authorized, finalized=finalized, failed=failed
             )
+        )
+        limited = changes.find(error, RateLimited)
+        if limited is not None:
+            await self.learn_from(limited, request.identifiers, **order)
 
     # -- the store -----------------------------------------------------------------------
-
-    async def _record(
-        self,
-        identifiers: Iterable[Identifier | str],
-        account: str,
-        renewal_of: Iterable[Identifier | str] | None,
-        replaces: bool,
-        event: Event,
-    ) -> None:
-        request = _request(identifiers, account, renewal_of, replaces)
-
-        def record(state: LedgerState, now: int) -> tuple[None, bool]:
-            charges = state.order_charges(self.model, request, (event,))
-            for limit, key in charges:
-                state.spend(limit, key, now)
-            return None, bool(charges)
-
-        await self._write(record)
 
     def _now(self) -> int:
         return to_us(self.clock.now())
@@ -613,7 +452,7 @@ class RateLimitLedger:
                     self._version = version
             except VersionConflict:
                 self._version = _UNLOADED  # the cached state holds our unsaved changes
-                await anyio.sleep(self._rng.uniform(0, 0.002 * attempt))
+                await self.clock.sleep(self._rng.uniform(0, 0.002 * attempt))
                 continue
             except BaseException:
                 self._version = _UNLOADED
@@ -661,57 +500,3 @@ class _PendingChange:
         if self.error is not None:
             raise self.error
         return self.result
-
-
-def _request(
-    identifiers: Iterable[Identifier | str],
-    account: str,
-    renewal_of: Iterable[Identifier | str] | None,
-    replaces: bool,
-) -> OrderRequest:
-    idents = as_identifiers(identifiers)
-    if not idents:
-        raise InvalidInput("an order needs at least one identifier")
-    if not isinstance(account, str) or not account:
-        raise InvalidInput(f"account must be a non-empty string (the account URL), got {account!r}")
-    renewal = renewal_of is not None and set(as_identifiers(renewal_of)) == set(idents)
-    return OrderRequest(idents, account, renewal=renewal, replaces=bool(replaces))
-
-
-def _snapshot(state: LedgerState) -> LedgerState:
-    """A copy of ``state`` that is safe to take while another thread changes it.
-
-    Copying a dict is one step under the GIL (and a per-object lock without it), so the
-    outer dicts are copied first and only those copies are iterated.
-    """
-    copy = LedgerState()
-    copy.buckets = {name: dict(bucket) for name, bucket in dict(state.buckets).items()}
-    copy.blocks = {name: dict(bucket) for name, bucket in dict(state.blocks).items()}
-    copy.paused = dict(state.paused)
-    return copy
-
-
-E = TypeVar("E", bound=BaseException)
-
-
-def _find(error: BaseException | None, cls: type[E]) -> E | None:
-    """``error`` if it is a ``cls``, else the first ``cls`` inside an exception group."""
-    if isinstance(error, cls):
-        return error
-    if isinstance(error, BaseExceptionGroup):
-        for inner in error.exceptions:
-            found = _find(inner, cls)
-            if found is not None:
-                return found
-    return None
-
-
-def _raise_if_paused(decision: Decision, account: str) -> None:
-    if decision.paused:
-        raise IdentifierPaused(
-            f"issuance for {', '.join(decision.paused)} is paused by the CA after too many "
-            "consecutive failed validations; fix validation, have the pause lifted at the "
-            "CA, then call ledger.unpause()",
-            identifiers=decision.paused,
-            account=account,
-        )
