@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from acmecerts._issued import IssuedCertificate
+from acmecerts._time import Again, Backoff, poll_until
 from acmecerts.client import AcmeClient
 from acmecerts.errors import AcmeCertsError, InvalidInput
 from acmecerts.retry import AttemptSchedule, AttemptState
@@ -25,6 +26,8 @@ log = logging.getLogger("acmecerts.attempts")
 
 #: Called with the new :class:`AttemptState` whenever it changes (persist it here).
 StateHook = Callable[[AttemptState], Awaitable[None]]
+
+_SCHEDULE_ONLY = Backoff(floor=0.0, cap=0.0)
 
 
 async def issue_with_retries(
@@ -56,29 +59,46 @@ async def issue_with_retries(
             trying until cancelled.
     """
     schedule = schedule or AttemptSchedule()
-    state = state or AttemptState()
+    current = state or AttemptState()
     name_list = list(names)
     clock = client.clock
-    while True:
-        wait = schedule.wait_seconds(state, clock.now())
+    first = True
+
+    def pause() -> Again[IssuedCertificate]:
+        wait = schedule.wait_seconds(current, clock.now())
         if wait > 0:
             log.info("next attempt for %s in %.0f s", name_list, wait)
-            await clock.sleep(wait)
+        return Again(pause=wait)
+
+    async def attempt() -> IssuedCertificate | Again[IssuedCertificate]:
+        nonlocal current, first
+        if first:
+            first = False
+            waiting = pause()
+            if waiting.pause:
+                return waiting  # where a previous run left off
         try:
             issued = await client.issue(name_list, **issue_options)
         except InvalidInput:
             raise
         except AcmeCertsError as exc:
-            state = schedule.after_failure(state, exc, now=clock.now())
+            current = schedule.after_failure(current, exc, now=clock.now())
             log.warning(
-                "attempt %d for %s failed (%s): %s", state.attempts, name_list, exc.kind.value, exc
+                "attempt %d for %s failed (%s): %s",
+                current.attempts,
+                name_list,
+                exc.kind.value,
+                exc,
             )
             if on_state is not None:
-                await on_state(state)
-            if schedule.exhausted(state):
+                await on_state(current)
+            if schedule.exhausted(current):
                 raise
-            continue
-        state = schedule.after_success(state)
+            return pause()
+        current = schedule.after_success(current)
         if on_state is not None:
-            await on_state(state)
+            await on_state(current)
         return issued
+
+    # every pause is the schedule's (``Again.pause``): the backoff is never consulted
+    return await poll_until(attempt, clock=clock, backoff=_SCHEDULE_ONLY)

@@ -45,6 +45,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from acmecerts._issued import IssuedCertificate
+from acmecerts._time import aware_utc
 from acmecerts.errors import AcmeCertsError, InvalidInput, StorageError
 from acmecerts.protocol.certificate import (
     CertificateChain,
@@ -215,10 +216,7 @@ class StoredFiles:
 
 
 def _instant(value: object, what: str) -> _dt.datetime:
-    instant = _dt.datetime.fromisoformat(str(value))
-    if instant.tzinfo is None or instant.utcoffset() is None:
-        raise ValueError(f"{what} must carry a time zone, got {value!r}")
-    return instant.astimezone(_dt.UTC)
+    return aware_utc(_dt.datetime.fromisoformat(str(value)), what)
 
 
 def _optional_str(value: object, what: str) -> str | None:

@@ -50,7 +50,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import logging
-import math
 from collections.abc import Callable
 
 import anyio
@@ -58,7 +57,7 @@ import anyio.abc
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from acmecerts._issued import IssuedCertificate
-from acmecerts._time import Clock, as_seconds
+from acmecerts._time import Clock, duration_seconds
 from acmecerts.errors import AcmeCertsError, InvalidInput, StorageError
 from acmecerts.manager._persist import (
     CertificateStore,
@@ -103,10 +102,7 @@ def retention_seconds(value: float | _dt.timedelta | None) -> float | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float | _dt.timedelta):
         raise InvalidInput(f"retention must be seconds, a timedelta or None, got {value!r}")
-    seconds = as_seconds(value)
-    if not 0 <= seconds < math.inf:  # also NaN
-        raise InvalidInput(f"retention must be zero or more seconds, got {value!r}")
-    return seconds
+    return duration_seconds(value, "retention")
 
 
 def _key_type(certificate: IssuedCertificate) -> KeyType | None:

@@ -17,6 +17,7 @@ import dataclasses
 import datetime as _dt
 from collections.abc import Iterable, Sequence
 
+from acmecerts._time import aware_utc
 from acmecerts.errors import InvalidInput
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.ratelimit._scopes import as_identifiers
@@ -64,10 +65,10 @@ class IssuanceRequest:
         if not idents:
             raise InvalidInput("a certificate needs at least one identifier")
         for what, instant in (("expires_at", expires_at), ("requested_at", requested_at)):
-            if instant is not None and (
-                not isinstance(instant, _dt.datetime) or instant.utcoffset() is None
-            ):
+            if instant is not None and not isinstance(instant, _dt.datetime):
                 raise InvalidInput(f"{what} must be a timezone-aware datetime, got {instant!r}")
+            if instant is not None:
+                aware_utc(instant, what)
         if type(priority) is not int:
             raise InvalidInput(f"priority must be an int, got {priority!r}")
         previous = as_identifiers(renewal_of) if renewal_of is not None else None

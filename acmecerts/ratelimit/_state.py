@@ -21,6 +21,7 @@ from typing import Any
 
 from acmecerts.errors import AcmeProblem, InvalidInput, StorageError
 from acmecerts.protocol.identifiers import Identifier
+from acmecerts.ratelimit._instants import from_us, to_us
 from acmecerts.ratelimit._model import Event, Limit, RateLimitModel, Scope
 from acmecerts.ratelimit._scopes import identifier_set_key, registered_domain
 
@@ -33,7 +34,6 @@ __all__ = [
     "to_us",
 ]
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 _ONE_US = _dt.timedelta(microseconds=1)
 _FORMAT = 1
 
@@ -45,18 +45,6 @@ UNKNOWN_LIMIT = "rate_limited"
 NEW_ACCOUNT_BLOCK = "new_accounts_per_ip"
 #: How long an unexplained ``rateLimited`` answer without any ``Retry-After`` holds back.
 DEFAULT_LEARNED_WAIT = _dt.timedelta(hours=1)
-
-
-def to_us(instant: _dt.datetime) -> int:
-    """An aware instant as integer microseconds since the epoch."""
-    if instant.tzinfo is None or instant.utcoffset() is None:
-        raise InvalidInput(f"instants must be timezone-aware, got {instant!r}")
-    return (instant - _EPOCH) // _ONE_US
-
-
-def from_us(us: int) -> _dt.datetime:
-    """Integer microseconds since the epoch as an aware UTC instant."""
-    return _EPOCH + _dt.timedelta(microseconds=us)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

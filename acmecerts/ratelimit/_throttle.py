@@ -43,6 +43,7 @@ import math
 from collections.abc import Iterator, Mapping
 
 from acmecerts.errors import InvalidInput
+from acmecerts.ratelimit._instants import from_us, to_us
 
 __all__ = [
     "EndpointClass",
@@ -52,8 +53,6 @@ __all__ = [
     "RequestRates",
 ]
 
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
-_ONE_US = _dt.timedelta(microseconds=1)
 _US_PER_SECOND = 1_000_000
 
 
@@ -75,17 +74,6 @@ class EndpointClass(enum.StrEnum):
     #: Everything else: authorizations, challenges, finalize, orders, certificates,
     #: account updates, ``keyChange``.
     OTHER = "other"
-
-
-def _instant_us(instant: _dt.datetime) -> int:
-    """An aware instant as integer microseconds since the epoch."""
-    if instant.tzinfo is None or instant.utcoffset() is None:
-        raise InvalidInput(f"instants must be timezone-aware, got {instant!r}")
-    return (instant - _EPOCH) // _ONE_US
-
-
-def _from_us(us: int) -> _dt.datetime:
-    return _EPOCH + _dt.timedelta(microseconds=us)
 
 
 class RequestRate:
@@ -343,23 +331,23 @@ class RequestBuckets:
         bucket = self.bucket(endpoint)
         if bucket is None:
             return None
-        now_us = _instant_us(now)
+        now_us = to_us(now)
         wait = bucket.take_us(now_us)
-        return None if wait == 0 else _from_us(now_us + wait)
+        return None if wait == 0 else from_us(now_us + wait)
 
     def next_instant(self, endpoint: EndpointClass | str, now: _dt.datetime) -> _dt.datetime:
         """When a request to ``endpoint`` could go (``now`` if at once); takes nothing."""
         bucket = self.bucket(endpoint)
         if bucket is None:
             return now
-        now_us = _instant_us(now)
+        now_us = to_us(now)
         wait = bucket.wait_us(now_us)
-        return now if wait == 0 else _from_us(now_us + wait)
+        return now if wait == 0 else from_us(now_us + wait)
 
     def available(self, endpoint: EndpointClass | str, now: _dt.datetime) -> int | None:
         """Tokens left for ``endpoint`` at ``now`` (``None``: not throttled)."""
         bucket = self.bucket(endpoint)
-        return None if bucket is None else bucket.available_at(_instant_us(now))
+        return None if bucket is None else bucket.available_at(to_us(now))
 
     def __repr__(self) -> str:
         return f"RequestBuckets({self.rates!r})"
