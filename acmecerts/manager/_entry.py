@@ -17,7 +17,7 @@ from cryptography import x509
 
 from acmecerts._issued import IssuedCertificate
 from acmecerts.errors import ErrorKind
-from acmecerts.manager._persist import HeldCertificate, hold
+from acmecerts.manager._held import HeldCertificate, hold
 from acmecerts.manager._spec import (
     CertificateSpec,
     CertificateState,

@@ -42,7 +42,8 @@ from acmecerts.manager._events import (
     EventBus,
     Subscriber,
 )
-from acmecerts.manager._persist import CertificateStore, OrderRecord
+from acmecerts.manager._persist import CertificateStore
+from acmecerts.manager._records import OrderRecord
 from acmecerts.manager._retention import DEFAULT_RETENTION, retention_seconds
 from acmecerts.manager._scheduler import BudgetGate, Scheduler
 from acmecerts.manager._spec import (

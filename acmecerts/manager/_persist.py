@@ -34,22 +34,23 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import enum
 import json
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import anyio
-from cryptography import x509
-from cryptography.hazmat.primitives.serialization import Encoding
 
 from acmecerts._issued import IssuedCertificate
-from acmecerts._time import aware_utc
 from acmecerts.errors import AcmeCertsError, InvalidInput, StorageError
+from acmecerts.manager._records import (
+    OrderRecord,
+    RetiredEntry,
+    RetiredRecord,
+    StoredFiles,
+    parse_instant,
+)
 from acmecerts.protocol.certificate import (
-    CertificateChain,
-    CertificateInfo,
     certificate_info,
     check_certificate_matches,
     parse_pem_chain,
@@ -60,257 +61,9 @@ from acmecerts.retry import AttemptState
 from acmecerts.storage import KeyLayout, Lease, Storage, StoredValue, VersionConflict
 from acmecerts.storage.keys import CertificateBundle, CertificateKeys, certificate_slug
 
-__all__ = [
-    "CertificateStore",
-    "HeldCertificate",
-    "OrderRecord",
-    "RetiredEntry",
-    "RetiredRecord",
-    "RetiredState",
-    "StoredFiles",
-    "hold",
-]
+__all__ = ["CertificateStore"]
 
 _FORMAT = 1
-#: Issuer chains kept for sharing between held certificates (a CA has a handful).
-_MAX_SHARED = 64
-_SHARED: dict[tuple[x509.Certificate, ...], tuple[tuple[x509.Certificate, ...], str]] = {}
-
-
-@dataclasses.dataclass(frozen=True, slots=True, repr=False)
-class OrderRecord:
-    """An order in flight: enough to resume it after a restart.
-
-    ``order_url`` is ``None`` while ``newOrder`` is under way: the CA may have created
-    an order whose URL was never recorded.
-    """
-
-    order_url: str | None
-    identifiers: tuple[Identifier, ...]
-    private_key_pem: str
-    created_at: _dt.datetime
-
-    def __repr__(self) -> str:
-        return f"OrderRecord({self.order_url!r}, {[i.value for i in self.identifiers]!r})"
-
-
-class RetiredState(enum.StrEnum):
-    """Where a retired certificate is on its way out of the store."""
-
-    #: No longer managed; kept until the retention ends, for a name that asks again.
-    RETIRED = "retired"
-    #: Taken over by another name (which holds a copy): its files go at once.
-    ADOPTED = "adopted"
-    #: Its files are being deleted (a purge that did not finish is finished later).
-    PURGING = "purging"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RetiredEntry:
-    """One certificate name that is no longer managed, and what of it is stored.
-
-    The versions are those of the name's certificate record (``record_version``), its
-    previous layout's ``meta.json``, attempt state and order record when it was retired
-    (``None``: absent then). A purge deletes a file only while it is
-    still at that version, so whatever was written for the name since is kept.
-    """
-
-    name: str
-    retired_at: _dt.datetime
-    state: RetiredState = RetiredState.RETIRED
-    serial: str | None = None
-    not_after: _dt.datetime | None = None
-    meta_version: str | None = None
-    attempts_version: str | None = None
-    order_version: str | None = None
-    #: The name that took the certificate over (:attr:`RetiredState.ADOPTED`).
-    adopted_by: str | None = None
-    #: The version of ``certificate.json`` (entries written before it existed: ``None``).
-    record_version: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        """The stored form."""
-        return {
-            "name": self.name,
-            "retired_at": self.retired_at.isoformat(),
-            "state": self.state.value,
-            "serial": self.serial,
-            "not_after": None if self.not_after is None else self.not_after.isoformat(),
-            "meta_version": self.meta_version,
-            "attempts_version": self.attempts_version,
-            "order_version": self.order_version,
-            "adopted_by": self.adopted_by,
-            "record_version": self.record_version,
-        }
-
-    @classmethod
-    def from_json(cls, value: object) -> RetiredEntry:
-        """Parse the stored form (``TypeError``/``ValueError``/``InvalidInput`` if bad)."""
-        if not isinstance(value, dict):
-            raise TypeError("an entry must be a JSON object")
-        name = value["name"]
-        if not isinstance(name, str):
-            raise TypeError(f"name must be a string, got {name!r}")
-        certificate_slug(name)  # a name that could not have been stored is not ours
-        return cls(
-            name=name,
-            retired_at=_instant(value["retired_at"], "retired_at"),
-            state=RetiredState(value["state"]),
-            serial=_optional_str(value.get("serial"), "serial"),
-            not_after=(
-                None
-                if value.get("not_after") is None
-                else _instant(value["not_after"], "not_after")
-            ),
-            meta_version=_optional_str(value.get("meta_version"), "meta_version"),
-            attempts_version=_optional_str(value.get("attempts_version"), "attempts_version"),
-            order_version=_optional_str(value.get("order_version"), "order_version"),
-            adopted_by=_optional_str(value.get("adopted_by"), "adopted_by"),
-            record_version=_optional_str(value.get("record_version"), "record_version"),
-        )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RetiredRecord:
-    """The retired certificates of one exact identifier set, as stored at ``key``."""
-
-    key: str
-    identifiers: tuple[Identifier, ...]
-    entries: tuple[RetiredEntry, ...]
-    #: The stored version (``None``: not stored).
-    version: str | None = None
-
-    def entry(self, name: str) -> RetiredEntry | None:
-        """The entry of certificate ``name`` (names that share a storage slug are one)."""
-        slug = certificate_slug(name)
-        for entry in self.entries:
-            if certificate_slug(entry.name) == slug:
-                return entry
-        return None
-
-    def without(self, name: str) -> tuple[RetiredEntry, ...]:
-        """The entries other than ``name``'s."""
-        slug = certificate_slug(name)
-        return tuple(e for e in self.entries if certificate_slug(e.name) != slug)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class StoredFiles:
-    """What is stored for a certificate name: versions and what its metadata says."""
-
-    record_version: str | None = None
-    meta_version: str | None = None
-    attempts_version: str | None = None
-    order_version: str | None = None
-    #: From the certificate record or ``meta.json`` (else from the order record);
-    #: ``None`` when none says.
-    identifiers: tuple[Identifier, ...] | None = None
-    serial: str | None = None
-    not_after: _dt.datetime | None = None
-
-    @property
-    def empty(self) -> bool:
-        """Whether nothing at all is stored for the name."""
-        versions = (self.record_version, self.meta_version)
-        return (*versions, self.attempts_version, self.order_version) == (None,) * 4
-
-
-def _instant(value: object, what: str) -> _dt.datetime:
-    return aware_utc(_dt.datetime.fromisoformat(str(value)), what)
-
-
-def _optional_str(value: object, what: str) -> str | None:
-    if value is not None and not isinstance(value, str):
-        raise TypeError(f"{what} must be a string or null, got {value!r}")
-    return value
-
-
-@dataclasses.dataclass(frozen=True, slots=True, eq=False, repr=False)
-class HeldCertificate:
-    """A certificate as the manager keeps it in memory, in a few hundred bytes.
-
-    An :class:`IssuedCertificate` costs kilobytes: the PEM text of the whole chain, the
-    parsed leaf and what ``cryptography`` caches on it once names and extensions were
-    read, the issuers parsed again for every certificate. This keeps the leaf's DER,
-    the issuers shared between certificates of the same chain, and the metadata the
-    schedule reads; :meth:`issued` builds an equal :class:`IssuedCertificate`.
-    """
-
-    identifiers: tuple[Identifier, ...]
-    leaf_der: bytes
-    issuers: tuple[x509.Certificate, ...]
-    issuers_pem: str
-    private_key_pem: str
-    info: CertificateInfo
-    order_url: str
-    certificate_url: str
-
-    @property
-    def not_before(self) -> _dt.datetime:
-        """Start of validity (UTC)."""
-        return self.info.not_before
-
-    @property
-    def not_after(self) -> _dt.datetime:
-        """End of validity (UTC)."""
-        return self.info.not_after
-
-    @property
-    def serial(self) -> str:
-        """Serial number, lower-case hex."""
-        return self.info.serial
-
-    def leaf(self) -> x509.Certificate:
-        """The leaf certificate, parsed again."""
-        return x509.load_der_x509_certificate(self.leaf_der)
-
-    def issued(self) -> IssuedCertificate:
-        """The certificate as an :class:`IssuedCertificate` (equal to the one held)."""
-        leaf = self.leaf()
-        pem = leaf.public_bytes(Encoding.PEM).decode("ascii") + self.issuers_pem
-        return IssuedCertificate(
-            identifiers=self.identifiers,
-            chain=CertificateChain(pem=pem, certificates=(leaf, *self.issuers)),
-            private_key_pem=self.private_key_pem,
-            info=self.info,
-            order_url=self.order_url,
-            certificate_url=self.certificate_url,
-        )
-
-
-def hold(issued: IssuedCertificate) -> HeldCertificate | IssuedCertificate:
-    """``issued`` in the form the manager keeps (``issued`` itself if it cannot be held)."""
-    chain = issued.chain
-    if issued.alternate_chains:
-        return issued
-    leaf_der = chain.leaf.public_bytes(Encoding.DER)
-    issuers, issuers_pem = _shared(chain.certificates[1:])
-    leaf_pem = x509.load_der_x509_certificate(leaf_der).public_bytes(Encoding.PEM)
-    if leaf_pem.decode("ascii") + issuers_pem != chain.pem:
-        return issued  # not the canonical PEM: keep it as it is
-    return HeldCertificate(
-        identifiers=issued.identifiers,
-        leaf_der=leaf_der,
-        issuers=issuers,
-        issuers_pem=issuers_pem,
-        private_key_pem=issued.private_key_pem,
-        info=issued.info,
-        order_url=issued.order_url,
-        certificate_url=issued.certificate_url,
-    )
-
-
-def _shared(
-    issuers: tuple[x509.Certificate, ...],
-) -> tuple[tuple[x509.Certificate, ...], str]:
-    """One copy of an issuer chain (and its PEM) for every certificate it issued."""
-    shared = _SHARED.get(issuers)
-    if shared is None:
-        if len(_SHARED) >= _MAX_SHARED:
-            _SHARED.clear()
-        pem = "".join(cert.public_bytes(Encoding.PEM).decode("ascii") for cert in issuers)
-        shared = _SHARED[issuers] = (issuers, pem)
-    return shared
 
 
 def _decode(data: bytes, key: str) -> dict[str, Any]:
@@ -672,13 +425,13 @@ class CertificateStore:
                 if value is record:
                     bundle = CertificateBundle.from_bytes(value.data, key)
                     parsed = parse_identifiers(list(bundle.identifiers))
-                    serial, not_after = bundle.serial, _instant(bundle.not_after, "not_after")
+                    serial, not_after = bundle.serial, parse_instant(bundle.not_after, "not_after")
                 else:
                     data = _decode(value.data, key)
                     parsed = parse_identifiers(data["identifiers"])
                     if value is meta:
                         serial = str(data["serial"])
-                        not_after = _instant(data["not_after"], "not_after")
+                        not_after = parse_instant(data["not_after"], "not_after")
             except (KeyError, TypeError, ValueError, AcmeCertsError):
                 serial = not_after = None
                 continue

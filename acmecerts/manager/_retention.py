@@ -59,12 +59,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from acmecerts._issued import IssuedCertificate
 from acmecerts._time import Clock, duration_seconds
 from acmecerts.errors import AcmeCertsError, InvalidInput, StorageError
-from acmecerts.manager._persist import (
-    CertificateStore,
-    RetiredEntry,
-    RetiredRecord,
-    RetiredState,
-)
+from acmecerts.manager._persist import CertificateStore
+from acmecerts.manager._records import RetiredEntry, RetiredRecord, RetiredState
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.protocol.keys import KeyType, load_private_key
 from acmecerts.storage import VersionConflict

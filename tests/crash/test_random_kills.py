@@ -55,7 +55,8 @@ WRITER = textwrap.dedent(
 
     import anyio
     from acmecerts._issued import IssuedCertificate
-    from acmecerts.manager._persist import CertificateStore, OrderRecord
+    from acmecerts.manager._persist import CertificateStore
+    from acmecerts.manager._records import OrderRecord
     from acmecerts.protocol.certificate import certificate_info, parse_pem_chain
     from acmecerts.protocol.identifiers import parse_identifiers
     from acmecerts.retry import AttemptState

@@ -29,7 +29,8 @@ from acmecerts.manager import (
     CertificateSpec,
     IssuedResult,
 )
-from acmecerts.manager._persist import CertificateStore, OrderRecord
+from acmecerts.manager._persist import CertificateStore
+from acmecerts.manager._records import OrderRecord
 from acmecerts.retry import AttemptState
 from acmecerts.storage import FileStorage, KeyLayout, Storage
 from acmecerts.storage.keys import certificate_slug
