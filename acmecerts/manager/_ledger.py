@@ -289,7 +289,7 @@ class RateLimitLedger:
         renewal = renewal_of is not None and set(as_identifiers(renewal_of)) == set(idents)
         request = OrderRequest(
             idents,
-            order["account"],
+            changes.order_account(order),
             renewal=renewal,
             replaces=order.get("replaces", False),
             source=source,

@@ -167,10 +167,10 @@ class CertificateManager(Attempts):
             self._store,
             self._entries,
             self._handed_out,
-            retention=self.retention,
-            clock=self.clock,
-            plan_renewal=self._plan_renewal,
-            publish=self._publish,
+            self.clock,
+            self._plan_renewal,
+            self._publish,
+            self.retention,
         )
         #: Certificates no longer managed, kept for ``retention`` (see ``_retention.py``).
         self._retired = self._stored.retired

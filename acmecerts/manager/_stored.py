@@ -9,6 +9,7 @@ method does nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -30,6 +31,7 @@ log = logging.getLogger("acmecerts.manager")
 _RETIRE_TIMEOUT = 30.0
 
 
+@dataclasses.dataclass(eq=False)
 class StoredEntries:
     """What the manager keeps in its store (``store``), for the entries it manages.
 
@@ -37,43 +39,35 @@ class StoredEntries:
         store: The certificate store, ``None`` for a manager without one.
         entries: The manager's certificates by name (read here).
         handed_out: The manager's cache of certificates handed out.
-        retention: Seconds a certificate no longer managed is kept (``None``: forever).
         clock: Where "now" comes from.
         plan_renewal: Sets an entry's renewal instant (after a certificate is read).
         publish: Sends a :class:`CertificateEvent` to the manager's subscribers.
+        retention: Seconds a certificate no longer managed is kept (``None``: forever).
     """
 
-    def __init__(
-        self,
-        store: CertificateStore | None,
-        entries: dict[str, Entry],
-        handed_out: HandedOut,
-        *,
-        retention: float | None,
-        clock: Clock,
-        plan_renewal: Callable[[Entry], Awaitable[None]],
-        publish: Callable[[CertificateEvent], Awaitable[None]],
-    ) -> None:
-        self._store = store
-        self._entries = entries
-        self._handed_out = handed_out
-        self._clock = clock
-        self._plan_renewal = plan_renewal
-        self._publish = publish
-        #: Certificates no longer managed, kept for ``retention`` (see ``_retention.py``).
-        self.retired: RetiredCertificates | None = None
-        if store is not None:
+    store: CertificateStore | None
+    entries: dict[str, Entry]
+    handed_out: HandedOut
+    clock: Clock
+    plan_renewal: Callable[[Entry], Awaitable[None]]
+    publish: Callable[[CertificateEvent], Awaitable[None]]
+    retention: dataclasses.InitVar[float | None]
+    #: Certificates no longer managed, kept for ``retention`` (see ``_retention.py``).
+    retired: RetiredCertificates | None = dataclasses.field(init=False, default=None)
+
+    def __post_init__(self, retention: float | None) -> None:
+        if self.store is not None:
             self.retired = RetiredCertificates(
-                store,
+                self.store,
                 retention=retention,
-                clock=clock,
+                clock=self.clock,
                 managed=self._is_managed,
                 wanted=self._waits_for,
             )
 
     async def load(self, entry: Entry, *, again: bool = False) -> None:
         """Read the stored certificate and attempt state of ``entry`` (once, or ``again``)."""
-        store = self._store
+        store = self.store
         if store is None or (entry.loaded and not again):
             return
         name = entry.spec.name
@@ -85,21 +79,21 @@ class StoredEntries:
             entry.certificate is None or stored.serial != entry.certificate.serial
         ):
             if frozenset(stored.identifiers) == entry.spec.identifier_set:
-                entry.certificate = self._handed_out.hold(stored)
+                entry.certificate = self.handed_out.hold(stored)
                 entry.stale = False
-                await self._plan_renewal(entry)
+                await self.plan_renewal(entry)
                 loaded = stored
             elif entry.certificate is None:
-                entry.certificate = self._handed_out.hold(stored)
+                entry.certificate = self.handed_out.hold(stored)
                 entry.stale = True  # managed with other identifiers now: issue again
         if not entry.state_changed:
             # the stored state is the truth: a replica may have failed (or succeeded)
             entry.state = await store.load_attempt_state(name) or AttemptState()
         entry.loaded = True
-        if loaded is not None and self._clock.now() < loaded.not_after:
-            await self._publish(
+        if loaded is not None and self.clock.now() < loaded.not_after:
+            await self.publish(
                 CertificateLoaded(
-                    name, self._clock.now(), certificate=loaded, renew_at=entry.renew_at
+                    name, self.clock.now(), certificate=loaded, renew_at=entry.renew_at
                 )
             )
 
@@ -110,7 +104,7 @@ class StoredEntries:
         leaves it behind; resumed by the next renewal, that order (``valid``) would hand
         back the saved certificate instead of a new one.
         """
-        store = self._store
+        store = self.store
         if store is None or entry.certificate is None:
             return
         record = await store.load_order(entry.spec.name)
@@ -119,13 +113,13 @@ class StoredEntries:
             await store.delete_order(entry.spec.name)
 
     async def save_state(self, entry: Entry) -> None:
-        if self._store is not None:
-            await self._store.save_attempt_state(entry.spec.name, entry.state)
+        if self.store is not None:
+            await self.store.save_attempt_state(entry.spec.name, entry.state)
         entry.state_changed = False
 
     def _is_managed(self, name: str) -> bool:
         """Whether ``name`` is managed (its stored files are in use)."""
-        entry = self._entries.get(name)
+        entry = self.entries.get(name)
         return entry is not None and entry.cancelled is None
 
     def _waits_for(self, identifiers: frozenset[Identifier]) -> bool:
@@ -134,7 +128,7 @@ class StoredEntries:
             e.cancelled is None
             and (e.certificate is None or e.stale)
             and e.spec.identifier_set == identifiers
-            for e in self._entries.values()
+            for e in self.entries.values()
         )
 
     async def retire(self, name: str, entry: Entry | None) -> None:
@@ -165,11 +159,11 @@ class StoredEntries:
             return
         if certificate is None:
             return
-        entry.certificate = self._handed_out.hold(certificate)
+        entry.certificate = self.handed_out.hold(certificate)
         entry.stale = False
-        await self._plan_renewal(entry)
-        await self._publish(
+        await self.plan_renewal(entry)
+        await self.publish(
             CertificateLoaded(
-                spec.name, self._clock.now(), certificate=certificate, renew_at=entry.renew_at
+                spec.name, self.clock.now(), certificate=certificate, renew_at=entry.renew_at
             )
         )

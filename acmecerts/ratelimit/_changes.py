@@ -49,15 +49,22 @@ class OrderKeywords(TypedDict, total=False):
     replaces: NotRequired[bool]
 
 
-def order_request(identifiers: Iterable[Identifier | str], order: OrderKeywords) -> OrderRequest:
-    """The order of ``identifiers`` with ``order``'s keywords, checked."""
+def order_account(order: OrderKeywords) -> str:
+    """``order``'s account; a keyword missing or unknown is a ``TypeError``, as in a call."""
     unknown = set(order) - _KEYWORDS
     if unknown:
         raise TypeError(f"unexpected keyword argument(s): {', '.join(sorted(unknown))}")
+    if "account" not in order:
+        raise TypeError("missing required keyword argument: 'account'")
+    return order["account"]
+
+
+def order_request(identifiers: Iterable[Identifier | str], order: OrderKeywords) -> OrderRequest:
+    """The order of ``identifiers`` with ``order``'s keywords, checked."""
+    account = order_account(order)
     idents = as_identifiers(identifiers)
     if not idents:
         raise InvalidInput("an order needs at least one identifier")
-    account = order.get("account")
     if not isinstance(account, str) or not account:
         raise InvalidInput(f"account must be a non-empty string (the account URL), got {account!r}")
     renewal_of = order.get("renewal_of")

@@ -328,21 +328,22 @@ class RequestBuckets:
         ``None``: a token was taken, send the request. Otherwise nothing was taken and
         the answer is the exact instant the next token is there, always after ``now``.
         """
+        return self._next(endpoint, now, take=True)
+
+    def next_instant(self, endpoint: EndpointClass | str, now: _dt.datetime) -> _dt.datetime:
+        """When a request to ``endpoint`` could go (``now`` if at once); takes nothing."""
+        return self._next(endpoint, now, take=False) or now
+
+    def _next(
+        self, endpoint: EndpointClass | str, now: _dt.datetime, *, take: bool
+    ) -> _dt.datetime | None:
+        """When the next token is there (``None``: at once; then one is taken if ``take``)."""
         bucket = self.bucket(endpoint)
         if bucket is None:
             return None
         now_us = to_us(now)
-        wait = bucket.take_us(now_us)
+        wait = bucket.take_us(now_us) if take else bucket.wait_us(now_us)
         return None if wait == 0 else from_us(now_us + wait)
-
-    def next_instant(self, endpoint: EndpointClass | str, now: _dt.datetime) -> _dt.datetime:
-        """When a request to ``endpoint`` could go (``now`` if at once); takes nothing."""
-        bucket = self.bucket(endpoint)
-        if bucket is None:
-            return now
-        now_us = to_us(now)
-        wait = bucket.wait_us(now_us)
-        return now if wait == 0 else from_us(now_us + wait)
 
     def available(self, endpoint: EndpointClass | str, now: _dt.datetime) -> int | None:
         """Tokens left for ``endpoint`` at ``now`` (``None``: not throttled)."""
