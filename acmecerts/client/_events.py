@@ -87,11 +87,16 @@ class OrderRefused:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class OrderResumed:
-    """An order of an earlier attempt (``resume_order_url``) is continued as it stands."""
+class _OrderState:
+    """An event about ``order``, as it stands now."""
 
     identifiers: tuple[Identifier, ...]
     order: Order
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class OrderResumed(_OrderState):
+    """An order of an earlier attempt (``resume_order_url``) is continued as it stands."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,20 +120,15 @@ class ChallengeAnswered:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class OrderAuthorized:
+class OrderAuthorized(_OrderState):
     """Every authorization of ``order`` is valid: it is ``ready`` (finalized next), or
     ``processing``/``valid`` already."""
 
-    identifiers: tuple[Identifier, ...]
-    order: Order
-
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class OrderFinalized:
-    """The CA accepted the CSR (§7.4): ``order`` is ``processing`` or ``valid``."""
-
-    identifiers: tuple[Identifier, ...]
-    order: Order
+class OrderFinalized(_OrderState):
+    """The CA accepted the CSR (§7.4): ``order`` as it answered (``processing`` or
+    ``valid``, as a rule)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

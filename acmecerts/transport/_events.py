@@ -23,7 +23,7 @@ import dataclasses
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 __all__ = [
     "EventSubscribers",
@@ -41,8 +41,22 @@ log = logging.getLogger("acmecerts.events")
 E = TypeVar("E")
 E_contra = TypeVar("E_contra", contravariant=True)
 
-#: Called with each event; a coroutine function is awaited before the client goes on.
-Subscriber = Callable[[E_contra], Awaitable[None] | None]
+
+class Subscriber(Protocol[E_contra]):
+    """What hears events: a plain function or a coroutine function taking the event.
+
+    The contract: a subscriber is called when the event happens, in the order of
+    subscription, and the client waits for it (a coroutine is awaited) before it goes
+    on: it SHOULD be quick, and it MAY do something durable first (that is what an
+    awaited "before" hook is). It MUST NOT assume it hears only one issuance: subscribed
+    to a client it hears all of them, told apart by their ``identifiers``. An exception
+    it raises fails the request or issuance that emitted the event, except for the
+    events that report an outcome, where it is logged; so a subscriber that only
+    observes SHOULD NOT raise. It MUST honour cancellation (the attempt's deadline).
+    """
+
+    def __call__(self, event: E_contra, /) -> Awaitable[None] | None:
+        """Hear ``event``."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
