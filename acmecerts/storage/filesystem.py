@@ -72,31 +72,26 @@ from __future__ import annotations
 import builtins
 import contextlib
 import datetime as _dt
-import itertools
-import json
 import logging
 import os
-import random
 import secrets
-import socket
 import stat
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
-import anyio
-
-from acmecerts._time import Clock, SystemClock, duration_seconds
+from acmecerts._time import Clock, SystemClock
 from acmecerts.errors import InvalidInput, StorageError
 from acmecerts.storage import _files
 from acmecerts.storage._base import (
     ANY_VERSION,
     Lease,
-    LockTimeout,
     StoredValue,
     _AnyVersion,
 )
+from acmecerts.storage._file_lease import FileLeases
 from acmecerts.storage._files import MAX_VALUE_SIZE, os_error
+from acmecerts.storage._lease import LeaseLocks
 from acmecerts.storage._workers import run_sync
 from acmecerts.storage.keys import validate_key, validate_prefix
 
@@ -105,102 +100,6 @@ __all__ = ["MAX_VALUE_SIZE", "FileStorage"]
 log = logging.getLogger("acmecerts.storage")
 
 _T = TypeVar("_T")
-
-_LOCKS_DIR = ".locks"
-# Holder ids: host, pid, then a random prefix drawn once per process and a serial number
-# (unique per acquisition like a random id, without a getrandom() call on the event loop).
-_HOLDER_PREFIX = secrets.token_hex(8)
-_holder_serial = itertools.count(1)
-# Lock polling: first retry, cap, and the most a waiter sleeps past the holder's expiry.
-_POLL_FIRST = 0.005
-_POLL_CAP = 0.25
-_RELEASE_WAIT = 5.0
-
-
-class _LeaseRecord:
-    """What a lease file says: who holds the lock and until when."""
-
-    __slots__ = ("acquired_at", "expires_at", "holder", "host", "pid")
-
-    def __init__(
-        self,
-        holder: str,
-        expires_at: _dt.datetime,
-        acquired_at: _dt.datetime,
-        host: str = "",
-        pid: int = 0,
-    ) -> None:
-        self.holder = holder
-        self.expires_at = expires_at
-        self.acquired_at = acquired_at
-        self.host = host
-        self.pid = pid
-
-    def to_json(self) -> bytes:
-        return json.dumps(
-            {
-                "holder": self.holder,
-                "host": self.host,
-                "pid": self.pid,
-                "acquired_at": self.acquired_at.isoformat(),
-                "expires_at": self.expires_at.isoformat(),
-            },
-            sort_keys=True,
-        ).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes, name: str, path: str) -> _LeaseRecord:
-        try:
-            obj = json.loads(data)
-            expires_at = _dt.datetime.fromisoformat(obj["expires_at"])
-            acquired_at = _dt.datetime.fromisoformat(obj["acquired_at"])
-            holder = obj["holder"]
-            if not isinstance(holder, str) or expires_at.tzinfo is None:
-                raise TypeError("bad holder or naive expiry")
-            return cls(holder, expires_at, acquired_at, str(obj.get("host", "")), obj.get("pid", 0))
-        except (ValueError, TypeError, KeyError) as exc:
-            raise StorageError(
-                f"lease file of lock {name!r} in {path} is corrupt ({exc}); it was left as "
-                "it is: delete it once no process uses the lock",
-                path=path,
-            ) from None
-
-    def describe(self) -> str:
-        where = f" (pid {self.pid} on {self.host})" if self.host else ""
-        return f"{self.holder}{where} until {self.expires_at.isoformat()}"
-
-
-class _FileLease:
-    """The :class:`~acmecerts.storage.Lease` handed out by :meth:`FileStorage.lock`."""
-
-    __slots__ = ("_clock", "_expires_at", "_lost", "_name", "holder")
-
-    def __init__(self, name: str, holder: str, expires_at: _dt.datetime, clock: Clock) -> None:
-        self._name = name
-        #: This acquisition's unique holder id (also written into the lease file).
-        self.holder = holder
-        self._expires_at = expires_at
-        self._clock = clock
-        self._lost = False
-
-    @property
-    def name(self) -> str:
-        """The lock's name."""
-        return self._name
-
-    @property
-    def lost(self) -> bool:
-        """Whether the lease was taken over or ran out without being renewed."""
-        return self._lost or self._clock.now() >= self._expires_at
-
-    @property
-    def expires_at(self) -> _dt.datetime:
-        """When the lease runs out unless renewed (aware UTC)."""
-        return self._expires_at
-
-    def __repr__(self) -> str:
-        state = "lost" if self.lost else f"until {self._expires_at.isoformat()}"
-        return f"<Lease {self._name!r} {state}>"
 
 
 class FileStorage:
@@ -216,11 +115,10 @@ class FileStorage:
         self._root = os.path.abspath(os.fspath(root))
         self._clock: Clock = clock if clock is not None else SystemClock()
         self._closed = False
-        # Wakes waiters of this instance when a lock is released (other processes poll).
-        self._released: dict[str, anyio.Event] = {}
-        self._host = socket.gethostname()
         # This process's writers queue per directory here before taking its flock.
         self._dirs = _files.DirLocks()
+        self._leases = FileLeases(self._root, self._dirs, self._run)
+        self._locks = LeaseLocks(self._leases, self._clock)
 
     @property
     def root(self) -> str:
@@ -230,9 +128,6 @@ class FileStorage:
     def path_for(self, key: str) -> str:
         """The file that holds ``key`` (for messages and tooling; do not write it)."""
         return os.path.join(self._root, *validate_key(key).split("/"))
-
-    def _lock_path(self, name: str) -> str:
-        return os.path.join(self._root, _LOCKS_DIR, *validate_key(name).split("/"))
 
     def __repr__(self) -> str:
         return f"FileStorage({self._root!r})"
@@ -352,173 +247,6 @@ class FileStorage:
 
     # -- locks ------------------------------------------------------------------------
 
-    def _read_lease(self, path: str, name: str) -> _LeaseRecord | None:
-        value = _files.read(path, f"lock {name}")
-        return None if value is None else _LeaseRecord.from_json(value.data, name, path)
-
-    def _try_acquire_sync(
-        self, name: str, holder: str, lease: float
-    ) -> tuple[_LeaseRecord | None, _LeaseRecord | None]:
-        """Take the lock if free: ``(ours, None)``, else ``(None, current holder's)``."""
-        path = self._lock_path(name)
-        dirpath = os.path.dirname(path)
-        with self._dirs.locked(dirpath, create=True) as locked:
-            current = self._read_lease(path, name)
-            now = self._clock.now()
-            if (
-                current is not None
-                and current.holder != holder
-                and current.expires_at > now
-                and not self._holder_died(current)
-            ):
-                return None, current
-            record = _LeaseRecord(
-                holder, now + _dt.timedelta(seconds=lease), now, self._host, os.getpid()
-            )
-            _files.write(locked, path, _files.encode(secrets.token_hex(16), record.to_json()))
-        return record, None
-
-    def _holder_died(self, record: _LeaseRecord) -> bool:
-        """Whether the lock's holder was a process on this machine that no longer exists.
-
-        Such a lock is taken over at once instead of after its lease (a process killed
-        with SIGKILL releases nothing). A reused PID only makes us wait for the lease.
-        """
-        if record.host != self._host or record.pid <= 0 or record.pid == os.getpid():
-            return False
-        try:
-            os.kill(record.pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False  # alive, another user's
-        return False
-
-    def _renew_sync(self, name: str, holder: str, lease: float) -> _dt.datetime | None:
-        """Extend our lease; ``None`` if someone else holds the lock now."""
-        path = self._lock_path(name)
-        with self._dirs.locked(os.path.dirname(path)) as locked:
-            current = self._read_lease(path, name)
-            if current is None or current.holder != holder:
-                return None
-            current.expires_at = self._clock.now() + _dt.timedelta(seconds=lease)
-            _files.write(locked, path, _files.encode(secrets.token_hex(16), current.to_json()))
-        return current.expires_at
-
-    def _release_sync(self, name: str, holder: str) -> None:
-        path = self._lock_path(name)
-        with self._dirs.locked(os.path.dirname(path)) as locked:
-            try:
-                current = self._read_lease(path, name)
-            except StorageError:
-                return  # not ours to judge; leave it for an operator
-            if current is not None and current.holder == holder:
-                os.unlink(path)
-                locked.sync = True
-
-    async def _wait(self, seconds: float, event: anyio.Event) -> None:
-        """Sleep ``seconds`` on the clock, or until ``event`` is set."""
-        async with anyio.create_task_group() as tg:
-
-            async def sleeper() -> None:
-                await self._clock.sleep(seconds)
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(sleeper)
-            await event.wait()
-            tg.cancel_scope.cancel()
-
-    async def _acquire(self, name: str, lease: float, patience: float | None) -> _FileLease:
-        holder = f"{self._host}:{os.getpid()}:{_HOLDER_PREFIX}{next(_holder_serial)}"
-        now = self._clock.now()
-        deadline = None if patience is None else now + _dt.timedelta(seconds=patience)
-        delay = _POLL_FIRST
-        while True:
-            event = self._released.get(name)
-            if event is None:
-                event = self._released[name] = anyio.Event()
-            # Shielded: a cancellation that arrived while the thread took the lock would
-            # otherwise lose the lease, leaving the lock held by nobody until it expires.
-            # The caller releases it if it is cancelled (no checkpoint until its ``try``).
-            with anyio.CancelScope(shield=True):
-                try:
-                    ours, theirs = await self._run(self._try_acquire_sync, name, holder, lease)
-                except OSError as exc:
-                    raise os_error("take lock", self._lock_path(name), exc) from exc
-            if ours is not None:
-                return _FileLease(name, holder, ours.expires_at, self._clock)
-            assert theirs is not None
-            now = self._clock.now()
-            if deadline is not None and now >= deadline:
-                raise LockTimeout(
-                    f"lock {name!r} not acquired within {patience:g}s: held by {theirs.describe()}",
-                    path=self._lock_path(name),
-                )
-            nap = random.uniform(0.5, 1.0) * delay  # jitter: waiters do not move in step
-            nap = min(nap, (theirs.expires_at - now).total_seconds() + 0.001)
-            if deadline is not None:
-                nap = min(nap, (deadline - now).total_seconds())
-            await self._wait(max(nap, 0.0), event)
-            delay = min(delay * 2, _POLL_CAP)
-
-    async def _heartbeat(self, lease: _FileLease, seconds: float) -> None:
-        interval = seconds / 3
-        while True:
-            await self._clock.sleep(interval)
-            try:
-                expires_at = await self._run(self._renew_sync, lease.name, lease.holder, seconds)
-            except (OSError, StorageError) as exc:
-                if self._clock.now() >= lease.expires_at:
-                    log.warning("lock %r lost: its lease could not be renewed: %s", lease.name, exc)
-                    lease._lost = True
-                    return
-                log.warning("renewing the lease of lock %r failed (retrying): %s", lease.name, exc)
-                interval = max(seconds / 10, 0.01)
-                continue
-            if expires_at is None:
-                log.warning("lock %r lost: another holder took it over", lease.name)
-                lease._lost = True
-                return
-            lease._expires_at = expires_at
-            interval = seconds / 3
-
-    async def _release(self, lease: _FileLease, *, quiet: bool) -> None:
-        try:
-            with anyio.move_on_after(_RELEASE_WAIT, shield=True):
-                await self._run(self._release_sync, lease.name, lease.holder, check_open=False)
-        except (OSError, StorageError) as exc:
-            if not quiet:
-                raise StorageError(
-                    f"cannot release lock {lease.name!r} (it expires on its own at "
-                    f"{lease.expires_at.isoformat()}): {exc}",
-                    path=self._lock_path(lease.name),
-                ) from exc
-            log.warning("cannot release lock %r: %s", lease.name, exc)
-        finally:
-            event = self._released.pop(lease.name, None)
-            if event is not None:
-                event.set()
-
-    @contextlib.asynccontextmanager
-    async def _hold(self, name: str, lease: float, patience: float | None) -> AsyncIterator[Lease]:
-        held = await self._acquire(name, lease, patience)
-        try:  # no checkpoint before this line: a cancelled caller still releases
-            body_error: Exception | None = None
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._heartbeat, held, lease)
-                try:
-                    yield held
-                except Exception as exc:
-                    body_error = exc  # re-raised below, not wrapped in an ExceptionGroup
-                finally:
-                    tg.cancel_scope.cancel()
-            if body_error is not None:
-                raise body_error
-        except BaseException:
-            await self._release(held, quiet=True)
-            raise
-        await self._release(held, quiet=False)
-
     def lock(
         self,
         name: str,
@@ -530,10 +258,7 @@ class FileStorage:
 
         Not re-entrant: a task that already holds ``name`` waits for itself.
         """
-        validate_key(name)
-        lease_s = duration_seconds(lease, "lease", positive=True)
-        timeout_s = None if timeout is None else duration_seconds(timeout, "timeout")
-        return self._hold(name, lease_s, timeout_s)
+        return self._locks.hold(name, lease, timeout)
 
     async def aclose(self) -> None:
         """Close the store (idempotent); held locks are released by their ``async with``."""
