@@ -23,7 +23,6 @@ from acmecerts._time import Backoff
 from acmecerts.errors import StorageError
 from acmecerts.storage import _files
 from acmecerts.storage._lease import LeaseRecord, Observed
-from acmecerts.storage.keys import validate_key
 
 __all__ = ["LOCKS_DIR", "FileLeases"]
 
@@ -94,8 +93,8 @@ class FileLeases:
         self._host = socket.gethostname()
 
     def path(self, name: str) -> str:
-        """The lease file of lock ``name``."""
-        return os.path.join(self._root, LOCKS_DIR, *validate_key(name).split("/"))
+        """The lease file of lock ``name`` (a name checked by :meth:`LeaseLocks.hold`)."""
+        return os.path.join(self._root, LOCKS_DIR, *name.split("/"))
 
     def lease_seconds(self, requested: float) -> float:
         """Any lease is recorded as it is."""
@@ -134,8 +133,8 @@ class FileLeases:
         result: Observed | None = await self._run(self._read_sync, name)
         return result
 
-    def _read_sync(self, name: str) -> Observed | None:
-        path = self.path(name)
+    def _read_sync(self, name: str, path: str | None = None) -> Observed | None:
+        path = path or self.path(name)
         value = _files.read(path, f"lock {name}")
         return (
             None if value is None else Observed(_from_json(value.data, name, path), value.version)
@@ -162,7 +161,7 @@ class FileLeases:
         try:
             with self._dirs.locked(os.path.dirname(path), create=not releasing) as locked:
                 try:
-                    current = self._read_sync(name)
+                    current = self._read_sync(name, path)
                 except StorageError:
                     if releasing:
                         return False, None  # not ours to judge; leave it for an operator

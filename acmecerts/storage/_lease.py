@@ -56,7 +56,7 @@ _RETRY_CAP = 0.5
 _HOST = socket.gethostname()
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)
 class LeaseRecord:
     """What a lock's lease record says, whatever the store's format.
 
@@ -242,12 +242,42 @@ class LeaseLocks:
 
     async def acquire(self, name: str, seconds: float, patience: float | None) -> HeldLease:
         """Take lock ``name`` for ``seconds``; :class:`LockTimeout` after ``patience`` s."""
+        start = self._clock.now()
+        holder = self._backend.new_holder()
+        observed = await self._backend.peek(name)
+        if observed is None or self._free(observed.record, start, None):
+            # The usual case, a free lock: one swap, and no waiting machinery set up.
+            won, observed = await self._swap_claim(name, holder, seconds, observed)
+            if won and observed is not None:
+                return HeldLease(name, holder, observed, self._clock)
+        return await self._wait(name, holder, seconds, patience, start, observed)
+
+    async def _swap_claim(
+        self, name: str, holder: str, seconds: float, prior: Observed | None
+    ) -> tuple[bool, Observed | None]:
+        """Claim the lock over ``prior`` (the record as last seen)."""
+        claim = self._claim(holder, self._clock.now(), seconds, prior)
+        # Shielded: a cancellation arriving while the swap is under way would otherwise
+        # lose its outcome, leaving the lock held by nobody who knows it. The caller
+        # releases it if it is cancelled afterwards (no checkpoint until its ``try``).
+        expect = prior.version if prior is not None else None
+        with anyio.CancelScope(shield=True):
+            outcome = await self._backend.swap(name, expect, claim)
+        return outcome
+
+    async def _wait(
+        self,
+        name: str,
+        holder: str,
+        seconds: float,
+        patience: float | None,
+        start: _dt.datetime,
+        observed: Observed | None,
+    ) -> HeldLease:
+        """Poll a held lock until it can be claimed (see the module docstring)."""
         backend, clock = self._backend, self._clock
-        holder = backend.new_holder()
-        start = clock.now()
         deadline = None if patience is None else start + _dt.timedelta(seconds=patience)
         waker = _Wakeable(clock)
-        observed = await backend.peek(name)
         seen: tuple[str, _dt.datetime] | None = None  # (version, when first seen)
         step = 0
 
@@ -265,13 +295,7 @@ class LeaseLocks:
                 if observed is not None and (seen is None or seen[0] != observed.version):
                     seen = (observed.version, now)
                 if record is None or self._free(record, now, seen):
-                    claim = self._claim(holder, now, seconds, observed)
-                    expect = observed.version if observed is not None else None
-                    # Shielded: a cancellation arriving while the swap is under way would
-                    # otherwise lose its outcome, leaving the lock held by nobody who
-                    # knows it. The caller releases it if it is cancelled afterwards.
-                    with anyio.CancelScope(shield=True):
-                        won, observed = await backend.swap(name, expect, claim)
+                    won, observed = await self._swap_claim(name, holder, seconds, observed)
                     if won and observed is not None:
                         return HeldLease(name, holder, observed, clock)
                     continue  # someone else wrote meanwhile: judge the record as it is now

@@ -18,7 +18,7 @@ import contextlib
 import functools
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import anyio
@@ -205,9 +205,12 @@ async def in_worker(func: Callable[[], _T]) -> _T:
     return job.result  # type: ignore[no-any-return]
 
 
-async def run_sync(func: Callable[..., _T], *args: Any) -> _T:
-    """``func(*args)`` in a worker thread (through ``anyio.to_thread`` with anyio < 4.11)."""
+def run_sync(func: Callable[..., _T], *args: Any) -> Awaitable[_T]:
+    """Await ``func(*args)`` run in a worker thread (``anyio.to_thread`` if anyio < 4.11).
+
+    Not a coroutine itself: the caller awaits :func:`in_worker`'s directly (one frame less).
+    """
     call = functools.partial(func, *args)
     if _HAS_TOKEN:
-        return await in_worker(call)
-    return await anyio.to_thread.run_sync(call)  # anyio < 4.11: no current_token()
+        return in_worker(call)
+    return anyio.to_thread.run_sync(call)  # anyio < 4.11: no current_token()
