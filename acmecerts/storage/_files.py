@@ -189,13 +189,7 @@ class DirLocks:
             entry.users += 1
         try:
             while not entry.lock.acquire(timeout=0.05):
-                if time.monotonic() >= deadline:
-                    raise StorageError(
-                        f"directory {dirpath} stayed locked for {_DIR_LOCK_WAIT:.0f}s "
-                        "by this process (is a write stuck?)",
-                        path=dirpath,
-                    )
-                check_cancelled()
+                _give_up_at(deadline, dirpath, "by this process (is a write stuck?)")
             change = 0
             try:
                 locked = LockedDir(_open_dir(dirpath, create))
@@ -238,6 +232,15 @@ def _open_dir(dirpath: str, create: bool) -> int:
     return os.open(dirpath, flags)
 
 
+def _give_up_at(deadline: float, dirpath: str, why: str) -> None:
+    """While waiting for ``dirpath``: raise once ``deadline`` passed or the caller cancelled."""
+    if time.monotonic() >= deadline:
+        raise StorageError(
+            f"directory {dirpath} stayed locked for {_DIR_LOCK_WAIT:.0f}s {why}", path=dirpath
+        )
+    check_cancelled()
+
+
 def _flock(fd: int, dirpath: str, deadline: float) -> None:
     """Take the exclusive ``flock`` on the directory ``fd`` (other processes hold it)."""
     step = 0
@@ -249,13 +252,7 @@ def _flock(fd: int, dirpath: str, deadline: float) -> None:
             pass
         except OSError as exc:
             raise os_error("lock directory", dirpath, exc) from exc
-        if time.monotonic() >= deadline:
-            raise StorageError(
-                f"directory {dirpath} stayed locked for {_DIR_LOCK_WAIT:.0f}s "
-                "(is a process that uses this store stopped?)",
-                path=dirpath,
-            )
-        check_cancelled()
+        _give_up_at(deadline, dirpath, "(is a process that uses this store stopped?)")
         step += 1
         time.sleep(_FLOCK_BACKOFF.pause(step))
 

@@ -21,19 +21,6 @@ from lightkube.resources.core_v1 import ConfigMap, Secret
 from acmecerts.errors import StorageError
 from acmecerts.storage._base import VersionConflict
 
-__all__ = [
-    "CERTIFICATE_ANNOTATION",
-    "KEY_ANNOTATION",
-    "LOCK_ANNOTATION",
-    "MANAGED_BY",
-    "MANAGED_BY_LABEL",
-    "ROLE_LABEL",
-    "STORE_LABEL",
-    "WRITE_ANNOTATION",
-    "KubeApi",
-    "object_name",
-]
-
 #: Labels and annotations on every object this store owns.
 MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
 MANAGED_BY: Final = "acmecerts"

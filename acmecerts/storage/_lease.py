@@ -31,7 +31,6 @@ import datetime as _dt
 import logging
 import os
 import socket
-from types import TracebackType
 from typing import Protocol
 
 import anyio
@@ -424,12 +423,7 @@ class LockBlock:
         self._held, self._tg = held, tg
         return held
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
         held, tg = self._held, self._tg
         self._held = self._tg = None
         assert held is not None

@@ -44,6 +44,8 @@ Design:
   renewing and the lock is free ``lease`` seconds after its last renewal. Waiters poll
   with jittered exponential backoff (5 ms up to 250 ms, and never past the holder's
   expiry); tasks of the same :class:`FileStorage` are woken at once by a release.
+  The lease logic is shared with every store (:mod:`acmecerts.storage._lease`); the
+  lease file is this store's compare-and-swap (:mod:`acmecerts.storage._file_lease`).
 * **Listing** walks the directories under the prefix and returns every regular file
   whose path is a valid key: temp files and ``.locks`` (names starting with ``.``),
   symbolic links and stray files (``README.TXT``) are skipped.

@@ -45,8 +45,10 @@ Object mapping (all in one namespace; ``P`` is ``name_prefix``, ``acmecerts`` by
   holder or its lease has run out; the holder renews it every third of the lease while
   its ``async with`` block runs, and clears the holder (compare-and-swap) on the way
   out. A lease counts as run out when ``renewTime + leaseDurationSeconds`` is past by
-  this machine's clock, or when a waiter has seen it unchanged for a whole lease (so a
-  holder whose clock runs ahead cannot keep a lock forever).
+  the store's clock (``clock=``, the system clock by default), or when a waiter has seen
+  it unchanged for a whole lease (so a holder whose clock runs ahead cannot keep a lock
+  forever). The lease logic is FileStorage's too (:mod:`acmecerts.storage._lease`); only
+  the compare-and-swap of the Lease object is this store's.
 
 Lease holders read ``<identity>/<random per acquisition>``, the identity being
 ``<hostname>/<pid>/<random>`` unless given, so ``kubectl get leases`` shows who holds what.
@@ -72,7 +74,6 @@ import logging
 import os
 import secrets
 import socket
-from types import TracebackType
 
 import httpx2
 import lightkube
@@ -87,13 +88,8 @@ from acmecerts.storage._base import _AnyVersion as _AnyVersionType
 from acmecerts.storage._kube_client import (
     CERTIFICATE_ANNOTATION,
     KEY_ANNOTATION,
-    LOCK_ANNOTATION,
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
     PREFIX_RE,
     RECORD,
-    ROLE_LABEL,
-    STORE_LABEL,
     VALUE_FIELD,
     WRITE_ANNOTATION,
     Kind,
@@ -116,18 +112,7 @@ from acmecerts.storage.keys import (
     validate_prefix,
 )
 
-__all__ = [
-    "CERTIFICATE_ANNOTATION",
-    "KEY_ANNOTATION",
-    "LOCK_ANNOTATION",
-    "MANAGED_BY",
-    "MANAGED_BY_LABEL",
-    "ROLE_LABEL",
-    "STORE_LABEL",
-    "WRITE_ANNOTATION",
-    "KubernetesStorage",
-    "object_name",
-]
+__all__ = ["KubernetesStorage"]
 
 _log = logging.getLogger("acmecerts.storage.kubernetes")
 
@@ -198,12 +183,7 @@ class KubernetesStorage:
     async def __aenter__(self) -> KubernetesStorage:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     # -- names ---------------------------------------------------------------
@@ -479,17 +459,24 @@ class KubernetesStorage:
         written = await self._api.swap(obj, create=version is None)
         return None if written is None else version_of(written)
 
+    def _tls_target(self, key: str) -> tuple[str, bool, str] | None:
+        """``(certificate prefix, whether key is its record, TLS Secret)`` for its files."""
+        certificate = certificate_of(key)
+        if certificate is None:
+            return None
+        prefix, slug, is_record = certificate
+        return prefix, is_record, self._tls_name(slug)
+
     async def _reflect_tls(self, key: str) -> None:
         """Copy a certificate into its TLS Secret once both halves are stored and match.
 
         The keyed values are the truth and are already stored: a failure here is logged,
         not raised (a caller that retried the store would only order the certificate again).
         """
-        certificate = certificate_of(key)
-        if certificate is None:
+        target = self._tls_target(key)
+        if target is None:
             return
-        prefix, slug, is_record = certificate
-        secret_name = self._tls_name(slug)
+        prefix, is_record, secret_name = target
         try:
             for _ in range(5):
                 pair = await self._certificate_pair(prefix, is_record)
@@ -544,11 +531,10 @@ class KubernetesStorage:
         return (cert_pem, key_pem) if pair_matches(cert_pem, key_pem) else None
 
     async def _unreflect_tls(self, key: str) -> None:
-        certificate = certificate_of(key)
-        if certificate is None:
+        target = self._tls_target(key)
+        if target is None:
             return
-        prefix, slug, is_record = certificate
-        secret_name = self._tls_name(slug)
+        prefix, is_record, secret_name = target
         try:
             if not is_record and await self.load(f"{prefix}{RECORD}") is not None:
                 return  # the previous layout's files removed after the record replaced them
