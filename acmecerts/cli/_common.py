@@ -46,6 +46,7 @@ from acmecerts.ratelimit import NO_LIMITS, RateLimitModel, model_for_directory
 from acmecerts.retry import RequestRetry, retry_request
 from acmecerts.transport import ProxyConfig
 
+from ._args import AccountArgs, CommonArgs
 from ._constants import (
     EXIT_DEFERRED,
     EXIT_FAILED,
@@ -98,35 +99,6 @@ _REQUEST_MAX_WAIT = 2.0
 
 
 # -- what the commands were given ----------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CommonArgs:
-    """Options every command has."""
-
-    #: ``--directory`` as given (``None``: Let's Encrypt's, or its staging with ``staging``).
-    directory: str | None = None
-    ca_bundle: Path | None = None
-    state_dir: Path | None = None
-    rate_limits: str = "auto"
-    timeout: float = 1800.0
-    json: bool = False
-    verbose: int = 0
-    #: ``--proxy`` as given (``None``: the environment's; may hold credentials: no repr).
-    proxy: str | None = dataclasses.field(default=None, repr=False)
-    #: ``--staging``: Let's Encrypt's staging directory.
-    staging: bool = False
-
-
-@dataclasses.dataclass(frozen=True, slots=True, repr=False)
-class AccountArgs:
-    """Options for creating an account."""
-
-    emails: tuple[str, ...] = ()
-    eab_kid: str | None = None
-    eab_hmac_key: str | None = None
-    #: ``--agree-tos``: agree to the CA's terms of service when an account is created.
-    agree_tos: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
