@@ -31,12 +31,8 @@ from test_cli_support import (
     serial_of,
 )
 
-from acmecerts.cli._solvers import (
-    ChallengeOptions,
-    plan_challenge,
-    renewal_options,
-    stored_challenge,
-)
+from acmecerts.cli._args import ChallengeOptions
+from acmecerts.cli._solvers import plan_challenge, renewal_options, stored_challenge
 from acmecerts.cli._state import CertificateRecord, State, StoredChallenge
 from acmecerts.protocol.identifiers import parse_identifiers
 

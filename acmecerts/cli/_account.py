@@ -13,18 +13,11 @@ from acmecerts.errors import AccountDoesNotExist, AcmeCertsError, AcmeProblem, I
 from acmecerts.protocol.keys import AccountKey, KeyType
 from acmecerts.protocol.resources import Account
 
-from ._common import (
-    EXIT_OK,
-    AccountArgs,
-    CaPlan,
-    CommonArgs,
-    Report,
-    configure_logging,
-    guarded,
-    open_client,
-    plan_ca,
-)
+from ._args import AccountArgs, CommonArgs
+from ._ca import CaPlan, open_client, plan_ca
+from ._constants import EXIT_OK
 from ._interrupt import run_interruptible
+from ._report import Report, run_guarded
 from ._state import State
 
 __all__ = ["run_account"]
@@ -51,10 +44,8 @@ def run_account(
     confirmed: bool = False,
 ) -> int:
     """Run ``acmecerts account ACTION``; return the exit code."""
-    report = Report(json_mode=common.json)
-    configure_logging(common.verbose, report.err)
 
-    def work() -> int:
+    def work(report: Report) -> int:
         kind = KeyType.parse(key_type)
         ca = plan_ca(common, account)
         state = ca.state
@@ -115,7 +106,7 @@ def run_account(
         report.rows(title, rows)
         return EXIT_OK
 
-    return guarded(report, work)
+    return run_guarded(common, work)
 
 
 async def _existing_or_register(client: AcmeClient) -> Account:

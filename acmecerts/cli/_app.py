@@ -1,13 +1,13 @@
-"""The ``acmecerts`` command line: typer commands, their options, and the exit codes.
+"""The ``acmecerts`` command line: the typer app, its entry point and the exit codes.
 
 Commands: ``issue`` (one certificate, or one per line of ``--from-file``, in parallel),
 ``renew``, ``revoke``, ``delete``, ``status`` and ``account show|create|rollover|deactivate``. Each
 validates all of its input before anything is sent to the CA or written, so bad input
 costs nothing (exit 2, one line); every command has ``--json`` (exactly one JSON object on
-stdout, whatever happens). The commands are in ``_commands``, the options
-they share in ``_options`` (each declared once); the work itself is in ``_issue``,
-``_renew``, ``_revoke``, ``_delete``, ``_status`` and ``_account`` (shared parts in
-``_common``).
+stdout, whatever happens). The commands are defined in ``_commands``, the options they
+share in ``_options`` (each declared once); the work itself is in ``_issue``, ``_renew``,
+``_revoke``, ``_delete``, ``_status`` and ``_account`` (shared parts in ``_batch``,
+``_ca`` and ``_report``).
 
 Options come from the command line, ``ACMECERTS_*`` environment variables and a TOML file,
 in that order of precedence (see :mod:`acmecerts.cli._config`).
@@ -202,7 +202,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if path is not None:
             default_map = config_default_map(command, load_config(path), path)
     except InvalidInput as exc:
-        from ._common import Report
+        from ._report import Report
 
         return Report(json_mode=json_mode, json_base=_json_base(args)).error(EXIT_INPUT, str(exc))
     try:
@@ -210,12 +210,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             args=args, prog_name="acmecerts", standalone_mode=False, default_map=default_map
         )
     except KeyboardInterrupt as exc:  # a signal before or after the work (_signals.Interrupted)
-        from ._common import Report
+        from ._report import Report
 
         code, message = getattr(exc, "exit_code", EXIT_INTERRUPTED), str(exc) or "interrupted"
         return Report(json_mode=json_mode, json_base=_json_base(args)).error(code, message)
     except typer.Abort:
-        from ._common import Report
+        from ._report import Report
 
         return Report(json_mode=json_mode, json_base=_json_base(args)).error(
             EXIT_INTERRUPTED, "interrupted"
@@ -225,7 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if usage is None:
             raise
         code, message = usage
-        from ._common import Report
+        from ._report import Report
 
         # Usage errors in one line, like every other input error.
         return Report(json_mode=json_mode, json_base=_json_base(args)).error(code, message)

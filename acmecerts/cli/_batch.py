@@ -20,27 +20,13 @@ from acmecerts.errors import InvalidInput
 from acmecerts.retry import AttemptState
 
 from ._args import Hooks
-from ._common import (
-    EXIT_DEFERRED,
-    EXIT_FAILED,
-    EXIT_OK,
-    CaPlan,
-    Deferred,
-    Report,
-    choose_view,
-    ensure_registered,
-    interrupted_code,
-    iso,
-    open_client,
-    problem_json,
-    status_word,
-    wait_or_defer,
-    when,
-)
+from ._ca import CaPlan, ensure_registered, open_client, wait_or_defer
+from ._constants import EXIT_DEFERRED, EXIT_FAILED, EXIT_OK
 from ._display import NullView
-from ._engine import Board, Job, Outcome, Stage, execute, problem_of, wanted_record
+from ._engine import Board, Deferred, Job, Outcome, Stage, execute, problem_of, wanted_record
 from ._hooks import HookRunner
 from ._interrupt import Interrupted, run_interruptible
+from ._report import Report, choose_view, interrupted_code, iso, problem_json, status_word, when
 from ._solvers import ChallengePlan, running_solvers
 from ._state import CertificateRecord
 

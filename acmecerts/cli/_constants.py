@@ -1,6 +1,6 @@
 """The exit codes and the default CA: what the command definitions need at import time.
 
-Kept apart from :mod:`acmecerts.cli._common` (which imports the client, httpx and rich) so
+Kept apart from :mod:`acmecerts.cli._ca` (which imports the client and httpx) so
 that ``acmecerts --version`` and ``acmecerts COMMAND --help`` start without the library;
 a test (``tests/test_cli_start.py``) holds :mod:`acmecerts.cli._app` to that.
 """

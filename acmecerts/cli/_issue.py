@@ -29,23 +29,14 @@ from ._batch import (
     run_jobs,
     stored_hooks,
 )
-from ._common import (
-    EXIT_DEFERRED,
-    EXIT_FAILED,
-    EXIT_INPUT,
-    EXIT_OK,
-    CaPlan,
-    Report,
-    configure_logging,
-    guarded,
-    plan_ca,
-    when,
-)
+from ._ca import CaPlan, plan_ca
+from ._constants import EXIT_DEFERRED, EXIT_FAILED, EXIT_INPUT, EXIT_OK
 from ._engine import Job, Outcome
 from ._firstcontact import check_out_dir
 from ._hooks import HookRunner
 from ._interrupt import run_interruptible
 from ._lineage import choose_lineage, known_lineages, validate_cert_name
+from ._report import Report, run_guarded, when
 from ._solvers import plan_challenge, stored_challenge
 from ._state import StoredChallenge, certificate_name
 
@@ -261,10 +252,8 @@ def run_issue(
     args: IssueArgs, common: CommonArgs, account: AccountArgs, challenge: ChallengeOptions
 ) -> int:
     """Run ``acmecerts issue``; return the exit code."""
-    report = Report(json_mode=common.json, json_base=RESULT_JSON_BASE)
-    configure_logging(common.verbose, report.err)
 
-    def work() -> int:
+    def work(report: Report) -> int:
         if args.from_file is not None and args.names:
             raise InvalidInput("give NAME... or --from-file FILE, not both")
         if args.from_file is None and not args.names:
@@ -349,4 +338,4 @@ def run_issue(
             finish=lambda outcomes: batch_result(report, outcomes, verb="Issued", runner=runner),
         )
 
-    return guarded(report, work)
+    return run_guarded(common, work, json_base=RESULT_JSON_BASE)

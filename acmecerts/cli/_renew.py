@@ -41,21 +41,13 @@ from ._batch import (
     run_jobs,
     stored_hooks,
 )
-from ._common import (
-    EXIT_FAILED,
-    EXIT_INPUT,
-    EXIT_OK,
-    CaPlan,
-    Report,
-    configure_logging,
-    first_error,
-    guarded,
-    plan_ca,
-)
+from ._ca import CaPlan, plan_ca
+from ._constants import EXIT_FAILED, EXIT_INPUT, EXIT_OK
 from ._engine import Deferred, Job, Outcome
 from ._firstcontact import check_out_dir, check_webroot, resolve_directory
 from ._hooks import HookRunner
 from ._interrupt import run_interruptible
+from ._report import Report, first_error, run_guarded
 from ._solvers import ChallengePlan, plan_challenge, renewal_options
 from ._state import (
     CaSettings,
@@ -354,10 +346,8 @@ def run_renew(
     args: RenewArgs, given: CommonArgs, account: AccountArgs, challenge: ChallengeOptions
 ) -> int:
     """Run ``acmecerts renew``; return the exit code."""
-    report = Report(json_mode=given.json, json_base=RESULT_JSON_BASE)
-    configure_logging(given.verbose, report.err)
 
-    def work() -> int:
+    def work(report: Report) -> int:
         directory = resolve_directory(given.directory, staging=given.staging)
         common = dataclasses.replace(given, directory=directory, staging=False)
         args.batch.check()
@@ -500,4 +490,4 @@ def run_renew(
         ]
         return run_batch(report, certificates, main, finish=finish)
 
-    return guarded(report, work)
+    return run_guarded(given, work, json_base=RESULT_JSON_BASE)

@@ -15,23 +15,14 @@ from acmecerts.client import AcmeClient
 from acmecerts.errors import AcmeCertsError
 from acmecerts.protocol.ari import decide_renewal
 
-from ._common import (
-    EXIT_FAILED,
-    EXIT_OK,
-    AccountArgs,
-    CaPlan,
-    CommonArgs,
-    Report,
-    configure_logging,
-    guarded,
-    iso,
-    log,
-    when,
-)
+from ._args import AccountArgs, CommonArgs
+from ._ca import CaPlan
+from ._constants import EXIT_FAILED, EXIT_OK
 from ._firstcontact import resolve_directory
 from ._interrupt import run_interruptible
 from ._natural import natural_key
 from ._renew import ca_plans
+from ._report import Report, iso, log, run_guarded, when
 from ._state import CertificateRecord, State, StoredCertificate
 
 __all__ = ["run_status"]
@@ -44,10 +35,8 @@ def run_status(*, ari: bool, common: CommonArgs, only_directory: bool = False) -
     or ``--staging`` was given, and narrows to that CA, which must have state there); a
     state directory that is missing, a file, unreadable or holds no CA is exit 2.
     """
-    report = Report(json_mode=common.json)
-    configure_logging(common.verbose, report.err)
 
-    def work() -> int:
+    def work(report: Report) -> int:
         directory = resolve_directory(common.directory, staging=common.staging)
         resolved = dataclasses.replace(common, directory=directory, staging=False)
         root, cas, problems = ca_plans(
@@ -84,7 +73,7 @@ def run_status(*, ari: bool, common: CommonArgs, only_directory: bool = False) -
             _print_status(report, document)
         return EXIT_FAILED if problems else EXIT_OK
 
-    return guarded(report, work)
+    return run_guarded(common, work)
 
 
 async def _ca_status(ca: CaPlan, now: _dt.datetime, *, ari: bool) -> dict[str, Any]:
