@@ -26,9 +26,9 @@ from ._display import NullView
 from ._engine import Board, Deferred, Job, Outcome, Stage, execute, problem_of, wanted_record
 from ._hooks import HookRunner
 from ._interrupt import Interrupted, run_interruptible
+from ._records import CertificateRecord
 from ._report import Report, choose_view, interrupted_code, iso, problem_json, status_word, when
 from ._solvers import ChallengePlan, running_solvers
-from ._state import CertificateRecord
 
 __all__ = [
     "RESULT_JSON_BASE",

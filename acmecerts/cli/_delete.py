@@ -28,9 +28,10 @@ from ._engine import problem_of
 from ._interrupt import run_interruptible
 from ._lineage import lineage_identifiers, remove_lineage
 from ._natural import natural_key
+from ._records import CertificateRecord, StoredCertificate
 from ._report import Report, problem_json, run_guarded, status_word
 from ._revoke import _reason
-from ._state import CertificateRecord, State, StoredCertificate
+from ._state import State
 
 __all__ = ["DeleteArgs", "run_delete"]
 

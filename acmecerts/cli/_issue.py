@@ -36,9 +36,10 @@ from ._firstcontact import check_out_dir
 from ._hooks import HookRunner
 from ._interrupt import run_interruptible
 from ._lineage import choose_lineage, known_lineages, validate_cert_name
+from ._records import StoredChallenge
 from ._report import Report, run_guarded, when
 from ._solvers import plan_challenge, stored_challenge
-from ._state import StoredChallenge, certificate_name
+from ._state import certificate_name
 
 __all__ = ["IssueArgs", "parse_cert_file", "run_issue"]
 

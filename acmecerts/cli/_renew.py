@@ -47,16 +47,16 @@ from ._engine import Deferred, Job, Outcome
 from ._firstcontact import check_out_dir, check_webroot, resolve_directory
 from ._hooks import HookRunner
 from ._interrupt import run_interruptible
-from ._report import Report, first_error, run_guarded
-from ._solvers import ChallengePlan, plan_challenge, renewal_options
-from ._state import (
+from ._records import (
     CaSettings,
     CertificateRecord,
     StoredCertificate,
-    default_state_dir,
     find_ca_dirs,
     read_ca_settings,
 )
+from ._report import Report, first_error, run_guarded
+from ._solvers import ChallengePlan, plan_challenge, renewal_options
+from ._state import default_state_dir
 
 __all__ = ["RenewArgs", "ca_dirs", "ca_plans", "random_fraction", "run_renew", "sleep"]
 

@@ -17,8 +17,9 @@ from ._args import CommonArgs
 from ._ca import open_client, plan_ca
 from ._constants import EXIT_OK
 from ._interrupt import run_interruptible
+from ._records import CertificateRecord
 from ._report import Report, run_guarded
-from ._state import CertificateRecord, State, certificate_name
+from ._state import State, certificate_name
 
 __all__ = ["run_revoke"]
 

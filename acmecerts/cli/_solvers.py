@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 from ._args import ChallengeOptions
 from ._firstcontact import check_webroot
-from ._state import CertificateRecord, StoredChallenge
+from ._records import CertificateRecord, StoredChallenge
 
 __all__ = [
     "CHALLENGES",

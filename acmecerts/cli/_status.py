@@ -21,9 +21,10 @@ from ._constants import EXIT_FAILED, EXIT_OK
 from ._firstcontact import resolve_directory
 from ._interrupt import run_interruptible
 from ._natural import natural_key
+from ._records import CertificateRecord, StoredCertificate
 from ._renew import ca_plans
 from ._report import Report, iso, log, run_guarded, when
-from ._state import CertificateRecord, State, StoredCertificate
+from ._state import State
 
 __all__ = ["run_status"]
 
