@@ -42,23 +42,15 @@ from ._options import Config, env
 # and ``--help`` must not import the library (tests/test_cli_start.py). Each command
 # imports what it runs inside its function.
 
-__all__ = [
-    "EXIT_DEFERRED",
-    "EXIT_FAILED",
-    "EXIT_INPUT",
-    "EXIT_INTERRUPTED",
-    "EXIT_OK",
-    "EXIT_TERMINATED",
-    "app",
-    "main",
-]
+__all__ = ["app", "main"]
 
 EXIT_CODES: Final = (
-    "Exit codes: 0 ok (issued, or nothing was due); 1 failed (the CA's problem detail is "
-    "printed); 2 bad input or unusable state (one line on stderr, nothing sent to the CA); "
-    "3 deferred by rate limits, or the CA asked to wait longer than --max-wait (the instant "
-    "is printed and kept in the state directory); 130 interrupted (Ctrl-C, SIGINT) and "
-    "143 terminated (SIGTERM: systemctl stop, docker stop): challenge responses are removed "
+    f"Exit codes: {EXIT_OK} ok (issued, or nothing was due); {EXIT_FAILED} failed (the CA's "
+    f"problem detail is printed); {EXIT_INPUT} bad input or unusable state (one line on "
+    f"stderr, nothing sent to the CA); {EXIT_DEFERRED} deferred by rate limits, or the CA "
+    "asked to wait longer than --max-wait (the instant is printed and kept in the state "
+    f"directory); {EXIT_INTERRUPTED} interrupted (Ctrl-C, SIGINT) and {EXIT_TERMINATED} "
+    "terminated (SIGTERM: systemctl stop, docker stop): challenge responses are removed "
     "and pending authorizations deactivated first, for 15 s at most "
     "(ACMECERTS_INTERRUPT_GRACE), finished certificates are listed; a second signal quits "
     "at once."

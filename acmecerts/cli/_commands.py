@@ -10,7 +10,7 @@ functions the ``acmecerts`` commands. Each imports the work it runs inside its b
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 
 import typer
 
@@ -36,6 +36,16 @@ Yes = Annotated[
 #: ``--key-type`` of ``issue`` and of a new account key (``account create|rollover``).
 _KEY_TYPES: Final = "ec256|ec384|rsa2048|rsa3072|rsa4096"
 _REASONS: Final = "unspecified|keyCompromise|affiliationChanged|superseded|cessationOfOperation"
+
+
+def _account_key_type(which: str) -> Any:
+    """``--key-type`` of ``account create`` (``which``: "a new") and ``rollover``."""
+    return opt(
+        "key-type",
+        panel=Panel.ACCOUNT,
+        metavar=_KEY_TYPES,
+        help=f"The key type of {which} account key.",
+    )
 
 
 @shared()
@@ -378,15 +388,7 @@ def account_show(*, common: CommonArgs) -> None:
 
 @shared()
 def account_create(
-    key_type: Annotated[
-        str,
-        opt(
-            "key-type",
-            panel=Panel.ACCOUNT,
-            metavar=_KEY_TYPES,
-            help="The key type of a new account key.",
-        ),
-    ] = "ec256",
+    key_type: Annotated[str, _account_key_type("a new")] = "ec256",
     *,
     account: AccountArgs,
     common: CommonArgs,
@@ -399,15 +401,7 @@ def account_create(
 
 @shared()
 def account_rollover(
-    key_type: Annotated[
-        str,
-        opt(
-            "key-type",
-            panel=Panel.ACCOUNT,
-            metavar=_KEY_TYPES,
-            help="The key type of the new account key.",
-        ),
-    ] = "ec256",
+    key_type: Annotated[str, _account_key_type("the new")] = "ec256",
     *,
     common: CommonArgs,
 ) -> None:

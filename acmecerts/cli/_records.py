@@ -51,6 +51,24 @@ _RECORD_FORMAT = 1
 # -- what the store holds ---------------------------------------------------------------------
 
 
+def _known_fields(cls: type, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The entries of a stored document that are fields of ``cls`` (others are ignored:
+    written by a later acmecerts)."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
+
+
+def _texts(values: Mapping[str, object], *, required: str) -> bool:
+    """Every value is a string or ``None``, and ``values[required]`` a string."""
+    return isinstance(values.get(required), str) and all(
+        v is None or isinstance(v, str) for v in values.values()
+    )
+
+
+def _string_list(value: object) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
 @dataclasses.dataclass(frozen=True, slots=True, repr=False)
 class StoredCertificate:
     """A certificate the manager stored (its record, or a complete previous layout)."""
@@ -103,15 +121,12 @@ class StoredChallenge:
 
         if not isinstance(data, dict):
             raise bad()
-        fields = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in fields}
+        values = _known_fields(cls, data)
         servers = values.pop("dns_propagation_nameservers", [])
         timeout = values.pop("dns_propagation_timeout", None)
         if (
-            not isinstance(values.get("challenge"), str)
-            or not all(v is None or isinstance(v, str) for v in values.values())
-            or not isinstance(servers, list)
-            or not all(isinstance(s, str) for s in servers)
+            not _texts(values, required="challenge")
+            or not _string_list(servers)
             or isinstance(timeout, bool)
             or not (timeout is None or isinstance(timeout, int | float))
         ):
@@ -161,19 +176,13 @@ class CertificateRecord:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], where: str) -> CertificateRecord:
-        fields = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in fields}
+        values = _known_fields(cls, data)
         identifiers = values.pop("identifiers", [])
         challenge_json = values.pop("challenge", None)
         challenge = (
             None if challenge_json is None else StoredChallenge.from_json(challenge_json, where)
         )
-        if (
-            not isinstance(values.get("name"), str)
-            or not all(v is None or isinstance(v, str) for v in values.values())
-            or not isinstance(identifiers, list)
-            or not all(isinstance(i, str) for i in identifiers)
-        ):
+        if not _texts(values, required="name") or not _string_list(identifiers):
             raise StorageError(f"{where} is not a valid CLI record; fix or remove it", path=where)
         return cls(identifiers=tuple(identifiers), challenge=challenge, **values)
 

@@ -33,8 +33,7 @@ from ._constants import (
     EXIT_FAILED,
     EXIT_INPUT,
     EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_TERMINATED,
+    STATUS_WORDS,
 )
 from ._display import LiveView, NullView, PlainView, QuietView, View
 from ._engine import Board, Deferred, problem_of
@@ -114,13 +113,7 @@ class Report:
 
 def status_word(code: int) -> str:
     """The ``status`` of a ``--json`` object for an exit code."""
-    return {
-        EXIT_OK: "ok",
-        EXIT_INPUT: "invalid-input",
-        EXIT_INTERRUPTED: "interrupted",
-        EXIT_TERMINATED: "interrupted",
-        EXIT_DEFERRED: "deferred",
-    }.get(code, "failed")
+    return STATUS_WORDS.get(code, "failed")
 
 
 def problem_json(problem: AcmeProblem | None) -> dict[str, Any] | None:
