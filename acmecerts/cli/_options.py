@@ -519,6 +519,9 @@ def shared(**replaced: Any) -> Callable[[_F], _F]:
             else:
                 groups[parameter.name] = group
                 parameters += group.parameters(replaced)
+        unknown = set(replaced) - {n for g in groups.values() for n in g.fields()}
+        if unknown:  # a typo would silently keep the shared help
+            raise TypeError(f"{command.__name__}: no shared option {sorted(unknown)}")
 
         @functools.wraps(command)
         def run(**values: Any) -> Any:
