@@ -49,11 +49,13 @@ COMMANDS: frozenset[str] = frozenset(
     f"acmecerts.cli.{name}"
     for name in (
         "_account",
-        "_common",
+        "_batch",
+        "_ca",
         "_display",
         "_engine",
         "_interrupt",
         "_issue",
+        "_report",
         "_revoke",
         "_solvers",
         "_state",
