@@ -114,10 +114,12 @@ def audit(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff check and format check."""
-    session.install("ruff")
+    """ruff check and format check, and the layer contracts (``lint-imports``)."""
+    session.install("-e", ".", "ruff", "import-linter>=2.17,<3")
     session.run("ruff", "check", "acmecerts", "tests", "bench")
     session.run("ruff", "format", "--check", "acmecerts", "tests", "bench")
+    # pyproject.toml's [tool.importlinter]; docs/contributing.md, "Layers"
+    session.run("lint-imports", "--no-cache")
 
 
 @nox.session

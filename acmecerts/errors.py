@@ -261,6 +261,16 @@ class AcmeProblem(AcmeCertsError):
     #: The problem type this class stands for (``None`` for the generic class).
     problem_type: ClassVar[str | None] = None
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A class below that names its ``problem_type`` is :func:`problem_class`'s answer.
+
+        Subclasses made elsewhere (a caller's own) do not replace the library's.
+        """
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("problem_type")
+        if own is not None and cls.__module__ == __name__:
+            _PROBLEM_CLASSES[own] = cls
+
     def __init__(
         self,
         type: str,
@@ -293,6 +303,8 @@ class AcmeProblem(AcmeCertsError):
 
 
 _PERMANENT_5XX: frozenset[str] = frozenset()
+#: The problem types that have a class of their own, filled as the classes are defined.
+_PROBLEM_CLASSES: dict[str, type[AcmeProblem]] = {}
 
 
 class BadNonce(AcmeProblem):
@@ -368,26 +380,6 @@ class OrderNotReady(AcmeProblem):
     """Finalize was sent before every authorization was valid."""
 
     problem_type = ProblemType.ORDER_NOT_READY
-
-
-_PROBLEM_CLASSES: dict[str, type[AcmeProblem]] = {
-    cls.problem_type: cls
-    for cls in (
-        BadNonce,
-        RateLimited,
-        ServerBusy,
-        AccountDoesNotExist,
-        ExternalAccountRequired,
-        AlreadyReplaced,
-        InvalidProfile,
-        Malformed,
-        Unauthorized,
-        RejectedIdentifier,
-        BadCSR,
-        OrderNotReady,
-    )
-    if cls.problem_type is not None
-}
 
 
 def problem_class(problem_type: str) -> type[AcmeProblem]:

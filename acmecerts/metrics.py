@@ -42,6 +42,7 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from acmecerts.client import ClientEvent, ResponseReceived
 from acmecerts.errors import AcmeCertsError, InvalidInput
 from acmecerts.manager import (
     CertificateCancelled,
@@ -239,7 +240,7 @@ class PrometheusMetrics:
         """
         self._manager = manager
         manager.subscribe(self._on_event)
-        manager.client.transport.add_response_hook(self._on_response)
+        manager.client.subscribe(self._on_client_event)
         self.managed.set(len(manager.managed()))
 
     @property
@@ -278,8 +279,11 @@ class PrometheusMetrics:
         except AcmeCertsError as exc:
             log.warning("could not read the rate-limit ledger for metrics: %s", exc)
 
-    def _on_response(self, method: str, url: str, status: int) -> None:
-        self.requests.labels(endpoint_label(url, self._directory_map()), method, str(status)).inc()
+    def _on_client_event(self, event: ClientEvent) -> None:
+        """The client's subscriber: counts each request as it ends (pure, cannot fail)."""
+        if isinstance(event, ResponseReceived):
+            endpoint = endpoint_label(event.url, self._directory_map())
+            self.requests.labels(endpoint, event.method, str(event.status)).inc()
 
     def _directory_map(self) -> dict[str, str] | None:
         """The labels of the client's directory, rebuilt when it fetched a new one."""

@@ -127,7 +127,7 @@ def _session_pebble_answers(request: pytest.FixtureRequest) -> None:
 
 
 #: Loggers whose level or handlers a test may change, directly or through the CLI's
-#: set-up when it runs in-process (``acmecerts.cli._common`` configures logging).
+#: set-up when it runs in-process (``acmecerts.cli._report`` configures logging).
 _LOGGERS = ("", "acmecerts", "acmecerts.manager", "httpx")
 
 

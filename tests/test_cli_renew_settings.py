@@ -31,13 +31,10 @@ from test_cli_support import (
     serial_of,
 )
 
-from acmecerts.cli._solvers import (
-    ChallengeOptions,
-    plan_challenge,
-    renewal_options,
-    stored_challenge,
-)
-from acmecerts.cli._state import CertificateRecord, State, StoredChallenge
+from acmecerts.cli._args import ChallengeOptions
+from acmecerts.cli._records import CertificateRecord, StoredChallenge
+from acmecerts.cli._solvers import plan_challenge, renewal_options, stored_challenge
+from acmecerts.cli._state import State
 from acmecerts.protocol.identifiers import parse_identifiers
 
 if TYPE_CHECKING:

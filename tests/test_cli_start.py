@@ -49,11 +49,13 @@ COMMANDS: frozenset[str] = frozenset(
     f"acmecerts.cli.{name}"
     for name in (
         "_account",
-        "_common",
+        "_batch",
+        "_ca",
         "_display",
         "_engine",
         "_interrupt",
         "_issue",
+        "_report",
         "_revoke",
         "_solvers",
         "_state",
@@ -293,11 +295,16 @@ def test_solvers_package_imports_each_solver_on_first_use() -> None:
     before, where, missing = result.stdout.splitlines()
     assert unneeded_for_http_01(set(before.split())) == []
     assert "acmecerts.solvers.http01" not in before.split()
-    assert where.split() == [
+    # each class comes from its own solver's module (dns01 and http01 are packages whose
+    # classes live in private modules of theirs)
+    solver_modules = [
         "acmecerts.solvers.dns01",
         "acmecerts.solvers.http01",
         "acmecerts.solvers.tlsalpn01",
     ]
+    assert len(where.split()) == len(solver_modules)
+    for module, expected in zip(where.split(), solver_modules, strict=True):
+        assert module == expected or module.startswith(expected + "."), (module, expected)
     assert missing == "[]"  # dir() lists every public name, imported or not
 
 

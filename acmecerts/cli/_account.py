@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio.to_thread
@@ -13,18 +15,11 @@ from acmecerts.errors import AccountDoesNotExist, AcmeCertsError, AcmeProblem, I
 from acmecerts.protocol.keys import AccountKey, KeyType
 from acmecerts.protocol.resources import Account
 
-from ._common import (
-    EXIT_OK,
-    AccountArgs,
-    CaPlan,
-    CommonArgs,
-    Report,
-    configure_logging,
-    guarded,
-    open_client,
-    plan_ca,
-)
+from ._args import AccountArgs, CommonArgs
+from ._ca import CaPlan, open_client, plan_ca
+from ._constants import EXIT_OK
 from ._interrupt import run_interruptible
+from ._report import Report, run_guarded
 from ._state import State
 
 __all__ = ["run_account"]
@@ -51,10 +46,8 @@ def run_account(
     confirmed: bool = False,
 ) -> int:
     """Run ``acmecerts account ACTION``; return the exit code."""
-    report = Report(json_mode=common.json)
-    configure_logging(common.verbose, report.err)
 
-    def work() -> int:
+    def work(report: Report) -> int:
         kind = KeyType.parse(key_type)
         ca = plan_ca(common, account)
         state = ca.state
@@ -115,7 +108,7 @@ def run_account(
         report.rows(title, rows)
         return EXIT_OK
 
-    return guarded(report, work)
+    return run_guarded(common, work)
 
 
 async def _existing_or_register(client: AcmeClient) -> Account:
@@ -128,6 +121,24 @@ async def _existing_or_register(client: AcmeClient) -> Account:
     return await client.register()
 
 
+@contextlib.asynccontextmanager
+async def _account_key(state: State) -> AsyncIterator[tuple[AccountKey, str]]:
+    """The stored account key and its version, under the account's lock (a rollover or
+    a deactivation changes it: one at a time, across processes)."""
+    async with state.storage.lock(state.layout.account_lock(), lease=60.0, timeout=120.0):
+        loaded = await state.load_account_key_version()
+        if loaded is None:
+            raise InvalidInput(f"no account key in {state.root}")
+        yield loaded
+
+
+async def _find_url(client: AcmeClient) -> str:
+    """The account's URL; asked of the CA when it is not known (RFC 8555 §7.3.1)."""
+    if client.account_url is None:
+        client.account_url = (await client.find_account()).url
+    return client.account_url
+
+
 async def _rollover(ca: CaPlan, client: AcmeClient, kind: KeyType) -> dict[str, Any]:
     """Store the new key, switch at the CA, then replace the stored account key.
 
@@ -136,16 +147,11 @@ async def _rollover(ca: CaPlan, client: AcmeClient, kind: KeyType) -> dict[str, 
     ``key.pem``). A run interrupted in between is finished by :func:`_recover_rollover`.
     """
     state = ca.state
-    async with state.storage.lock(state.layout.account_lock(), lease=60.0, timeout=120.0):
-        loaded = await state.load_account_key_version()
-        if loaded is None:
-            raise InvalidInput(f"no account key in {state.root}")
-        old, version = loaded
+    async with _account_key(state) as (old, version):
         if old != client.account_key:  # rolled over by another process meanwhile
             client.account_key = old
             client.account_url = await state.load_account_url(old)
-        if client.account_url is None:
-            client.account_url = (await client.find_account()).url
+        url = await _find_url(client)
         new = await anyio.to_thread.run_sync(AccountKey.generate, kind)
         pending_path = state.path_for(state.pending_key_name)
         await state.storage.store(
@@ -164,7 +170,7 @@ async def _rollover(ca: CaPlan, client: AcmeClient, kind: KeyType) -> dict[str, 
         await state.storage.store(
             state.layout.account_key(), new.to_pem(), secret=True, expect_version=version
         )
-        await state.save_account_url(client.account_url, new)
+        await state.save_account_url(url, new)
         await state.storage.delete(state.pending_key_name)
         found = await client.account()
     return _account_json(found, new, state)
@@ -172,13 +178,8 @@ async def _rollover(ca: CaPlan, client: AcmeClient, kind: KeyType) -> dict[str, 
 
 async def _deactivate(ca: CaPlan, client: AcmeClient) -> dict[str, Any]:
     state = ca.state
-    async with state.storage.lock(state.layout.account_lock(), lease=60.0, timeout=120.0):
-        loaded = await state.load_account_key_version()
-        if loaded is None:
-            raise InvalidInput(f"no account key in {state.root}")
-        key, version = loaded
-        if client.account_url is None:
-            client.account_url = (await client.find_account()).url
+    async with _account_key(state) as (key, version):
+        await _find_url(client)
         found = await client.deactivate_account()
         archived = await state.archive_account(key, version)
     document = _account_json(found, key, state)

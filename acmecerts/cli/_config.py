@@ -223,18 +223,5 @@ def config_default_map(root: Command, document: Mapping[str, Any], path: Path) -
     click then applies the precedence by itself: command line, environment variable,
     ``default_map``, the option's default.
     """
-    top = {k: v for k, v in document.items() if not isinstance(v, dict)}
-    tables = {k: v for k, v in document.items() if isinstance(v, dict)}
-    known = _all_keys(root)
-    for key in top:
-        if _normalise(key) not in known:
-            raise InvalidInput(f"config file {path}: unknown setting {key!r}")
-    commands = _subcommands(root)
-    for name in tables:
-        if name not in commands:
-            raise InvalidInput(f"config file {path}: unknown command table [{name}]")
-    inherited = {_normalise(k): (v, k) for k, v in top.items()}
-    return {
-        name: _build(command, inherited, tables.get(name, {}), path=path, where=f"{name}.")
-        for name, command in commands.items()
-    }
+    # The root is a group like ``account``: its keys are inherited by every command.
+    return _build(root, {}, document, path=path, where="")

@@ -1,6 +1,7 @@
-"""The exit codes and the default CA: what the command definitions need at import time.
+"""The exit codes (with their ``--json`` status words) and the default CA: what the
+command definitions need at import time.
 
-Kept apart from :mod:`acmecerts.cli._common` (which imports the client, httpx and rich) so
+Kept apart from :mod:`acmecerts.cli._ca` (which imports the client and httpx) so
 that ``acmecerts --version`` and ``acmecerts COMMAND --help`` start without the library;
 a test (``tests/test_cli_start.py``) holds :mod:`acmecerts.cli._app` to that.
 """
@@ -17,6 +18,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_TERMINATED",
     "LETS_ENCRYPT",
+    "STATUS_WORDS",
 ]
 
 #: Let's Encrypt's production directory, the default CA.
@@ -30,3 +32,11 @@ EXIT_DEFERRED: Final = 3
 EXIT_INTERRUPTED: Final = 130
 #: Exit code after SIGTERM (128 + 15).
 EXIT_TERMINATED: Final = 143
+#: The ``status`` of a ``--json`` object for an exit code ("failed" for any other).
+STATUS_WORDS: Final[dict[int, str]] = {
+    EXIT_OK: "ok",
+    EXIT_INPUT: "invalid-input",
+    EXIT_INTERRUPTED: "interrupted",
+    EXIT_TERMINATED: "interrupted",
+    EXIT_DEFERRED: "deferred",
+}

@@ -21,25 +21,17 @@ from rich.text import Text
 
 from acmecerts.errors import AcmeCertsError, AcmeProblem, InvalidInput, ProblemType
 
-from ._common import (
-    EXIT_FAILED,
-    EXIT_OK,
-    CaPlan,
-    CommonArgs,
-    Report,
-    configure_logging,
-    guarded,
-    open_client,
-    plan_ca,
-    problem_json,
-    status_word,
-)
+from ._args import CommonArgs
+from ._ca import CaPlan, open_client, plan_ca
+from ._constants import EXIT_FAILED, EXIT_OK
 from ._engine import problem_of
 from ._interrupt import run_interruptible
 from ._lineage import lineage_identifiers, remove_lineage
 from ._natural import natural_key
+from ._records import CertificateRecord, StoredCertificate
+from ._report import Report, problem_json, run_guarded, status_word
 from ._revoke import _reason
-from ._state import CertificateRecord, State, StoredCertificate
+from ._state import State
 
 __all__ = ["DeleteArgs", "run_delete"]
 
@@ -108,10 +100,8 @@ def run_delete(
 
     ``ask`` puts the confirmation question (``None``: there is no terminal to ask).
     """
-    report = Report(json_mode=common.json, json_base={"certificates": []})
-    configure_logging(common.verbose, report.err)
 
-    def work() -> int:
+    def work(report: Report) -> int:
         reason_name, reason_code = _reason(args.reason) if args.revoke else ("", 0)
         ca = plan_ca(common)
         state = ca.state
@@ -153,7 +143,7 @@ def run_delete(
             _print(report, results, reason_name)
         return code
 
-    return guarded(report, work)
+    return run_guarded(common, work, json_base={"certificates": []})
 
 
 async def _delete_one(ca: CaPlan, target: _Target, revoke: bool, reason: int) -> dict[str, Any]:

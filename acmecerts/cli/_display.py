@@ -15,7 +15,6 @@ import datetime as _dt
 import sys
 import threading
 import time
-from types import TracebackType
 from typing import TextIO
 
 from rich.console import Console, Group, RenderableType
@@ -88,16 +87,18 @@ class View:
     def changed(self, row: Row) -> None:
         """Called by the board for every change."""
 
+    def open(self) -> None:
+        """Start showing (when the block is entered)."""
+
+    def close(self) -> None:
+        """Stop showing (when the block is left, also by an error)."""
+
     def __enter__(self) -> View:
+        self.open()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        return None
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 class NullView(View):
@@ -152,17 +153,11 @@ class LiveView(View):
         self._last_redraw = 0.0
         self._spinner = Spinner("dots", style="cyan")
 
-    def __enter__(self) -> LiveView:
+    def open(self) -> None:
         self._live.__enter__()
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self._live.__exit__(exc_type, exc, tb)
+    def close(self) -> None:
+        self._live.__exit__(None, None, None)
 
     def changed(self, row: Row) -> None:
         if row.stage.final:

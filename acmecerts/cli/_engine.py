@@ -13,7 +13,7 @@ in flight in the state directory. Each job:
 3. writes the plain PEM files to its export directory and updates the CLI's record.
 
 Progress is published on a :class:`Board` (one :class:`Row` per certificate), driven by
-the manager's events and by the client's steps (:class:`TrackingClient`).
+the manager's events and by the client's (:class:`TrackingClient` subscribes to them).
 """
 
 from __future__ import annotations
@@ -32,7 +32,18 @@ import anyio
 import anyio.to_thread
 
 from acmecerts._issued import IssuedCertificate
-from acmecerts.client import AcmeClient, ExternalAccountBinding
+from acmecerts.client import (
+    AcmeClient,
+    ChallengeAnswered,
+    ClientEvent,
+    ExternalAccountBinding,
+    OrderAuthorized,
+    OrderCreated,
+    OrderRequested,
+    OrderResumed,
+    RequestSent,
+    ResponseReceived,
+)
 from acmecerts.errors import (
     AccountDoesNotExist,
     AcmeCertsError,
@@ -55,8 +66,7 @@ from acmecerts.manager import (
     IssuedResult,
     IssueResult,
 )
-from acmecerts.protocol.identifiers import Identifier
-from acmecerts.protocol.resources import Account, Authorization, Challenge, Order
+from acmecerts.protocol.resources import Account
 from acmecerts.retry import AttemptSchedule
 from acmecerts.solvers import Solver
 
@@ -182,8 +192,9 @@ class Board:
 class TrackingClient(AcmeClient):
     """An :class:`AcmeClient` that reports the steps of each order on a :class:`Board`.
 
-    Orders are told apart by their identifier set (the manager runs one flight per set);
-    authorizations and challenges by the URLs the orders name.
+    It subscribes to its own events (:meth:`AcmeClient.subscribe`): an issuance is told
+    apart by its identifier set (the manager runs one flight per set). It overrides one
+    method: :meth:`register`, which refuses a CA whose terms were not agreed to.
     """
 
     board: Board | None = None
@@ -192,10 +203,10 @@ class TrackingClient(AcmeClient):
     #: publishes terms (see :func:`~acmecerts.cli._firstcontact.agree_to_terms`).
     terms_agreed: bool = False
     _names: dict[frozenset[str], str]
-    _by_url: dict[str, str]
     _hook_runner: HookRunner | None = None
     _hooks: dict[str, Hooks]
     _ordering: set[str]
+    _tracking: Callable[[], None] | None = None
 
     async def register(
         self,
@@ -217,73 +228,37 @@ class TrackingClient(AcmeClient):
         )
 
     def track(self, board: Board, certificates: Iterable[tuple[str, Iterable[str]]]) -> None:
+        """Show the steps of the orders for ``certificates`` (name, identifiers) on ``board``."""
         self.board = board
         self._names = {frozenset(ids): name for name, ids in certificates}
-        self._by_url = {}
+        if self._tracking is None:
+            self._tracking = self.subscribe(self._on_event)
 
     def track_hooks(self, runner: HookRunner, hooks: dict[str, Hooks]) -> None:
         """Run each certificate's pre-hook (via ``runner``) before its first order."""
         self._hook_runner, self._hooks, self._ordering = runner, hooks, set()
 
-    async def _before_order(self, identifiers: Iterable[Identifier | str]) -> None:
-        if self._hook_runner is None or self.board is None:
+    async def _on_event(self, event: ClientEvent) -> None:
+        """The progress of an issuance: the pre-hook before its order, then its stages."""
+        if isinstance(event, RequestSent | ResponseReceived) or self.board is None:
             return
-        values = frozenset(i.value if isinstance(i, Identifier) else i for i in identifiers)
-        name = self._names.get(values)
-        if name is None or name in self._ordering:
+        name = self._names.get(frozenset(i.value for i in event.identifiers))
+        if name is None:
+            return
+        if isinstance(event, OrderRequested | OrderResumed) or (
+            isinstance(event, OrderCreated) and event.found
+        ):
+            await self._before_order(name)
+        elif isinstance(event, ChallengeAnswered):
+            self.board.set(name, Stage.VALIDATING)
+        elif isinstance(event, OrderAuthorized):
+            self.board.set(name, Stage.FINALIZING)
+
+    async def _before_order(self, name: str) -> None:
+        if self._hook_runner is None or name in self._ordering:
             return
         self._ordering.add(name)
         await self._hook_runner.before_order(self._hooks.get(name, Hooks()))
-
-    def _note(self, order: Order) -> str | None:
-        if self.board is None:
-            return None
-        name = self._names.get(frozenset(i.value for i in order.identifiers))
-        if name is not None:
-            self._by_url[order.url] = name
-            for url in order.authorizations:
-                self._by_url[url] = name
-        return name
-
-    async def new_order(
-        self,
-        identifiers: Iterable[Identifier | str],
-        *,
-        profile: str | None = None,
-        replaces: str | None = None,
-        renewal_of: Sequence[Identifier | str] | None = None,
-    ) -> Order:
-        identifiers = list(identifiers)
-        await self._before_order(identifiers)
-        order = await super().new_order(
-            identifiers, profile=profile, replaces=replaces, renewal_of=renewal_of
-        )
-        self._note(order)
-        return order
-
-    async def get_order(self, url: str) -> Order:
-        order = await super().get_order(url)
-        self._note(order)
-        await self._before_order(order.identifiers)  # an order resumed from the store
-        return order
-
-    async def get_authorization(self, url: str) -> Authorization:
-        authz = await super().get_authorization(url)
-        if self.board is not None and url in self._by_url:
-            for challenge in authz.challenges:
-                self._by_url[challenge.url] = self._by_url[url]
-        return authz
-
-    async def answer_challenge(self, challenge: Challenge) -> Challenge:
-        if self.board is not None and challenge.url in self._by_url:
-            self.board.set(self._by_url[challenge.url], Stage.VALIDATING)
-        return await super().answer_challenge(challenge)
-
-    async def finalize(self, order: Order, csr_der: bytes) -> Order:
-        name = self._note(order)
-        if self.board is not None and name is not None:
-            self.board.set(name, Stage.FINALIZING)
-        return await super().finalize(order, csr_der)
 
 
 class Deferred(Exception):

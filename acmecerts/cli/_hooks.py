@@ -36,6 +36,8 @@ from typing import Any, Final
 import anyio
 import anyio.abc
 
+from ._args import DEFAULT_HOOK_TIMEOUT, Hooks
+
 __all__ = [
     "DEFAULT_HOOK_TIMEOUT",
     "HOOK_VARIABLES",
@@ -46,8 +48,6 @@ __all__ = [
     "run_hook",
 ]
 
-#: Seconds a hook may run before it is killed (``--hook-timeout``).
-DEFAULT_HOOK_TIMEOUT: Final = 300.0
 #: Every variable a hook may get from acmecerts.
 HOOK_VARIABLES: Final = (
     "RENEWED_LINEAGE",
@@ -72,29 +72,6 @@ _TAIL_CHARS: Final = 1000
 _DRAIN: Final = 1.0
 #: After a kill, how long to wait for the process to be reaped.
 _REAP: Final = 5.0
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Hooks:
-    """The three hook commands of a certificate (``None``: none)."""
-
-    pre: str | None = None
-    post: str | None = None
-    deploy: str | None = None
-
-    def overridden_by(self, given: Hooks) -> Hooks:
-        """These hooks with each one ``given`` replacing its own (``""``: removed)."""
-
-        def pick(mine: str | None, theirs: str | None) -> str | None:
-            if theirs is None:
-                return mine
-            return theirs if theirs.strip() else None
-
-        return Hooks(
-            pre=pick(self.pre, given.pre),
-            post=pick(self.post, given.post),
-            deploy=pick(self.deploy, given.deploy),
-        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -37,13 +37,8 @@ from acmecerts.errors import InvalidInput, StorageError
 from acmecerts.protocol.identifiers import Identifier, parse_identifiers
 from acmecerts.storage.keys import certificate_slug
 
-from ._state import (
-    CERTIFICATE_FILES,
-    CertificateRecord,
-    State,
-    StoredCertificate,
-    certificate_name,
-)
+from ._records import CertificateRecord, StoredCertificate
+from ._state import CERTIFICATE_FILES, State, certificate_name
 
 __all__ = [
     "Removal",

@@ -32,40 +32,31 @@ from acmecerts.protocol.keys import KeyType
 from acmecerts.storage import FileStorage
 from acmecerts.storage.keys import ca_slug
 
-from ._common import (
-    EXIT_FAILED,
-    EXIT_INPUT,
-    EXIT_OK,
-    AccountArgs,
-    CaPlan,
-    CommonArgs,
-    Report,
-    configure_logging,
-    first_error,
-    guarded,
-    plan_ca,
-)
-from ._engine import Deferred, Job, Outcome
-from ._firstcontact import check_out_dir, check_webroot, resolve_directory
-from ._hooks import DEFAULT_HOOK_TIMEOUT, HookRunner, Hooks
-from ._interrupt import run_interruptible
-from ._issue import (
+from ._args import AccountArgs, BatchArgs, ChallengeOptions, CommonArgs, HookArgs
+from ._batch import (
     RESULT_JSON_BASE,
     batch_result,
-    check_hook_timeout,
     results_json,
     run_batch,
     run_jobs,
+    stored_hooks,
 )
-from ._solvers import ChallengeOptions, ChallengePlan, plan_challenge, renewal_options
-from ._state import (
+from ._ca import CaPlan, plan_ca
+from ._constants import EXIT_FAILED, EXIT_INPUT, EXIT_OK
+from ._engine import Deferred, Job, Outcome
+from ._firstcontact import check_out_dir, check_webroot, resolve_directory
+from ._hooks import HookRunner
+from ._interrupt import run_interruptible
+from ._records import (
     CaSettings,
     CertificateRecord,
     StoredCertificate,
-    default_state_dir,
     find_ca_dirs,
     read_ca_settings,
 )
+from ._report import Report, first_error, run_guarded
+from ._solvers import ChallengePlan, plan_challenge, renewal_options
+from ._state import default_state_dir
 
 __all__ = ["RenewArgs", "ca_dirs", "ca_plans", "random_fraction", "run_renew", "sleep"]
 
@@ -85,8 +76,7 @@ class RenewArgs:
 
     names: tuple[str, ...] = ()
     force: bool = False
-    concurrency: int = 8
-    max_wait: float = 120.0
+    batch: BatchArgs = dataclasses.field(default_factory=BatchArgs)
     #: ``--directory`` was given (flag, environment or config file): that CA only.
     only_directory: bool = False
     #: ``-q``: print nothing unless a certificate was renewed or something failed.
@@ -94,8 +84,7 @@ class RenewArgs:
     #: Wait a random time in [0, this) seconds before contacting any CA.
     random_delay: float = 0.0
     #: Hooks given on the command line: they replace the stored ones for this run.
-    hooks: Hooks = dataclasses.field(default_factory=Hooks)
-    hook_timeout: float = DEFAULT_HOOK_TIMEOUT
+    hooks: HookArgs = dataclasses.field(default_factory=HookArgs)
     #: The challenge options given (flag, environment or config file; names of
     #: :data:`~acmecerts.cli._solvers.OVERRIDABLE`): they replace the stored ones for
     #: this run.
@@ -301,18 +290,13 @@ def _jobs(
             preferred_chain=record.preferred_chain if record else None,
         )
         out = Path(record.out) if record and record.out else state.default_out(name)
-        stored_hooks = (
-            Hooks(pre=record.pre_hook, post=record.post_hook, deploy=record.deploy_hook)
-            if record is not None
-            else Hooks()
-        )
         options, stored_settings = renewal_options(challenge, args.challenge_given, record)
         job = Job(
             spec=spec,
             out=out,
             force=args.force or revoked,
             record=record,
-            hooks=stored_hooks.overridden_by(args.hooks),
+            hooks=stored_hooks(record).overridden_by(args.hooks.hooks),
             directory=ca.directory,
             webroot=options.webroot,
         )
@@ -362,22 +346,19 @@ def run_renew(
     args: RenewArgs, given: CommonArgs, account: AccountArgs, challenge: ChallengeOptions
 ) -> int:
     """Run ``acmecerts renew``; return the exit code."""
-    report = Report(json_mode=given.json, json_base=RESULT_JSON_BASE)
-    configure_logging(given.verbose, report.err)
 
-    def work() -> int:
+    def work(report: Report) -> int:
         directory = resolve_directory(given.directory, staging=given.staging)
         common = dataclasses.replace(given, directory=directory, staging=False)
-        if args.concurrency < 1:
-            raise InvalidInput(f"--concurrency must be at least 1, not {args.concurrency}")
+        args.batch.check()
         if not (0 <= args.random_delay < float("inf")):
             raise InvalidInput(f"--random-delay must be 0 or more seconds, not {args.random_delay}")
-        hook_timeout = check_hook_timeout(args.hook_timeout)
+        hook_timeout = args.hooks.checked_timeout()
         root, cas, problems = ca_plans(
             common,
             account,
             only_directory=args.only_directory,
-            max_wait=args.max_wait,
+            max_wait=args.batch.max_wait,
             json_mode=report.json_mode,
         )
 
@@ -450,7 +431,7 @@ def run_renew(
                             plan,
                             jobs,
                             report,
-                            concurrency=args.concurrency,
+                            concurrency=args.batch.concurrency,
                             single=False,
                             eager=False,
                             title="Renewing: ",
@@ -509,4 +490,4 @@ def run_renew(
         ]
         return run_batch(report, certificates, main, finish=finish)
 
-    return guarded(report, work)
+    return run_guarded(given, work, json_base=RESULT_JSON_BASE)

@@ -13,9 +13,13 @@ from acmecerts.errors import AcmeCertsError, InvalidInput
 from acmecerts.protocol.certificate import CertificateChain, certificate_info, parse_pem_chain
 from acmecerts.protocol.keys import PrivateKey, load_private_key
 
-from ._common import EXIT_OK, CommonArgs, Report, configure_logging, guarded, open_client, plan_ca
+from ._args import CommonArgs
+from ._ca import open_client, plan_ca
+from ._constants import EXIT_OK
 from ._interrupt import run_interruptible
-from ._state import CertificateRecord, State, certificate_name
+from ._records import CertificateRecord
+from ._report import Report, run_guarded
+from ._state import State, certificate_name
 
 __all__ = ["run_revoke"]
 
@@ -38,10 +42,8 @@ def _read_pem_file(target: Path) -> tuple[Path, bytes]:
 
 def run_revoke(target: str, *, reason: str, cert_key: Path | None, common: CommonArgs) -> int:
     """Run ``acmecerts revoke``; return the exit code."""
-    report = Report(json_mode=common.json)
-    configure_logging(common.verbose, report.err)
 
-    def work() -> int:
+    def work(report: Report) -> int:
         reason_name, reason_code = _reason(reason)
         ca = plan_ca(common)
         state = ca.state
@@ -112,7 +114,7 @@ def run_revoke(target: str, *, reason: str, cert_key: Path | None, common: Commo
             report.rows(title, rows)
         return EXIT_OK
 
-    return guarded(report, work)
+    return run_guarded(common, work)
 
 
 async def _mark_revoked(state: State, serial: str) -> str | None:

@@ -40,13 +40,13 @@ from acmecerts.solvers._listener import _ListeningServer
 if TYPE_CHECKING:
     from acmecerts.solvers import PropagationCheck
 
+from ._args import ChallengeOptions
 from ._firstcontact import check_webroot
-from ._state import CertificateRecord, StoredChallenge
+from ._records import CertificateRecord, StoredChallenge
 
 __all__ = [
     "CHALLENGES",
     "OVERRIDABLE",
-    "ChallengeOptions",
     "ChallengePlan",
     "parse_hostport",
     "parse_listen",
@@ -57,26 +57,7 @@ __all__ = [
 ]
 
 CHALLENGES: Final = ("http-01", "dns-01", "tls-alpn-01")
-_DEFAULT_HTTP_01_LISTEN: Final = "0.0.0.0:80"
 _HOST = re.compile(r"[A-Za-z0-9.-]+")
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ChallengeOptions:
-    """The challenge options as typed."""
-
-    challenge: str = "http-01"
-    http_01_listen: str = _DEFAULT_HTTP_01_LISTEN
-    #: ``--webroot``: answer http-01 by writing into this document root instead.
-    webroot: Path | None = None
-    tls_alpn_01_listen: str = "0.0.0.0:443"
-    dns_rfc2136_server: str | None = None
-    dns_tsig_key: str | None = None
-    dns_tsig_secret: str | None = dataclasses.field(default=None, repr=False)
-    dns_tsig_algorithm: str = "hmac-sha256"
-    dns_hook: str | None = None
-    dns_propagation_nameservers: tuple[str, ...] = ()
-    dns_propagation_timeout: float = 120.0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -213,7 +194,7 @@ def plan_challenge(options: ChallengeOptions, identifiers: Sequence[Identifier])
     if options.webroot is not None:
         if challenge != "http-01":
             raise InvalidInput(f"--webroot answers http-01 challenges, not --challenge {challenge}")
-        if options.http_01_listen.strip() != _DEFAULT_HTTP_01_LISTEN:
+        if options.http_01_listen.strip() != ChallengeOptions().http_01_listen:
             raise InvalidInput(
                 "--webroot and --http-01-listen exclude each other: with --webroot your web "
                 "server answers, nothing listens"

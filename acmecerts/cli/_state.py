@@ -37,7 +37,6 @@ The first cut of the CLI kept ``<state>/accounts/<host>_<port>_<path>/account.ke
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import datetime as _dt
 import json
 import os
@@ -52,8 +51,6 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from acmecerts.errors import AcmeCertsError, InvalidInput, StorageError
 from acmecerts.protocol.certificate import (
-    CertificateChain,
-    CertificateInfo,
     certificate_info,
     parse_pem_chain,
 )
@@ -71,23 +68,28 @@ from acmecerts.storage import (
 from acmecerts.storage.keys import CertificateBundle, certificate_slug
 
 from ._natural import natural_key
+from ._records import (
+    CA_SETTINGS_FILE,
+    CaSettings,
+    CertificateRecord,
+    StoredCertificate,
+    StoredChallenge,
+)
 
 if TYPE_CHECKING:
     from acmecerts._issued import IssuedCertificate
 
+# CertificateRecord and StoredChallenge: also here for _engine (it imports them from here).
 __all__ = [
     "CERTIFICATE_FILES",
     "SYSTEM_STATE_DIR",
-    "CaSettings",
     "CertificateRecord",
     "State",
-    "StoredCertificate",
     "StoredChallenge",
     "certificate_name",
     "default_state_dir",
     "directory_slug",
     "ensure_private_dir",
-    "find_ca_dirs",
     "write_certificate_files",
 ]
 
@@ -95,7 +97,6 @@ _DIR_MODE = 0o700
 _KEY_MODE = 0o600
 _PUBLIC_MODE = 0o644
 _UNSAFE = re.compile(r"[^A-Za-z0-9.-]")
-_RECORD_FORMAT = 1
 
 #: The files ``--out`` receives, in the order they are put in place: the key first,
 #: so a server reloading on a new ``cert.pem`` finds the matching key already there.
@@ -246,222 +247,8 @@ def write_certificate_files(out: Path, issued: IssuedCertificate) -> dict[str, P
     return files
 
 
-# -- what the store holds ---------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True, repr=False)
-class StoredCertificate:
-    """A certificate the manager stored (its record, or a complete previous layout)."""
-
-    name: str
-    identifiers: tuple[str, ...]
-    chain: CertificateChain
-    info: CertificateInfo
-    key_type: KeyType | None
-
-    def __repr__(self) -> str:
-        return f"StoredCertificate({self.name!r}, serial={self.info.serial!r})"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class StoredChallenge:
-    """How a certificate's challenges were answered at ``issue``: ``renew`` answers them
-    the same way (as certbot keeps them in its renewal configuration).
-
-    Only what the challenge type uses is set. Never a secret: the TSIG secret of
-    ``--dns-rfc2136-server`` is given to every run (``--dns-tsig-secret``,
-    ``ACMECERTS_DNS_TSIG_SECRET`` or the configuration file). ``--webroot`` is kept in
-    :attr:`CertificateRecord.webroot`, as before these settings were stored.
-    """
-
-    #: ``http-01``, ``dns-01`` or ``tls-alpn-01``.
-    challenge: str
-    #: ``--http-01-listen`` as given (``None`` with ``--webroot``, and for other types).
-    http_01_listen: str | None = None
-    tls_alpn_01_listen: str | None = None
-    dns_rfc2136_server: str | None = None
-    dns_tsig_key: str | None = None
-    dns_tsig_algorithm: str | None = None
-    dns_hook: str | None = None
-    dns_propagation_nameservers: tuple[str, ...] = ()
-    dns_propagation_timeout: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        document = dataclasses.asdict(self)
-        document["dns_propagation_nameservers"] = list(self.dns_propagation_nameservers)
-        return document
-
-    @classmethod
-    def from_json(cls, data: object, where: str) -> StoredChallenge:
-        def bad() -> StorageError:
-            return StorageError(
-                f"{where}: the stored challenge settings are not valid; fix or remove them",
-                path=where,
-            )
-
-        if not isinstance(data, dict):
-            raise bad()
-        fields = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in fields}
-        servers = values.pop("dns_propagation_nameservers", [])
-        timeout = values.pop("dns_propagation_timeout", None)
-        if (
-            not isinstance(values.get("challenge"), str)
-            or not all(v is None or isinstance(v, str) for v in values.values())
-            or not isinstance(servers, list)
-            or not all(isinstance(s, str) for s in servers)
-            or isinstance(timeout, bool)
-            or not (timeout is None or isinstance(timeout, int | float))
-        ):
-            raise bad()
-        return cls(
-            dns_propagation_nameservers=tuple(servers),
-            dns_propagation_timeout=None if timeout is None else float(timeout),
-            **values,
-        )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CertificateRecord:
-    """What the CLI remembers about a certificate besides what the manager stores."""
-
-    name: str
-    #: The identifiers asked for (saved before the first order: a certificate that was
-    #: deferred or failed is still known, and ``renew`` issues it).
-    identifiers: tuple[str, ...] = ()
-    #: Where the plain PEM files are written (``--out``).
-    out: str | None = None
-    key_type: str | None = None
-    profile: str | None = None
-    preferred_chain: str | None = None
-    #: The serial of a stored certificate that was revoked (renewed at the next run).
-    revoked_serial: str | None = None
-    #: The document root http-01 responses are written into (``--webroot``).
-    webroot: str | None = None
-    #: When ``acmecerts delete`` started removing the certificate (ISO 8601): set before
-    #: anything is removed and removed last, so a deletion that was interrupted is seen
-    #: (``status`` shows it, ``renew`` skips it) and finished by the next ``delete``.
-    deleting: str | None = None
-    #: Shell commands run around orders and after each new certificate (``--pre-hook``,
-    #: ``--post-hook``, ``--deploy-hook``); ``renew`` runs them without flags.
-    pre_hook: str | None = None
-    post_hook: str | None = None
-    deploy_hook: str | None = None
-    #: How its challenges were answered at ``issue`` (``None``: written by an acmecerts
-    #: that did not store them; ``renew`` then uses its own challenge options).
-    challenge: StoredChallenge | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        document = dataclasses.asdict(self)
-        document["identifiers"] = list(self.identifiers)
-        document["challenge"] = self.challenge.to_json() if self.challenge is not None else None
-        return {"format": _RECORD_FORMAT, **document}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any], where: str) -> CertificateRecord:
-        fields = {f.name for f in dataclasses.fields(cls)}
-        values = {k: v for k, v in data.items() if k in fields}
-        identifiers = values.pop("identifiers", [])
-        challenge_json = values.pop("challenge", None)
-        challenge = (
-            None if challenge_json is None else StoredChallenge.from_json(challenge_json, where)
-        )
-        if (
-            not isinstance(values.get("name"), str)
-            or not all(v is None or isinstance(v, str) for v in values.values())
-            or not isinstance(identifiers, list)
-            or not all(isinstance(i, str) for i in identifiers)
-        ):
-            raise StorageError(f"{where} is not a valid CLI record; fix or remove it", path=where)
-        return cls(identifiers=tuple(identifiers), challenge=challenge, **values)
-
-
-#: ``<state>/<ca>/cli-settings.json``: how ``renew`` reaches the CA again without flags.
-CA_SETTINGS_FILE = "cli-settings.json"
-_SETTINGS_FORMAT = 1
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CaSettings:
-    """What ``renew`` needs to reach a CA again without flags.
-
-    Kept in ``<state>/<ca>/cli-settings.json``; written by every command that registered
-    an account or ordered at the CA. No secrets: an EAB key is only needed to create the
-    account, and is not kept.
-    """
-
-    #: The CA's ACME directory URL.
-    directory: str
-    #: The ``--ca-bundle`` used with it (an absolute path), if any.
-    ca_bundle: str | None = None
-
-    def to_bytes(self) -> bytes:
-        document = {"format": _SETTINGS_FORMAT, **dataclasses.asdict(self)}
-        return json.dumps(document, indent=2, sort_keys=True).encode() + b"\n"
-
-    @classmethod
-    def from_bytes(cls, data: bytes, where: str) -> CaSettings:
-        try:
-            document = json.loads(data)
-        except ValueError:
-            document = None
-        if (
-            not isinstance(document, dict)
-            or not isinstance(document.get("directory"), str)
-            or not isinstance(document.get("ca_bundle"), str | None)
-        ):
-            raise StorageError(
-                f'{where} is not valid CA settings (a JSON object with a "directory"); fix '
-                "or remove it",
-                path=where,
-            )
-        return cls(directory=document["directory"], ca_bundle=document.get("ca_bundle"))
-
-
 def _absolute(path: Path) -> str:
     return str(path.expanduser().absolute())
-
-
-def find_ca_dirs(root: Path) -> list[str]:
-    """The CA directories (segments) in the state directory ``root``, sorted.
-
-    A CA directory is one with an ``accounts`` directory or a ``cli-settings.json``;
-    ``certificates`` (the default ``--out``) and ``accounts`` (the first cut's layout)
-    are not. Raises :class:`OSError` when ``root`` cannot be read.
-    """
-    found: list[str] = []
-    with os.scandir(root) as entries:
-        for entry in entries:
-            if entry.name.startswith(".") or entry.name in ("certificates", "accounts"):
-                continue
-            if not entry.is_dir(follow_symlinks=False):
-                continue
-            path = Path(entry.path)
-            if (path / "accounts").is_dir() or (path / CA_SETTINGS_FILE).is_file():
-                found.append(entry.name)
-    return sorted(found)
-
-
-async def read_ca_settings(storage: FileStorage, ca: str) -> CaSettings | None:
-    """The settings stored for the CA directory ``ca`` (a segment of the state directory).
-
-    State written before the settings file existed has the directory URL in the
-    account's ``account.json``; then the CA bundle is unknown (``None``). ``None`` when
-    neither is there.
-    """
-    key = f"{ca}/{CA_SETTINGS_FILE}"
-    value = await storage.load(key)
-    if value is not None:
-        return CaSettings.from_bytes(value.data, storage.path_for(key))
-    meta_key = f"{ca}/accounts/default/account.json"
-    meta = await storage.load(meta_key)
-    if meta is None:
-        return None
-    with contextlib.suppress(ValueError):
-        document = json.loads(meta.data)
-        if isinstance(document, dict) and isinstance(document.get("directory"), str):
-            return CaSettings(directory=document["directory"])
-    return None
 
 
 def _key_type_of(pem: bytes) -> KeyType | None:

@@ -14,25 +14,18 @@ from rich.text import Text
 from acmecerts.client import AcmeClient
 from acmecerts.errors import AcmeCertsError
 from acmecerts.protocol.ari import decide_renewal
+from acmecerts.retry import AttemptState
 
-from ._common import (
-    EXIT_FAILED,
-    EXIT_OK,
-    AccountArgs,
-    CaPlan,
-    CommonArgs,
-    Report,
-    configure_logging,
-    guarded,
-    iso,
-    log,
-    when,
-)
+from ._args import AccountArgs, CommonArgs
+from ._ca import CaPlan
+from ._constants import EXIT_FAILED, EXIT_OK
 from ._firstcontact import resolve_directory
 from ._interrupt import run_interruptible
 from ._natural import natural_key
+from ._records import CertificateRecord, StoredCertificate
 from ._renew import ca_plans
-from ._state import CertificateRecord, State, StoredCertificate
+from ._report import Report, iso, log, run_guarded, when
+from ._state import State
 
 __all__ = ["run_status"]
 
@@ -44,10 +37,8 @@ def run_status(*, ari: bool, common: CommonArgs, only_directory: bool = False) -
     or ``--staging`` was given, and narrows to that CA, which must have state there); a
     state directory that is missing, a file, unreadable or holds no CA is exit 2.
     """
-    report = Report(json_mode=common.json)
-    configure_logging(common.verbose, report.err)
 
-    def work() -> int:
+    def work(report: Report) -> int:
         directory = resolve_directory(common.directory, staging=common.staging)
         resolved = dataclasses.replace(common, directory=directory, staging=False)
         root, cas, problems = ca_plans(
@@ -84,7 +75,7 @@ def run_status(*, ari: bool, common: CommonArgs, only_directory: bool = False) -
             _print_status(report, document)
         return EXIT_FAILED if problems else EXIT_OK
 
-    return guarded(report, work)
+    return run_guarded(common, work)
 
 
 async def _ca_status(ca: CaPlan, now: _dt.datetime, *, ari: bool) -> dict[str, Any]:
@@ -166,13 +157,7 @@ async def _certificate_status(
         not_before=info.not_before, not_after=info.not_after, now=now, renewal_info=renewal_info
     )
     revoked = record is not None and record.revoked_serial == info.serial
-    deferred = (
-        attempt.next_attempt_at
-        if attempt is not None
-        and attempt.next_attempt_at is not None
-        and attempt.next_attempt_at > now
-        else None
-    )
+    deferred = _deferred_until(attempt, now)
     if revoked:
         state_text = "revoked"
     elif info.not_after <= now:
@@ -199,6 +184,13 @@ async def _certificate_status(
     }
 
 
+def _deferred_until(attempt: AttemptState | None, now: _dt.datetime) -> _dt.datetime | None:
+    """The instant a deferral or a failure holds the next attempt until, if still ahead."""
+    if attempt is None or attempt.next_attempt_at is None or attempt.next_attempt_at <= now:
+        return None
+    return attempt.next_attempt_at
+
+
 def _challenge_json(record: CertificateRecord | None) -> dict[str, Any] | None:
     """How ``renew`` answers the certificate's challenges without options: the settings
     stored at issue (never a secret), its webroot among them; ``None`` when none were
@@ -213,45 +205,38 @@ async def _pending_status(
 ) -> dict[str, Any]:
     """A certificate that was asked for and not issued (deferred, failed, interrupted)."""
     attempt = await state.attempt_state(record.name)
-    deferred = (
-        attempt.next_attempt_at
-        if attempt is not None
-        and attempt.next_attempt_at is not None
-        and attempt.next_attempt_at > now
-        else None
-    )
-    return {
-        "name": record.name,
-        "names": list(record.identifiers),
-        "status": "deferred" if deferred is not None else "pending",
-        "serial": None,
-        "not_before": None,
-        "not_after": None,
-        "next_renewal": None,
-        "renewal_source": None,
-        "renewal_window": None,
-        "deferred_until": iso(deferred),
-        "last_error": attempt.last_error if attempt is not None else None,
-        "key_type": record.key_type,
-        "files": record.out,
-        "challenge": _challenge_json(record),
-    }
+    deferred = _deferred_until(attempt, now)
+    status = "deferred" if deferred is not None else "pending"
+    last_error = attempt.last_error if attempt is not None else None
+    return _not_issued(record, status, until=deferred, last_error=last_error)
 
 
 def _half_deleted_status(record: CertificateRecord) -> dict[str, Any]:
     """A certificate whose ``acmecerts delete`` was interrupted (``renew`` skips it)."""
+    last_error = f"deletion interrupted: run `acmecerts delete {record.name} --yes`"
+    return _not_issued(record, "deleting", until=None, last_error=last_error)
+
+
+def _not_issued(
+    record: CertificateRecord, status: str, *, until: _dt.datetime | None, last_error: str | None
+) -> dict[str, Any]:
+    """The entry of a certificate with none stored: the fields of one are ``null``."""
     return {
         "name": record.name,
         "names": list(record.identifiers),
-        "status": "deleting",
-        "serial": None,
-        "not_before": None,
-        "not_after": None,
-        "next_renewal": None,
-        "renewal_source": None,
-        "renewal_window": None,
-        "deferred_until": None,
-        "last_error": f"deletion interrupted: run `acmecerts delete {record.name} --yes`",
+        "status": status,
+        **dict.fromkeys(
+            (
+                "serial",
+                "not_before",
+                "not_after",
+                "next_renewal",
+                "renewal_source",
+                "renewal_window",
+            )
+        ),
+        "deferred_until": iso(until),
+        "last_error": last_error,
         "key_type": record.key_type,
         "files": record.out,
         "challenge": _challenge_json(record),

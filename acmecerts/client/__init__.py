@@ -10,6 +10,19 @@ One module per RFC resource: ``_account`` (§7.3), ``_order`` (§7.4), ``_author
 (§7.5), ``_certificate`` (finalize, download, revoke: §7.4, §7.4.2, §7.6),
 ``_renewal_info`` (RFC 9773); ``_issue`` drives the issuance flow of
 :mod:`acmecerts.protocol._flow` (which decides every step and does no I/O) over them.
+
+The client's one seam to observe and extend it is its events (``_events``):
+:meth:`AcmeClient.subscribe` hears every event (an issuance's, :class:`OrderRequested`
+to :class:`AttemptEnded`, and the transport's :class:`RequestSent` and
+:class:`ResponseReceived`); ``issue(..., events=...)`` those of one issuance. A
+subscriber may be a plain or a coroutine function; a coroutine is awaited before the
+client goes on (so it can make something durable first: the manager's order journal
+does); one that raises fails the issuance, except for the events that report an outcome
+(:class:`OrderRefused`, :class:`AttemptEnded`), where it is logged::
+
+    seen = []
+    client.subscribe(seen.append)                      # every event, in order
+    await client.issue(["example.com"], solver=solver, events=journal.record)
 """
 
 from __future__ import annotations
@@ -17,7 +30,43 @@ from __future__ import annotations
 from acmecerts.client._account import ExternalAccountBinding
 from acmecerts.client._certificate import RevocationReason
 from acmecerts.client._client import AcmeClient
+from acmecerts.client._events import (
+    AttemptEnded,
+    CertificateDownloaded,
+    ChallengeAnswered,
+    ChallengePresented,
+    ClientEvent,
+    IssuanceEvent,
+    OrderAuthorized,
+    OrderCreated,
+    OrderFinalized,
+    OrderRefused,
+    OrderRequested,
+    OrderResumed,
+)
 from acmecerts.client._order import OrderHook
 from acmecerts.protocol._polling import PollPolicy
+from acmecerts.transport import RequestSent, ResponseReceived, Subscriber
 
-__all__ = ["AcmeClient", "ExternalAccountBinding", "OrderHook", "PollPolicy", "RevocationReason"]
+__all__ = [
+    "AcmeClient",
+    "AttemptEnded",
+    "CertificateDownloaded",
+    "ChallengeAnswered",
+    "ChallengePresented",
+    "ClientEvent",
+    "ExternalAccountBinding",
+    "IssuanceEvent",
+    "OrderAuthorized",
+    "OrderCreated",
+    "OrderFinalized",
+    "OrderHook",
+    "OrderRefused",
+    "OrderRequested",
+    "OrderResumed",
+    "PollPolicy",
+    "RequestSent",
+    "ResponseReceived",
+    "RevocationReason",
+    "Subscriber",
+]

@@ -4,32 +4,37 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import functools
 import logging
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
-from acmecerts._time import Clock
+from acmecerts._time import Again, Backoff, Clock, poll_until
 from acmecerts.errors import (
     AccountDoesNotExist,
     AcmeCertsError,
+    AttemptTimeout,
     ErrorKind,
     ExternalAccountRequired,
     InvalidInput,
     ProblemType,
     RateLimitDeferred,
 )
-from acmecerts.protocol._polling import Fail, PollPolicy, next_poll
+from acmecerts.protocol._polling import PollPolicy
 from acmecerts.protocol.jws import eab_binding, key_change_inner
 from acmecerts.protocol.keys import AccountKey
 from acmecerts.protocol.resources import Account, Directory, parse_account
 from acmecerts.transport import AcmeResponse, AcmeTransport
+from acmecerts.transport._events import EventSubscribers
 
 if TYPE_CHECKING:
+    from acmecerts.client._events import IssuanceEvent
     from acmecerts.ratelimit import Decision, RateLimitLedger
 
 log = logging.getLogger("acmecerts.client")
+T = TypeVar("T")
 
 #: How long a deferred registration is repeated to the client's other requests without
 #: looking the key up again (``onlyReturnExisting``).
@@ -67,6 +72,8 @@ class _AccountRequests:
     eab: ExternalAccountBinding | None
     attempt_timeout: float
     poll: PollPolicy
+    #: The client-wide subscribers of issuance events (see :meth:`AcmeClient.subscribe`).
+    _issuance_events: EventSubscribers[IssuanceEvent]
     _account_lock: anyio.Lock
     #: When the last implicit registration was deferred, and how (see ``_kid``).
     _account_deferred: tuple[_dt.datetime, RateLimitDeferred] | None
@@ -93,27 +100,19 @@ class _AccountRequests:
             idempotent=idempotent,
         )
 
-    async def _sleep_until_next_poll(
-        self,
-        resource: str,
-        url: str,
-        attempt: int,
-        retry_after: _dt.datetime | None,
-        deadline: _dt.datetime,
-    ) -> None:
-        """Wait before poll number ``attempt`` of ``url`` as the flow's policy says."""
-        decision = next_poll(
-            self.poll,
-            resource=resource,
-            url=url,
-            attempt=attempt,
-            retry_after=retry_after,
-            now=self.clock.now(),
+    async def _poll_until(
+        self, check: Callable[[], Awaitable[T | Again[T]]], deadline: _dt.datetime
+    ) -> T:
+        """``check()`` until it is done, paced by the client's :class:`PollPolicy`."""
+        return await poll_until(
+            check,
+            clock=self.clock,
+            backoff=_poll_backoff(self.poll),
             deadline=deadline,
+            on_deadline=lambda: AttemptTimeout(
+                "the attempt deadline passed while waiting for the CA"
+            ),
         )
-        if isinstance(decision, Fail):
-            raise decision.error
-        await self.clock.sleep(decision.after)
 
     async def _kid(self) -> str:
         if self.account_url is None:
@@ -318,3 +317,15 @@ class _AccountRequests:
             return
         with anyio.CancelScope(shield=True):
             await self.ledger.account_refused(reservation, error)
+
+
+@functools.lru_cache(maxsize=16)
+def _poll_backoff(policy: PollPolicy) -> Backoff:
+    """The :class:`~acmecerts._time.Backoff` of ``policy``: the same pauses, no jitter."""
+    return Backoff(
+        floor=policy.floor,
+        cap=max(policy.max_interval, policy.floor),
+        initial=policy.initial,
+        multiplier=policy.multiplier,
+        max_retry_after=policy.max_retry_after,
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 
+from acmecerts._time import Again
 from acmecerts.client._account import _AccountRequests
 from acmecerts.protocol.resources import (
     Authorization,
@@ -35,12 +36,15 @@ class _AuthorizationRequests(_AccountRequests):
         self, url: str, *, deadline: _dt.datetime, retry_after: _dt.datetime | None = None
     ) -> Authorization:
         """Poll an authorization until it is no longer ``pending``."""
-        attempt = 0
-        while True:
-            attempt += 1
-            await self._sleep_until_next_poll("authorization", url, attempt, retry_after, deadline)
+        first = True
+
+        async def check() -> Authorization | Again[Authorization]:
+            nonlocal first
+            if first:  # every poll, the first too, waits as the poll policy says
+                first = False
+                return Again(retry_after)
             response = await self._post(url, None)
             authz = parse_authorization(response.json(), url=url)
-            if authz.status != "pending":
-                return authz
-            retry_after = response.retry_after
+            return authz if authz.status != "pending" else Again(response.retry_after)
+
+        return await self._poll_until(check, deadline)

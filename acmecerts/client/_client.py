@@ -10,7 +10,7 @@ removed and pending authorizations deactivated however an attempt ends.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -23,11 +23,20 @@ from acmecerts.protocol.keys import AccountKey
 from acmecerts.ratelimit._model import RateLimitModel, model_for_directory
 from acmecerts.ratelimit._throttle import RatesTable, RequestRates
 from acmecerts.retry import RequestRetry
-from acmecerts.transport import AcmeTransport, ProxySetting, RequestHook, RequestThrottle, UrlPolicy
+from acmecerts.transport import (
+    AcmeTransport,
+    ProxySetting,
+    RequestHook,
+    RequestThrottle,
+    Subscriber,
+    UrlPolicy,
+)
+from acmecerts.transport._events import EventSubscribers
 
 if TYPE_CHECKING:
     from acmecerts.ratelimit import RateLimitLedger
 from acmecerts.client._account import ExternalAccountBinding
+from acmecerts.client._events import ClientEvent, IssuanceEvent
 from acmecerts.client._issue import _Issuance
 from acmecerts.client._renewal_info import _RenewalInfoRequests
 
@@ -50,7 +59,9 @@ class AcmeClient(_Issuance, _RenewalInfoRequests):
             (default 30 minutes).
         poll: Polling policy for authorizations and orders.
         transport: A ready transport (otherwise one is made from the arguments above).
-        on_request: Called with ``(method, url)`` for every HTTP request.
+        on_request: Called with ``(method, url)`` for every HTTP request (deprecated:
+            :meth:`subscribe` to :class:`~acmecerts.transport.RequestSent` instead; kept
+            as an adapter onto it).
         ledger: A :class:`~acmecerts.ratelimit.RateLimitLedger` of the CA's rate limits:
             an order or a new account that would exceed one is not sent
             (:class:`RateLimitDeferred`; see :meth:`register`), and orders, certificates,
@@ -148,8 +159,32 @@ class AcmeClient(_Issuance, _RenewalInfoRequests):
             raise InvalidInput("attempt_timeout must be positive")
         self.poll = poll or PollPolicy()
         self._account_lock = anyio.Lock()
+        self._issuance_events: EventSubscribers[IssuanceEvent] = EventSubscribers()
         #: When the last implicit registration was deferred, and how (see ``_kid``).
         self._account_deferred: tuple[_dt.datetime, RateLimitDeferred] | None = None
+
+    def subscribe(self, subscriber: Subscriber[ClientEvent]) -> Callable[[], None]:
+        """Call ``subscriber`` with every event of this client; returns an unsubscribe.
+
+        The events of every issuance (:mod:`acmecerts.client`: :class:`OrderRequested`
+        ... :class:`AttemptEnded`) and of every HTTP request of its transport
+        (:class:`~acmecerts.transport.RequestSent`,
+        :class:`~acmecerts.transport.ResponseReceived`; a transport shared by several
+        clients reports the requests of all). ``subscriber`` may be a plain or a
+        coroutine function: it is called when the event happens and awaited before the
+        client goes on. If it raises, the request or issuance fails with its exception
+        (except for events that report an outcome: :class:`OrderRefused`,
+        :class:`AttemptEnded` and a failed request's ``ResponseReceived``, where it is
+        logged). A subscriber of one issuance only: ``issue(..., events=...)``.
+        """
+        stop_issuance = self._issuance_events.add(subscriber)
+        stop_requests = self.transport.subscribe(subscriber)
+
+        def unsubscribe() -> None:
+            stop_issuance()
+            stop_requests()
+
+        return unsubscribe
 
     async def __aenter__(self) -> AcmeClient:
         return self

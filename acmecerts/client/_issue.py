@@ -14,6 +14,18 @@ from acmecerts._issued import IssuedCertificate
 from acmecerts._time import as_seconds
 from acmecerts.client._authorization import _AuthorizationRequests
 from acmecerts.client._certificate import _CertificateRequests
+from acmecerts.client._events import (
+    AttemptEnded,
+    CertificateDownloaded,
+    ChallengeAnswered,
+    ChallengePresented,
+    IssuanceEvent,
+    OrderAuthorized,
+    OrderCreated,
+    OrderFinalized,
+    OrderRequested,
+    OrderResumed,
+)
 from acmecerts.client._order import OrderHook, _as_identifiers, _OrderRequests
 from acmecerts.errors import (
     AcmeCertsError,
@@ -53,23 +65,33 @@ from acmecerts.protocol.csr import build_csr
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.protocol.keys import KeyType, PrivateKey, generate_private_key, private_key_pem
 from acmecerts.protocol.resources import Challenge, Order, parse_order
+from acmecerts.transport import Subscriber
 
 log = logging.getLogger("acmecerts.client")
 
 _CLEANUP_SECONDS = 15.0
+#: Order states after every authorization is valid (RFC 8555 §7.1.6).
+_AUTHORIZED = frozenset({"ready", "processing", "valid"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class _Ordering:
-    """How :meth:`_Issuance.issue` gets its order, and the manager's hooks around it."""
+class _Attempt:
+    """One call of :meth:`_Issuance.issue`: how it gets its order, who hears its events."""
 
-    profile: str | None
-    replaces: str | None
-    renewal_of: Sequence[Identifier | str] | None
+    request: OrderRequested
     resume_order_url: str | None
-    on_order: OrderHook | None
-    before_order: Callable[[PrivateKey], Awaitable[None]] | None
     recover_order: bool
+    #: The subscribers of this issuance only (before the client's).
+    subscribers: tuple[Subscriber[IssuanceEvent], ...]
+
+    @property
+    def identifiers(self) -> tuple[Identifier, ...]:
+        return self.request.identifiers
+
+    @property
+    def key(self) -> PrivateKey:
+        assert self.request.private_key is not None
+        return self.request.private_key
 
 
 class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
@@ -92,6 +114,7 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
         on_order: OrderHook | None = None,
         before_order: Callable[[PrivateKey], Awaitable[None]] | None = None,
         recover_order: bool = False,
+        events: Subscriber[IssuanceEvent] | None = None,
     ) -> IssuedCertificate:
         """Issue one certificate for ``names``: order, validate, finalize, download.
 
@@ -114,14 +137,19 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
                 ``private_key``): it is continued where it stands (pending, ready,
                 processing or valid) instead of sending a new ``newOrder``; if the CA no
                 longer has it usable, a new order is created.
-            on_order: Awaited with the order and the certificate key right after a new
-                order is created (or an unrecorded one found), before anything else is
-                sent: persist them here so that a restarted process can resume the order.
-            before_order: Awaited with the certificate key right before ``newOrder`` is
-                sent: persist an intent here, so that a process that dies before
-                ``on_order`` knows to pass ``recover_order`` when it restarts.
+            events: A subscriber of this issuance's events (:mod:`acmecerts.client`),
+                called before the client's own (:meth:`subscribe`). A coroutine is
+                awaited before the client goes on: persist the order journal here, an
+                intent at :class:`OrderRequested` (so that a process that dies before
+                the order is recorded knows to pass ``recover_order`` when it restarts)
+                and the order at :class:`OrderCreated`, so that it can be resumed.
+            on_order: Deprecated: ``events`` (:class:`OrderCreated`). Awaited with the
+                order and the certificate key right after a new order is created (or an
+                unrecorded one found), before anything else is sent.
+            before_order: Deprecated: ``events`` (:class:`OrderRequested`). Awaited
+                with the certificate key right before ``newOrder`` is sent.
             recover_order: A previous attempt may have created an order it never
-                recorded (it died between ``newOrder`` and ``on_order``): before
+                recorded (it died between ``newOrder`` and :class:`OrderCreated`): before
                 ordering, look for it with :meth:`find_unfinished_order`.
             preferred_chain: The common name of the root (or else of an intermediate)
                 the chain should lead to; among the chains the CA offers (``Link:
@@ -155,75 +183,97 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
             poll=self.poll,
             preferred_chain=preferred_chain,
         )
-        ordering = _Ordering(
-            profile=profile,
-            replaces=replaces,
-            renewal_of=renewal_of,
+        subscribers = _order_hooks(on_order, before_order)
+        if events is not None:
+            subscribers.append(events)
+        attempt = _Attempt(
+            request=OrderRequested(
+                identifiers=identifiers,
+                profile=profile,
+                replaces=replaces,
+                renewal_of=_as_identifiers(renewal_of) if renewal_of is not None else None,
+                private_key=key,
+            ),
             resume_order_url=resume_order_url,
-            on_order=on_order,
-            before_order=before_order,
             recover_order=recover_order,
+            subscribers=tuple(subscribers),
         )
         with anyio.move_on_after(timeout):
-            order = await self._order_for(identifiers, key, ordering)
-            return await self._issue_attempt(flow, order, key, csr_der, ordering)
+            order = await self._order_for(attempt)
+            return await self._issue_attempt(flow, order, csr_der, attempt)
         # only the deadline's own cancel scope gets here (a solver's TimeoutError does not)
         raise AttemptTimeout(
             f"issuance for {', '.join(i.value for i in identifiers)} did not finish "
             f"within {timeout:g} s"
         )
 
-    async def _order_for(
-        self, identifiers: tuple[Identifier, ...], key: PrivateKey, ordering: _Ordering
-    ) -> Order:
-        """The order to continue (resumed, or recovered) or a new one, with the hooks."""
+    async def _order_for(self, attempt: _Attempt) -> Order:
+        """The order to continue (resumed, or recovered) or a new one, with its events."""
+        identifiers = attempt.identifiers
         order = None
-        if ordering.resume_order_url is not None:
-            order = await self._resumable_order(ordering.resume_order_url, identifiers)
-        if order is None and ordering.recover_order:
+        if attempt.resume_order_url is not None:
+            order = await self._resumable_order(attempt.resume_order_url, identifiers)
+            if order is not None:
+                await self._emit(attempt, OrderResumed(identifiers=identifiers, order=order))
+        if order is None and attempt.recover_order:
             order = await self.find_unfinished_order(identifiers)
-            if order is not None and ordering.on_order is not None:
-                await ordering.on_order(order, key)
+            if order is not None:
+                found = OrderCreated(
+                    identifiers=identifiers, order=order, private_key=attempt.key, found=True
+                )
+                await self._emit(attempt, found)
         if order is None:
-            if ordering.before_order is not None:
-                await ordering.before_order(key)
-            order = await self.new_order(
-                identifiers,
-                profile=ordering.profile,
-                replaces=ordering.replaces,
-                renewal_of=ordering.renewal_of,
-            )
-            if ordering.on_order is not None:
-                await ordering.on_order(order, key)
+            order = await self._new_order(attempt.request, attempt.subscribers)
         log.debug("order %s for %s is %s", order.url, identifiers, order.status)
         return order
 
+    async def _emit(self, attempt: _Attempt, event: IssuanceEvent) -> None:
+        await self._issuance_events.emit(event, attempt.subscribers)
+
     async def _issue_attempt(
-        self, flow: IssuanceFlow, order: Order, key: PrivateKey, csr_der: bytes, ordering: _Ordering
+        self, flow: IssuanceFlow, order: Order, csr_der: bytes, attempt: _Attempt
     ) -> IssuedCertificate:
         """Drive ``flow`` from ``order`` to the certificate; clean up however it ends."""
         flow.order_received(order)
         outcome: BaseException | None = None
         try:
-            finish = await self._drive(flow, csr_der)
-            return self._issued(finish, key, flow.identifiers)
+            finish = await self._drive(flow, csr_der, attempt)
+            issued = self._issued(finish, attempt.key, flow.identifiers)
+            downloaded = CertificateDownloaded(
+                identifiers=flow.identifiers,
+                order=finish.order,
+                chain=finish.chain,
+                alternates=finish.alternates,
+            )
+            await self._emit(attempt, downloaded)
+            return issued
         except BaseException as exc:
             outcome = exc
             raise
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CLEANUP_SECONDS):
                 await self._cleanup(flow.cleanup())
-                await self._ledger_attempt_ended(
-                    flow.identifiers,
-                    flow.order or order,
-                    ordering.replaces,
-                    ordering.renewal_of,
-                    outcome,
+                request = attempt.request
+                ended = AttemptEnded(
+                    identifiers=flow.identifiers,
+                    order=flow.order or order,
+                    replaces=request.replaces,
+                    renewal_of=request.renewal_of,
+                    error=outcome,
                 )
+                await self._ledger_attempt_ended(ended)
+                await self._issuance_events.emit_quietly(ended, attempt.subscribers)
 
-    async def _drive(self, flow: IssuanceFlow, csr_der: bytes) -> Finish:
+    async def _drive(self, flow: IssuanceFlow, csr_der: bytes, attempt: _Attempt) -> Finish:
         """Do what ``flow`` says until it says :class:`Finish` (or fails: raised)."""
+        authorized = False
         while True:
+            order = flow.order
+            if not authorized and order is not None and order.status in _AUTHORIZED:
+                authorized = True
+                await self._emit(
+                    attempt, OrderAuthorized(identifiers=attempt.identifiers, order=order)
+                )
             action = flow.next_action(self.clock.now())
             if isinstance(action, Poll):
                 await self.clock.sleep(action.after)
@@ -231,10 +281,13 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
                 polled = parse_order(response.json(), url=action.url)
                 flow.order_received(polled, retry_after=response.retry_after)
             elif isinstance(action, Authorize):
-                await self._authorize(flow, action.urls)
+                await self._authorize(flow, action.urls, attempt)
                 flow.authorized()
             elif isinstance(action, Finalize):
-                flow.order_received(await self._finalize_once(action.order, csr_der))
+                finalized = await self._finalize_once(action.order, csr_der)
+                flow.order_received(finalized)
+                finished = OrderFinalized(identifiers=attempt.identifiers, order=finalized)
+                await self._emit(attempt, finished)
             elif isinstance(action, Download):
                 chain, alternate_urls = await self.download_certificate(action.url)
                 flow.chain_received(chain, alternate_urls)
@@ -254,8 +307,11 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
             else:
                 return action
 
-    async def _authorize(self, flow: IssuanceFlow, urls: tuple[str, ...]) -> None:
+    async def _authorize(
+        self, flow: IssuanceFlow, urls: tuple[str, ...], attempt: _Attempt
+    ) -> None:
         """Run each authorization's machine, all at once; the first failure cancels all."""
+        identifiers = attempt.identifiers
 
         async def run(url: str) -> None:
             step = flow.authorization_start(url)
@@ -266,9 +322,17 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
                     step = flow.authorization_received(await self.get_authorization(url))
                 elif isinstance(step, Present):
                     await step.solver.present(step.task)
+                    presented = ChallengePresented(
+                        identifiers=identifiers, authorization_url=url, task=step.task
+                    )
+                    await self._emit(attempt, presented)
                     step = flow.presented(url)
                 elif isinstance(step, Answer):
                     answered = await self._answer_challenge_once(step.challenge, url)
+                    told = ChallengeAnswered(
+                        identifiers=identifiers, authorization_url=url, challenge=answered
+                    )
+                    await self._emit(attempt, told)
                     step = flow.challenge_answered(url, answered)
                 else:
                     raise step.error
@@ -378,6 +442,24 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
                     log.info("deactivated pending authorization %s", url)
             except (AcmeCertsError, httpx.HTTPError) as exc:
                 log.warning("could not deactivate authorization %s: %s", url, exc)
+
+
+def _order_hooks(
+    on_order: OrderHook | None, before_order: Callable[[PrivateKey], Awaitable[None]] | None
+) -> list[Subscriber[IssuanceEvent]]:
+    """The deprecated ``on_order``/``before_order`` hooks of ``issue()`` as a subscriber."""
+    if on_order is None and before_order is None:
+        return []
+
+    async def adapter(event: IssuanceEvent) -> None:
+        if isinstance(event, OrderRequested) and before_order is not None:
+            assert event.private_key is not None
+            await before_order(event.private_key)
+        elif isinstance(event, OrderCreated) and on_order is not None:
+            assert event.private_key is not None
+            await on_order(event.order, event.private_key)
+
+    return [adapter]
 
 
 def _first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:

@@ -9,10 +9,19 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
+from acmecerts._time import Again
+from acmecerts.client._events import (
+    AttemptEnded,
+    IssuanceEvent,
+    OrderCreated,
+    OrderRefused,
+    OrderRequested,
+)
 from acmecerts.errors import AcmeCertsError, BadServerResponse, InvalidInput, RateLimitDeferred
 from acmecerts.protocol.identifiers import Identifier, parse_identifiers
 from acmecerts.protocol.keys import PrivateKey
 from acmecerts.protocol.resources import Order, parse_account, parse_order
+from acmecerts.transport import Subscriber
 
 if TYPE_CHECKING:
     from acmecerts.ratelimit import Decision
@@ -45,80 +54,90 @@ class _OrderRequests(_AccountRequests):
         rate limit is not sent (:class:`~acmecerts.errors.RateLimitDeferred`).
         ``renewal_of`` (the identifiers of the certificate renewed) tells it the order
         is a renewal, exempt from some limits when the identifiers are the same.
+        Subscribers see :class:`OrderRequested`, then :class:`OrderCreated` (or
+        :class:`OrderRefused`).
         """
         idents = _as_identifiers(identifiers)
+        request = OrderRequested(
+            identifiers=idents,
+            profile=profile,
+            replaces=replaces,
+            renewal_of=_as_identifiers(renewal_of) if renewal_of is not None else None,
+        )
+        return await self._new_order(request, ())
+
+    async def _new_order(
+        self, request: OrderRequested, first: Sequence[Subscriber[IssuanceEvent]]
+    ) -> Order:
+        """Send ``request``'s ``newOrder``: subscribers (``first`` first), then the ledger."""
+        idents = request.identifiers
         directory = await self.directory()
         payload: dict[str, Any] = {"identifiers": [i.to_json() for i in idents]}
-        if profile is not None:
+        if request.profile is not None:
             # draft-aaron-acme-profiles: only a profile the directory's meta.profiles lists
             # (a CA without profiles would ignore the field and issue its default silently).
-            if profile not in directory.profiles:
+            if request.profile not in directory.profiles:
                 offered = ", ".join(sorted(directory.profiles)) or "none, it predates profiles"
-                raise InvalidInput(f"the CA offers no profile {profile!r} (offered: {offered})")
-            payload["profile"] = profile
-        if replaces is not None:
-            payload["replaces"] = replaces
-        reservation = await self._ledger_preflight(idents, replaces, renewal_of)
+                raise InvalidInput(
+                    f"the CA offers no profile {request.profile!r} (offered: {offered})"
+                )
+            payload["profile"] = request.profile
+        if request.replaces is not None:
+            payload["replaces"] = request.replaces
+        await self._issuance_events.emit(request, first)
+        reservation = await self._ledger_preflight(request)
         try:
             response = await self._post(directory.new_order, payload, idempotent=False)
         except BaseException as exc:
-            await self._ledger_order_refused(reservation, exc, idents, replaces, renewal_of)
+            with anyio.CancelScope(shield=True):
+                await self._ledger_order_refused(reservation, exc, request)
+                refused = OrderRefused(identifiers=idents, request=request, error=exc)
+                await self._issuance_events.emit_quietly(refused, first)
             raise
-        return parse_order(response.json(), url=response.require_location())
+        order = parse_order(response.json(), url=response.require_location())
+        created = OrderCreated(identifiers=idents, order=order, private_key=request.private_key)
+        await self._issuance_events.emit(created, first)
+        return order
 
-    # -- rate-limit ledger hooks (acmecerts.ratelimit): all of them are here -------------
+    # -- rate-limit ledger (acmecerts.ratelimit): its accounting follows the events ------
 
-    async def _ledger_preflight(
-        self,
-        idents: tuple[Identifier, ...],
-        replaces: str | None,
-        renewal_of: Sequence[Identifier | str] | None,
-    ) -> Decision | None:
+    async def _ledger_preflight(self, request: OrderRequested) -> Decision | None:
         if self.ledger is None:
             return None
         return await self.ledger.preflight(
-            idents, account=await self._kid(), renewal_of=renewal_of, replaces=bool(replaces)
+            request.identifiers,
+            account=await self._kid(),
+            renewal_of=request.renewal_of,
+            replaces=bool(request.replaces),
         )
 
     async def _ledger_order_refused(
-        self,
-        reservation: Decision | None,
-        error: BaseException,
-        idents: tuple[Identifier, ...],
-        replaces: str | None,
-        renewal_of: Sequence[Identifier | str] | None,
+        self, reservation: Decision | None, error: BaseException, request: OrderRequested
     ) -> None:
         if self.ledger is None or reservation is None or self.account_url is None:
             return
-        with anyio.CancelScope(shield=True):
-            await self.ledger.order_refused(
-                reservation,
-                error,
-                idents,
-                account=self.account_url,
-                renewal_of=renewal_of,
-                replaces=bool(replaces),
-            )
+        await self.ledger.order_refused(
+            reservation,
+            error,
+            request.identifiers,
+            account=self.account_url,
+            renewal_of=request.renewal_of,
+            replaces=bool(request.replaces),
+        )
 
-    async def _ledger_attempt_ended(
-        self,
-        idents: tuple[Identifier, ...],
-        order: Order,
-        replaces: str | None,
-        renewal_of: Sequence[Identifier | str] | None,
-        error: BaseException | None,
-    ) -> None:
+    async def _ledger_attempt_ended(self, ended: AttemptEnded) -> None:
         if self.ledger is None or self.account_url is None:
             return
+        status = ended.order.status
         try:
             await self.ledger.attempt_ended(
-                idents,
+                ended.identifiers,
                 account=self.account_url,
-                renewal_of=renewal_of,
-                replaces=bool(replaces),
-                authorized=order.status in ("ready", "processing", "valid"),
-                finalized=order.status in ("processing", "valid"),
-                error=error,
+                renewal_of=ended.renewal_of,
+                replaces=bool(ended.replaces),
+                authorized=status in ("ready", "processing", "valid"),
+                finalized=status in ("processing", "valid"),
+                error=ended.error,
             )
         except AcmeCertsError as exc:
             # bookkeeping must not undo the attempt: raised here (in the attempt's
@@ -126,8 +145,8 @@ class _OrderRequests(_AccountRequests):
             # the attempt failed with (e.g. a store-backed ledger whose store is down)
             log.warning(
                 "the ledger could not record the attempt for %s (%s): %s",
-                ", ".join(i.value for i in idents),
-                "failed" if error is not None else "issued",
+                ", ".join(i.value for i in ended.identifiers),
+                "failed" if ended.error is not None else "issued",
                 exc,
             )
 
@@ -186,14 +205,18 @@ class _OrderRequests(_AccountRequests):
         retry_after: _dt.datetime | None = None,
     ) -> Order:
         """Poll ``order`` until its status is in ``until`` (or ``invalid``)."""
-        attempt = 0
-        while order.status not in until and order.status != "invalid":
-            attempt += 1
-            await self._sleep_until_next_poll("order", order.url, attempt, retry_after, deadline)
-            response = await self._post(order.url, None)
-            order = parse_order(response.json(), url=order.url)
-            retry_after = response.retry_after
-        return order
+        first = True
+
+        async def check() -> Order | Again[Order]:
+            nonlocal order, first
+            if first:  # the order as given: the first poll waits like the others
+                first, pause = False, retry_after
+            else:
+                response = await self._post(order.url, None)
+                order, pause = parse_order(response.json(), url=order.url), response.retry_after
+            return order if order.status in until or order.status == "invalid" else Again(pause)
+
+        return await self._poll_until(check, deadline)
 
 
 def _order_urls(data: object, *, url: str) -> list[str]:

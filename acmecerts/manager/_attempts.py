@@ -376,11 +376,7 @@ class Attempts:
         )
         return FailedResult(name, error, next_at)
 
-    # -- scheduling (see _scheduler.py) -------------------------------------------------
-
-    def _plan_tick(self, now: _dt.datetime) -> tuple[list[Entry], _dt.datetime | None]:
-        """One scheduling decision: the entries to start now, the next due time."""
-        return self._scheduler.plan_tick(now)
+    # -- what the scheduler starts (see _scheduler.py) -----------------------------------
 
     async def _plan_renewal(self, entry: Entry) -> None:
         await plan_renewal(

@@ -24,7 +24,7 @@ import anyio.abc
 
 from acmecerts._issued import IssuedCertificate
 from acmecerts._time import Clock, as_seconds
-from acmecerts.client import AcmeClient, OrderHook
+from acmecerts.client import AcmeClient, IssuanceEvent, OrderCreated, OrderRequested
 from acmecerts.errors import (
     AcmeCertsError,
     InvalidInput,
@@ -56,7 +56,6 @@ from acmecerts.manager._spec import (
 from acmecerts.manager._stored import StoredEntries
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.protocol.keys import KeyType, PrivateKey, load_private_key, private_key_pem
-from acmecerts.protocol.resources import Order
 from acmecerts.retry import AttemptSchedule
 from acmecerts.solvers._base import Solver
 from acmecerts.storage import KeyLayout, Storage
@@ -354,6 +353,10 @@ class CertificateManager(Attempts):
         expires = entry.certificate.not_after.timestamp() if entry.certificate else float("inf")
         return (-entry.spec.priority, expires, position)
 
+    def _plan_tick(self, now: _dt.datetime) -> tuple[list[Entry], _dt.datetime | None]:
+        """One scheduling decision: the entries to start now, the next due time."""
+        return self._scheduler.plan_tick(now)
+
     def _entry_for(self, spec: CertificateSpec | str) -> Entry:
         if isinstance(spec, str):
             entry = self._entries.get(spec)
@@ -372,8 +375,7 @@ class CertificateManager(Attempts):
         resume_url: str | None = None
         recover = False
         private_key: PrivateKey | None = None
-        on_order: OrderHook | None = None
-        before_order: Callable[[PrivateKey], Awaitable[None]] | None = None
+        journal: Callable[[IssuanceEvent], Awaitable[None]] | None = None
         if store is not None:
             record = await store.load_order(spec.name)
             if record is not None and set(record.identifiers) == spec.identifier_set:
@@ -383,22 +385,24 @@ class CertificateManager(Attempts):
                 recover = record.order_url is None
                 private_key = load_private_key(record.private_key_pem)
 
-            async def save_order(order: Order | None, key: PrivateKey) -> None:
+            async def journal(event: IssuanceEvent) -> None:
+                """The order journal: awaited, so durable before the client goes on."""
+                if isinstance(event, OrderRequested):  # an intent, before newOrder
+                    order_url = None
+                elif isinstance(event, OrderCreated):  # the order, before anything else
+                    order_url = event.order.url
+                else:
+                    return
+                assert event.private_key is not None
                 await store.save_order(
                     spec.name,
                     OrderRecord(
-                        order_url=order.url if order is not None else None,
+                        order_url=order_url,
                         identifiers=spec.identifiers,
-                        private_key_pem=private_key_pem(key).decode("ascii"),
+                        private_key_pem=private_key_pem(event.private_key).decode("ascii"),
                         created_at=self.clock.now(),
                     ),
                 )
-
-            async def save_intent(key: PrivateKey) -> None:
-                await save_order(None, key)
-
-            on_order = save_order
-            before_order = save_intent
 
         try:
             return await self.client.issue(
@@ -410,10 +414,9 @@ class CertificateManager(Attempts):
                 replaces=replaces,
                 preferred_chain=spec.preferred_chain,
                 resume_order_url=resume_url,
-                on_order=on_order,
-                before_order=before_order,
                 recover_order=recover,
                 renewal_of=renewal_of,
+                events=journal,
             )
         except AcmeCertsError as exc:
             if store is not None and not exc.reached_ca and not recover:

@@ -23,6 +23,7 @@ from typing import Any
 from acme import messages
 from josepy.errors import DeserializationError
 
+from acmecerts._time import aware_utc
 from acmecerts.errors import AcmeProblem, BadServerResponse
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.protocol.problems import problem_from_document
@@ -68,7 +69,6 @@ _TOKEN_CHALLENGES = frozenset({"http-01", "dns-01", "dns"})
 _TOKEN_MIN_OCTETS = 16
 #: base64url without padding of at least 16 octets, and not of a length 4k+1.
 _TOKEN_FAST = re.compile(r"[A-Za-z0-9_-]{22,}")
-_UTC = _dt.UTC
 
 
 def _require_mapping(data: object, what: str, url: str | None) -> Mapping[str, Any]:
@@ -83,14 +83,6 @@ def _status(value: object, what: str, url: str | None) -> str:
     return value
 
 
-def _aware(value: _dt.datetime | None) -> _dt.datetime | None:
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        return value.replace(tzinfo=_dt.UTC)
-    return value.astimezone(_dt.UTC)
-
-
 def _timestamp(value: object, what: str, url: str | None) -> _dt.datetime:
     """An RFC 3339 timestamp as an aware UTC datetime (a naive one is taken as UTC).
 
@@ -100,10 +92,7 @@ def _timestamp(value: object, what: str, url: str | None) -> _dt.datetime:
     if isinstance(value, str):
         text = value[:-1] + "+00:00" if value.endswith("z") else value
         try:
-            parsed = _dt.datetime.fromisoformat(text)
-            if parsed.tzinfo is None:
-                return parsed.replace(tzinfo=_UTC)
-            return parsed.astimezone(_UTC)
+            return aware_utc(_dt.datetime.fromisoformat(text), what, assume_utc=True)
         except (ValueError, OverflowError):
             pass
     raise BadServerResponse(f"{what} is not an RFC 3339 timestamp: {value!r:.80}", url=url)
@@ -378,8 +367,11 @@ def parse_renewal_info(data: object, *, url: str) -> RenewalInfo:
     obj = _require_mapping(data, "renewalInfo", url)
     try:
         info = messages.RenewalInfo.from_json(dict(obj))
-        start = _aware(info.suggested_window.start)
-        end = _aware(info.suggested_window.end)
+        start: _dt.datetime | None = info.suggested_window.start
+        end: _dt.datetime | None = info.suggested_window.end
+        if start is not None and end is not None:
+            start = aware_utc(start, "start", assume_utc=True)
+            end = aware_utc(end, "end", assume_utc=True)
     except _DECODE_ERRORS as exc:
         raise BadServerResponse(f"malformed renewalInfo: {exc}", url=url) from exc
     if start is None or end is None or end < start:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, ClassVar, Final, cast
 import anyio
 import anyio.abc
 
-from acmecerts._time import as_seconds
+from acmecerts._time import duration_seconds
 from acmecerts.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -180,9 +180,7 @@ class _ListeningServer(abc.ABC):
     ) -> None:
         if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
             raise InvalidInput(f"port must be an integer in 0..65535, not {port!r}")
-        seconds = as_seconds(timeout)
-        if not seconds > 0:
-            raise InvalidInput(f"timeout must be positive, not {timeout!r}")
+        seconds = duration_seconds(timeout, "timeout", positive=True)
         if max_connections < 1:
             raise InvalidInput(f"max_connections must be at least 1, not {max_connections}")
         self._host = host

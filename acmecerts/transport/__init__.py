@@ -1,5 +1,12 @@
 """The HTTP transport to an ACME server."""
 
+from acmecerts.transport._events import (
+    RequestSent,
+    ResponseHook,
+    ResponseReceived,
+    Subscriber,
+    TransportEvent,
+)
 from acmecerts.transport._exchange import HttpExchange, ResponseTooLarge
 from acmecerts.transport._http import USER_AGENT, AcmeTransport, RequestHook
 from acmecerts.transport._nonces import NoncePool
@@ -20,8 +27,13 @@ __all__ = [
     "ProxyFailed",
     "ProxySetting",
     "RequestHook",
+    "RequestSent",
     "RequestThrottle",
+    "ResponseHook",
+    "ResponseReceived",
     "ResponseTooLarge",
+    "Subscriber",
     "ThrottleStats",
+    "TransportEvent",
     "UrlPolicy",
 ]

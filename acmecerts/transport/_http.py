@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import collections
 import datetime as _dt
-import logging
 import ssl
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -39,6 +38,13 @@ from acmecerts.protocol.keys import AccountKey
 from acmecerts.protocol.resources import Directory, parse_directory
 from acmecerts.ratelimit._throttle import EndpointClass, RatesTable
 from acmecerts.retry import RequestRetry, retry_request
+from acmecerts.transport._events import (
+    Observable,
+    RequestHook,
+    RequestSent,
+    ResponseHook,
+    ResponseReceived,
+)
 from acmecerts.transport._exchange import (
     Answer,
     ClientExchange,
@@ -64,10 +70,6 @@ __all__ = ["USER_AGENT", "AcmeResponse", "AcmeTransport", "RequestHook", "Respon
 USER_AGENT = f"acmecerts/{__version__}"
 _USER_AGENT = (b"User-Agent", USER_AGENT.encode("ascii"))
 _JOSE = (b"Content-Type", b"application/jose+json")
-#: Called for every HTTP request sent: ``(method, url)``.
-RequestHook = Callable[[str, str], None]
-#: Called after every HTTP request: ``(method, url, status)``; status 0 when none came.
-ResponseHook = Callable[[str, str, int], None]
 #: The longest a request waits for another request's Replay-Nonce before asking newNonce.
 _NONCE_WAIT = 2.0
 
@@ -94,7 +96,7 @@ def _directory_urls(directory: Directory) -> list[str]:
     return required + [url for url in optional if url is not None]
 
 
-class AcmeTransport:
+class AcmeTransport(Observable):
     """HTTP transport to one ACME server.
 
     Args:
@@ -117,7 +119,8 @@ class AcmeTransport:
             request still takes the transport's one path (URL policy, throttle, nonces,
             retries, error mapping). The transport does not close what it did not
             create.
-        on_request: Called with ``(method, url)`` for every request sent.
+        on_request: Called with ``(method, url)`` for every request sent (deprecated:
+            ``subscribe`` to :class:`RequestSent` instead; kept as an adapter onto it).
         url_policy: Which URLs the CA may send the client to (:class:`UrlPolicy`); the
             default allows only the directory URL's origin, https. Every URL is checked
             before a request is sent to it; a refused one raises :class:`UnsafeUrl`.
@@ -181,10 +184,9 @@ class AcmeTransport:
         #: handed to a waiting request that has not resumed yet.
         self._promised = 0
         self._nonce_waiters: collections.deque[_NonceWaiter] = collections.deque()
-        self.on_request = on_request
+        Observable.__init__(self, on_request)
         #: Where requests may go, bound to the directory (see :attr:`url_policy`).
         self._policy: BoundUrlPolicy = (url_policy or UrlPolicy()).bind(directory_url)
-        self._response_hooks: list[ResponseHook] = []
         #: Number of HTTP requests sent (every method, retries included).
         self.request_count = 0
         self._directory: Directory | None = None
@@ -309,8 +311,9 @@ class AcmeTransport:
             if not throttle.try_take(endpoint):
                 await self._wait_for_token(throttle, endpoint, donor=method == "POST")
         self.request_count += 1
-        if self.on_request is not None:
-            self.on_request(method, url)
+        events = self._events
+        if events:
+            await events.emit(RequestSent(method, url))
         donor = method == "POST"
         if donor:
             self._promised += 1
@@ -320,9 +323,11 @@ class AcmeTransport:
             if donor:
                 self._promised -= 1
                 self._wake_nonce_waiter(None)  # it counted on this request: look again
-            self._notify(method, url, 0)
+            if events:  # failing already: a subscriber's error is logged, this one wins
+                await events.emit_quietly(ResponseReceived(method, url, 0))
             raise
-        self._notify(method, url, response.status_code)
+        if events:
+            await events.emit(ResponseReceived(method, url, response.status_code))
         nonce = response.headers.get("replay-nonce")
         if donor:
             self._promised -= 1
@@ -376,17 +381,6 @@ class AcmeTransport:
             waiter.event.set()
         elif nonce is not None:
             self.nonces.put(nonce)
-
-    def add_response_hook(self, hook: ResponseHook) -> None:
-        """Call ``hook(method, url, status)`` after every request (status 0: no answer)."""
-        self._response_hooks.append(hook)
-
-    def _notify(self, method: str, url: str, status: int) -> None:
-        for hook in self._response_hooks:
-            try:
-                hook(method, url, status)
-            except Exception:  # an observer must never break a request
-                logging.getLogger("acmecerts.transport").exception("response hook failed")
 
     async def _request(
         self,

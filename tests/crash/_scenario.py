@@ -31,7 +31,7 @@ from acmecerts.storage import (
     load_or_create_account_key,
     save_account_url,
 )
-from acmecerts.storage.filesystem import _decode
+from acmecerts.storage._files import decode as _decode
 from acmecerts.testing import PebbleServer
 from tests.faults.proxy import FaultProxy, RecordedRequest
 from tests.integration.manager_child import CRASH_ENV, issue

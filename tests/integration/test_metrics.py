@@ -161,7 +161,8 @@ class _Manager:
     def __init__(self, plans: dict[str, dt.datetime]) -> None:
         self.plans = plans
         self.client = SimpleNamespace(
-            transport=SimpleNamespace(add_response_hook=lambda hook: None, directory_url=""),
+            transport=SimpleNamespace(directory_url=""),
+            subscribe=lambda subscriber: lambda: None,
             ledger=None,
         )
         self.subscribers: list[Subscriber] = []

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from acmecerts.cli._common import _rate_limit_model
+from acmecerts.cli._ca import _rate_limit_model
 from acmecerts.errors import InvalidInput
 from acmecerts.ratelimit import (
     LETS_ENCRYPT,

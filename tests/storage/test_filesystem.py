@@ -456,7 +456,7 @@ async def test_sigkill_at_a_random_moment_never_corrupts(tmp_path: Path) -> None
 async def test_writers_of_one_process_queue_without_polling_and_every_write_is_synced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import acmecerts.storage.filesystem as fs
+    import acmecerts.storage._files as files
 
     store = FileStorage(tmp_path)
     await store.store("a/first", b"0")
@@ -475,8 +475,8 @@ async def test_writers_of_one_process_queue_without_polling_and_every_write_is_s
             synced_files.append(fd)
         real_fsync(fd)
 
-    monkeypatch.setattr(fs.time, "sleep", no_sleep)  # the flock is never busy within a process
-    monkeypatch.setattr(fs.os, "fsync", counting_fsync)
+    monkeypatch.setattr(files.time, "sleep", no_sleep)  # the flock is never busy within a process
+    monkeypatch.setattr(files.os, "fsync", counting_fsync)
     async with anyio.create_task_group() as tg:
         for i in range(40):
             tg.start_soon(store.store, f"a/value-{i}", b"%d" % i)
@@ -499,7 +499,8 @@ async def test_file_io_runs_in_the_stores_own_bounded_pool(
 ) -> None:
     import threading
 
-    import acmecerts.storage.filesystem as fs
+    import acmecerts.storage._files as files
+    import acmecerts.storage._workers as workers
 
     store = FileStorage(tmp_path)
     threads: set[str] = set()
@@ -509,7 +510,7 @@ async def test_file_io_runs_in_the_stores_own_bounded_pool(
         threads.add(threading.current_thread().name)
         return real_open(path, flags, mode)
 
-    monkeypatch.setattr(fs.os, "open", recording_open)
+    monkeypatch.setattr(files.os, "open", recording_open)
     idents: set[int] = set()
 
     async def one(i: int) -> None:
@@ -527,10 +528,10 @@ async def test_file_io_runs_in_the_stores_own_bounded_pool(
 
     assert threads == {"acmecerts-storage"}  # not the event loop, not anyio's workers
     for _ in range(60):
-        await fs._in_worker(note_ident)
+        await workers.in_worker(note_ident)
     assert threading.get_ident() not in idents
     assert len([t for t in threading.enumerate() if t.name == "acmecerts-storage"]) <= (
-        fs._MAX_WORKERS
+        workers.MAX_WORKERS
     )
 
 

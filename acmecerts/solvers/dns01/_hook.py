@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Final
 
 import anyio
 
+from acmecerts._time import duration_seconds
 from acmecerts.errors import AcmeCertsError, InvalidInput
 from acmecerts.solvers.dns01._errors import DnsHookError
 from acmecerts.solvers.dns01._propagation import PropagationCheck
@@ -19,7 +20,6 @@ from acmecerts.solvers.dns01._records import (
     _DEFAULT,
     _DefaultPropagation,
     _dns_name,
-    _positive,
     _record_name,
     _Registry,
     _supports,
@@ -98,7 +98,9 @@ class DnsHookSolver:
         """
         if isinstance(cmd, str) or not cmd or not all(isinstance(a, str) for a in cmd):
             raise InvalidInput("cmd must be a non-empty sequence of strings (argv)")
-        runner = _CommandHook(tuple(cmd), _positive(timeout, "timeout"), dict(env or {}))
+        runner = _CommandHook(
+            tuple(cmd), duration_seconds(timeout, "timeout", positive=True), dict(env or {})
+        )
         solver = cls(runner.present, runner.cleanup, propagation=propagation)
         solver._label = f"command {cmd[0]!r}"
         return solver

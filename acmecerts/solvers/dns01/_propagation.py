@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import logging
+import math
 from collections.abc import Sequence
 
 import anyio
@@ -15,7 +16,7 @@ import dns.rdtypes.ANY.NS
 import dns.rdtypes.IN.A
 import dns.rdtypes.IN.AAAA
 
-from acmecerts._time import Clock, SystemClock
+from acmecerts._time import Again, Backoff, Clock, SystemClock, duration_seconds, poll_until
 from acmecerts.errors import InvalidInput
 from acmecerts.solvers.dns01._errors import DnsError, DnsPropagationTimeout
 from acmecerts.solvers.dns01._lookup import _find_zone, _follow_cnames, _Lookup, _system_lookup
@@ -25,7 +26,6 @@ from acmecerts.solvers.dns01._records import (
     _dns_name,
     _endpoint,
     _parse_server,
-    _positive,
     _text,
 )
 
@@ -95,15 +95,17 @@ class PropagationCheck:
         if self.nameservers == ():
             raise InvalidInput("nameservers must not be empty (use None for the authoritative)")
         self.resolver = None if resolver is None else _parse_server(resolver, 53)
-        self.timeout = _positive(timeout, "timeout", allow_zero=True)
-        self.interval = _positive(interval, "interval")
-        self.max_interval = _positive(max_interval, "max_interval")
+        self.timeout = duration_seconds(timeout, "timeout")
+        self.interval = duration_seconds(interval, "interval", positive=True)
+        self.max_interval = duration_seconds(max_interval, "max_interval", positive=True)
         if self.max_interval < self.interval:
             raise InvalidInput("max_interval must not be smaller than interval")
-        if not backoff >= 1.0:
-            raise InvalidInput(f"backoff must be at least 1, not {backoff!r}")
+        if not (backoff >= 1.0 and math.isfinite(backoff)):
+            raise InvalidInput(f"backoff must be a finite number of at least 1, not {backoff!r}")
         self.backoff = float(backoff)
-        self.query_timeout = _positive(query_timeout, "query_timeout")
+        #: ``interval``, growing by ``backoff`` up to ``max_interval``, no jitter
+        self._pauses = Backoff(floor=self.interval, cap=self.max_interval, multiplier=self.backoff)
+        self.query_timeout = duration_seconds(query_timeout, "query_timeout", positive=True)
         self.clock: Clock = clock or SystemClock()
 
     def __repr__(self) -> str:
@@ -138,32 +140,39 @@ class PropagationCheck:
         clock = self.clock
         deadline = clock.now() + _dt.timedelta(seconds=self.timeout)
         qname, targets = await self._targets(name, lookup=lookup, zone=zone, followed=followed)
-        pause = self.interval
         checks = 0
-        while True:
+        missing: list[str] = []
+
+        async def visible() -> int | Again[int]:
+            nonlocal checks, missing
             checks += 1
             missing = await self._missing(targets, qname, value)
-            if not missing:
-                logger.debug(
-                    "dns-01: %s TXT %s visible at %d server(s) after %d check(s)",
-                    _text(qname),
-                    value,
-                    len(targets),
-                    checks,
-                )
-                return
-            remaining = (deadline - clock.now()).total_seconds()
-            if remaining <= 0:
-                raise DnsPropagationTimeout(
-                    f"TXT {value!r} at {_text(qname)} was not visible at "
-                    f"{', '.join(missing)} within {self.timeout:g} s ({checks} checks)",
-                    name=_text(qname),
-                    value=value,
-                    missing=missing,
-                    timeout=self.timeout,
-                )
-            await clock.sleep(min(pause, remaining))
-            pause = min(pause * self.backoff, self.max_interval)
+            return Again() if missing else checks
+
+        def timed_out() -> DnsPropagationTimeout:
+            return DnsPropagationTimeout(
+                f"TXT {value!r} at {_text(qname)} was not visible at "
+                f"{', '.join(missing)} within {self.timeout:g} s ({checks} checks)",
+                name=_text(qname),
+                value=value,
+                missing=missing,
+                timeout=self.timeout,
+            )
+
+        await poll_until(
+            visible,
+            clock=clock,
+            backoff=self._pauses,
+            deadline=deadline,
+            on_deadline=timed_out,
+        )
+        logger.debug(
+            "dns-01: %s TXT %s visible at %d server(s) after %d check(s)",
+            _text(qname),
+            value,
+            len(targets),
+            checks,
+        )
 
     async def _targets(
         self,

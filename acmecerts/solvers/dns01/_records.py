@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import ipaddress
 from typing import TYPE_CHECKING, Final
 
 import dns.exception
 import dns.name
 
-from acmecerts._time import as_seconds
 from acmecerts.errors import InvalidInput
 from acmecerts.solvers._checks import _refuse_unsupported
 
@@ -96,13 +94,6 @@ class _DefaultPropagation:
 
 
 _DEFAULT: Final = _DefaultPropagation()
-
-
-def _positive(value: float | _dt.timedelta, what: str, *, allow_zero: bool = False) -> float:
-    seconds = as_seconds(value)
-    if not (seconds >= 0 if allow_zero else seconds > 0):
-        raise InvalidInput(f"{what} must be positive, not {value!r}")
-    return seconds
 
 
 # Names and addresses as users write them

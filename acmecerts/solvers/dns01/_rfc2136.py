@@ -19,6 +19,7 @@ import dns.rdtypes.ANY.TXT
 import dns.tsig
 import dns.update
 
+from acmecerts._time import duration_seconds
 from acmecerts.errors import InvalidInput
 from acmecerts.solvers.dns01._errors import DnsError, DnsUpdateRefused, DnsZoneNotFound
 from acmecerts.solvers.dns01._lookup import _find_zone, _follow_cnames, _Lookup
@@ -34,7 +35,6 @@ from acmecerts.solvers.dns01._records import (
     _dns_name,
     _endpoint,
     _parse_server,
-    _positive,
     _record_name,
     _Registry,
     _supports,
@@ -138,7 +138,7 @@ class Rfc2136Solver:
             if isinstance(propagation, _DefaultPropagation)
             else propagation
         )
-        self._timeout = _positive(timeout, "timeout")
+        self._timeout = duration_seconds(timeout, "timeout", positive=True)
         if isinstance(resolvers, str):
             raise InvalidInput("resolvers must be a sequence of addresses, not one string")
         lookup_servers = (

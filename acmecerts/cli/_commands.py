@@ -1,0 +1,427 @@
+"""The commands: their own options and docstrings (``--help``), and what each one runs.
+
+The options several commands share are declared once in :mod:`acmecerts.cli._options`;
+a command takes a group of them as one keyword-only parameter typed with its dataclass
+(see :func:`~acmecerts.cli._options.shared`). :mod:`acmecerts.cli._app` makes these
+functions the ``acmecerts`` commands. Each imports the work it runs inside its body:
+``acmecerts COMMAND --help`` must not import the library (``tests/test_cli_start.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Final
+
+import typer
+
+from ._args import AccountArgs, BatchArgs, ChallengeOptions, CommonArgs, HookArgs
+from ._options import CHALLENGE, Force, Panel, env, opt, shared
+
+__all__ = [
+    "account_create",
+    "account_deactivate",
+    "account_rollover",
+    "account_show",
+    "delete_command",
+    "issue_command",
+    "renew_command",
+    "revoke_command",
+    "status_command",
+]
+
+Yes = Annotated[
+    bool,
+    typer.Option("--yes", "-y", help="Do not ask for confirmation (needed without a terminal)."),
+]
+#: ``--key-type`` of ``issue`` and of a new account key (``account create|rollover``).
+_KEY_TYPES: Final = "ec256|ec384|rsa2048|rsa3072|rsa4096"
+_REASONS: Final = "unspecified|keyCompromise|affiliationChanged|superseded|cessationOfOperation"
+
+
+def _account_key_type(which: str) -> Any:
+    """``--key-type`` of ``account create`` (``which``: "a new") and ``rollover``."""
+    return opt(
+        "key-type",
+        panel=Panel.ACCOUNT,
+        metavar=_KEY_TYPES,
+        help=f"The key type of {which} account key.",
+    )
+
+
+@shared()
+def issue_command(
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="NAME...",
+            help="DNS names or IP addresses for one certificate; the first one names it "
+            "(and its default output directory).",
+            show_default=False,
+        ),
+    ] = None,
+    from_file: Annotated[
+        Path | None,
+        opt(
+            "from-file",
+            panel=Panel.ISSUING,
+            metavar="FILE",
+            help="Issue one certificate per line of FILE (names separated by spaces, the "
+            "first names the certificate; # comments), in parallel.",
+            show_default=False,
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        opt(
+            "out",
+            panel=Panel.ISSUING,
+            metavar="DIR",
+            help="Directory for cert.pem, chain.pem, fullchain.pem and privkey.pem (0600); "
+            "with --from-file, DIR/NAME for each certificate "
+            "[default: STATE_DIR/certificates/NAME].",
+            show_default=False,
+        ),
+    ] = None,
+    key_type: Annotated[
+        str,
+        opt(
+            "key-type",
+            panel=Panel.ISSUING,
+            metavar=_KEY_TYPES,
+            help="The certificate key type.",
+        ),
+    ] = "ec256",
+    profile: Annotated[
+        str | None,
+        opt(
+            "profile",
+            panel=Panel.ISSUING,
+            metavar="NAME",
+            help="A certificate profile the CA offers.",
+            show_default=False,
+        ),
+    ] = None,
+    preferred_chain: Annotated[
+        str | None,
+        opt(
+            "preferred-chain",
+            panel=Panel.ISSUING,
+            metavar="ISSUER",
+            help="Prefer the chain whose root (or an intermediate) has this common name.",
+            show_default=False,
+        ),
+    ] = None,
+    cert_name: Annotated[
+        str | None,
+        opt(
+            "cert-name",
+            panel=Panel.ISSUING,
+            metavar="NAME",
+            help="The certificate (lineage) to issue into: an existing one takes NAME... as "
+            "its names (replace, expand, shrink), a new one is created "
+            "[default: the one holding exactly NAME..., in any order, else the first NAME].",
+            show_default=False,
+        ),
+    ] = None,
+    force: Force = False,
+    *,
+    batch: BatchArgs,
+    hooks: HookArgs,
+    challenge_options: ChallengeOptions,
+    account: AccountArgs,
+    common: CommonArgs,
+) -> None:
+    """Issue a certificate for NAME..., or one per line of --from-file (in parallel).
+
+    The same names in any order are the same certificate: one already in the state
+    directory that is not due for renewal is kept (and its files written to --out)
+    unless --force. When the first NAME already names a certificate for other names,
+    nothing is ordered until --cert-name says which certificate to issue into.
+    """
+    from ._issue import IssueArgs, run_issue
+
+    args = IssueArgs(
+        names=tuple(names or ()),
+        from_file=from_file,
+        out=out,
+        key_type=key_type,
+        profile=profile,
+        preferred_chain=preferred_chain,
+        force=force,
+        cert_name=cert_name,
+        batch=batch,
+        hooks=hooks,
+    )
+    raise typer.Exit(run_issue(args, common, account, challenge_options))
+
+
+#: ``renew``'s challenge options, by parameter name: the ``ChallengeOptions`` field each
+#: sets (not the TSIG secret: it is never stored, and always the command's).
+_RENEW_CHALLENGE_OPTIONS: Final = {
+    name: field for name, field in CHALLENGE.fields().items() if name != "dns_tsig_secret"
+}
+
+
+def _given(ctx: typer.Context, names: dict[str, str]) -> frozenset[str]:
+    """The options among ``names`` that were given: on the command line, in the
+    environment or in the config file (click's parameter source), not left at their
+    default; mapped to the values of ``names``."""
+    found = set()
+    for param, field in names.items():
+        source = ctx.get_parameter_source(param)
+        # by name: typer ships its own copy of click in some versions
+        if source is not None and getattr(source, "name", "DEFAULT") != "DEFAULT":
+            found.add(field)
+    return frozenset(found)
+
+
+_RENEW_DIRECTORY = Annotated[
+    str | None,
+    opt(
+        "directory",
+        metavar="URL",
+        help="Renew only the certificates of this CA (its ACME directory URL) "
+        "[default: every CA in the state directory, each with the URL and --ca-bundle "
+        "it was issued with].",
+        show_default=False,
+    ),
+]
+
+
+@shared(directory=_RENEW_DIRECTORY)
+def renew_command(
+    ctx: typer.Context,
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(
+            metavar="[NAME]...",
+            help="Certificates to renew (as `acmecerts status` names them) [default: all].",
+            show_default=False,
+        ),
+    ] = None,
+    force: Annotated[
+        bool,
+        opt("force", panel=Panel.ISSUING, help="Renew now, even certificates that are not due."),
+    ] = False,
+    *,
+    batch: BatchArgs,
+    random_delay: Annotated[
+        float,
+        opt(
+            "random-delay",
+            panel=Panel.ISSUING,
+            metavar="SECONDS",
+            help="Wait a random time from 0 to SECONDS before contacting any CA (spreads "
+            "the cron jobs of many machines).",
+        ),
+    ] = 0.0,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "-q",
+            "--quiet",
+            envvar=env("quiet"),
+            rich_help_panel=Panel.OUTPUT,
+            help="Print nothing unless a certificate was renewed or something failed "
+            "(errors always go to stderr).",
+        ),
+    ] = False,
+    hooks: HookArgs,
+    challenge_options: ChallengeOptions,
+    account: AccountArgs,
+    common: CommonArgs,
+) -> None:
+    """Renew the certificates in the state directory that are due, at every CA.
+
+    Each certificate is renewed at the CA it was issued from, with that CA's account.
+    Due means inside the CA's ARI renewal window, or a third of the lifetime left when the
+    CA has no ARI (and a revoked certificate); --force renews now. A certificate that was
+    asked for but not issued (deferred by rate limits, failed, interrupted) is issued. The
+    files are written where the certificate's files were written before, and the hooks
+    stored with it run (hooks given here replace them for this run). Its challenges are
+    answered as at issue (the challenge options are stored with it; the TSIG secret is
+    not: give it to every run); a challenge option given here (flag, environment or
+    config file) replaces the stored one for this run. A missing, empty or unreadable
+    state directory is an error (exit 2), never "nothing to do".
+    """
+    from ._renew import RenewArgs, run_renew
+
+    args = RenewArgs(
+        names=tuple(names or ()),
+        force=force,
+        batch=batch,
+        only_directory=common.only_directory,
+        quiet=quiet,
+        random_delay=random_delay,
+        hooks=hooks,
+        challenge_given=_given(ctx, _RENEW_CHALLENGE_OPTIONS),
+    )
+    raise typer.Exit(run_renew(args, common, account, challenge_options))
+
+
+@shared()
+def revoke_command(
+    target: Annotated[
+        str,
+        typer.Argument(
+            metavar="PATH|NAME",
+            help="A certificate file (PEM, leaf first), a directory with cert.pem, or the "
+            "name of a certificate in the state directory.",
+            show_default=False,
+        ),
+    ],
+    reason: Annotated[
+        str,
+        opt(
+            "reason",
+            metavar=_REASONS,
+            help="The revocation reason (RFC 5280).",
+        ),
+    ] = "unspecified",
+    cert_key: Annotated[
+        Path | None,
+        opt(
+            "cert-key",
+            metavar="PATH",
+            help="Sign with the certificate's private key instead of the account key "
+            "(e.g. when the account is lost).",
+            show_default=False,
+        ),
+    ] = None,
+    *,
+    common: CommonArgs,
+) -> None:
+    """Revoke a certificate (by file or by name); a stored one is renewed at the next run."""
+    from ._revoke import run_revoke
+
+    raise typer.Exit(run_revoke(target, reason=reason, cert_key=cert_key, common=common))
+
+
+@shared()
+def delete_command(
+    names: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="NAME...",
+            help="Certificates to delete, as `acmecerts status` names them.",
+            show_default=False,
+        ),
+    ],
+    revoke: Annotated[
+        bool,
+        opt(
+            "revoke",
+            help="Revoke each certificate at its CA first; one that cannot be revoked is "
+            "not deleted.",
+        ),
+    ] = False,
+    reason: Annotated[
+        str,
+        opt(
+            "reason",
+            metavar=_REASONS,
+            help="The revocation reason with --revoke (RFC 5280).",
+        ),
+    ] = "cessationOfOperation",
+    *,
+    yes: Yes = False,
+    common: CommonArgs,
+) -> None:
+    """Delete certificates from the state directory, so that renew no longer tries them.
+
+    Removes the certificate, its key, its order and attempt state and the CLI's record,
+    and the files of the default export directory STATE_DIR/certificates/NAME. Files
+    exported to an --out directory of your own are left where they are (the output says
+    where). Nothing is sent to the CA unless --revoke.
+    """
+    from ._delete import DeleteArgs, run_delete
+
+    args = DeleteArgs(names=tuple(names), revoke=revoke, reason=reason, yes=yes)
+    raise typer.Exit(run_delete(args, common=common))
+
+
+_STATUS_DIRECTORY = Annotated[
+    str | None,
+    opt(
+        "directory",
+        metavar="URL",
+        help="Show only the certificates of this CA (its ACME directory URL) "
+        "[default: every CA in the state directory].",
+        show_default=False,
+    ),
+]
+
+
+@shared(directory=_STATUS_DIRECTORY)
+def status_command(
+    ari: Annotated[
+        bool,
+        opt(
+            "ari",
+            help="Ask the CA for each certificate's renewal window (ARI) instead of assuming "
+            "a third of the lifetime.",
+        ),
+    ] = False,
+    *,
+    common: CommonArgs,
+) -> None:
+    """Show the certificates in the state directory and the rate-limit budget, at every CA.
+
+    For each CA the state directory holds (--directory narrows to one): its account; for
+    each certificate: its names, expiry, next renewal and any deferral; what the
+    rate-limit ledger says may be spent now, per limit, and when the next slot opens. A
+    missing, empty or unreadable state directory is an error (exit 2). Nothing is sent to
+    the CA unless --ari.
+    """
+    from ._status import run_status
+
+    raise typer.Exit(run_status(ari=ari, only_directory=common.only_directory, common=common))
+
+
+@shared()
+def account_show(*, common: CommonArgs) -> None:
+    """Show the stored account and what the CA says about it."""
+    from ._account import run_account
+
+    raise typer.Exit(run_account("show", common=common))
+
+
+@shared()
+def account_create(
+    key_type: Annotated[str, _account_key_type("a new")] = "ec256",
+    *,
+    account: AccountArgs,
+    common: CommonArgs,
+) -> None:
+    """Register the account (idempotent: an existing one is shown; --email updates it)."""
+    from ._account import run_account
+
+    raise typer.Exit(run_account("create", common=common, account=account, key_type=key_type))
+
+
+@shared()
+def account_rollover(
+    key_type: Annotated[str, _account_key_type("the new")] = "ec256",
+    *,
+    common: CommonArgs,
+) -> None:
+    """Replace the account key (RFC 8555 §7.3.5) without ever losing the account.
+
+    The new key is stored first, then the CA is asked to switch, then the stored account
+    key is replaced; an interrupted rollover is finished (or undone) by the next command.
+    """
+    from ._account import run_account
+
+    raise typer.Exit(run_account("rollover", common=common, key_type=key_type))
+
+
+@shared()
+def account_deactivate(yes: Yes = False, *, common: CommonArgs) -> None:
+    """Deactivate the account for good (RFC 8555 §7.3.6).
+
+    The CA refuses its key afterwards; the key is moved aside in the state directory and
+    the next command that needs an account creates a new one.
+    """
+    from ._account import run_account
+
+    raise typer.Exit(run_account("deactivate", common=common, confirmed=yes))

@@ -1,0 +1,536 @@
+"""The options several commands share, each declared once, and how a command takes them.
+
+An option is a typer ``Annotated`` type (``Directory``, ``Email``, ...): its flag, its
+``ACMECERTS_*`` environment variable (the flag's name in capitals), its help text and its
+panel in ``--help``. Its default and its place among the command's options belong to a
+:class:`Group`, and a command asks for a whole group by one keyword-only parameter typed
+with the dataclass the group makes (:mod:`acmecerts.cli._args`)::
+
+    @shared()
+    def revoke_command(target: ..., *, common: CommonArgs) -> None: ...
+
+:func:`shared` puts the group's options in that parameter's place (so ``--help`` lists
+them there) and hands the command the dataclass made of their values. The config-file
+key of an option is its flag without the dashes (:mod:`acmecerts.cli._config`).
+
+Only typer, the standard library and light modules here: ``acmecerts COMMAND --help``
+must not import the library (``tests/test_cli_start.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Final, TypeVar
+
+import typer
+
+from ._args import (
+    AccountArgs,
+    BatchArgs,
+    ChallengeOptions,
+    CommonArgs,
+    HookArgs,
+    Hooks,
+)
+from ._config import ENV_PREFIX
+
+__all__ = [
+    "ACCOUNT",
+    "BATCH",
+    "CHALLENGE",
+    "COMMON",
+    "HOOKS",
+    "Config",
+    "Force",
+    "Group",
+    "Panel",
+    "env",
+    "opt",
+    "shared",
+]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class Panel:
+    """The panels of ``--help`` that group the options."""
+
+    CA: Final = "CA and state"
+    CHALLENGE: Final = "Challenge"
+    ACCOUNT: Final = "Account"
+    OUTPUT: Final = "Output"
+    ISSUING: Final = "Issuing"
+    HOOKS: Final = "Hooks"
+
+
+def env(option: str) -> str:
+    """The environment variable of ``--option``: ``ACMECERTS_OPTION``."""
+    return ENV_PREFIX + option.upper().replace("-", "_")
+
+
+def opt(name: str, *, panel: str = Panel.CA, **kwargs: Any) -> Any:
+    """A typer option ``--name`` whose environment variable is ``ACMECERTS_NAME``."""
+    return typer.Option(f"--{name}", envvar=env(name), rich_help_panel=panel, **kwargs)
+
+
+Directory = Annotated[
+    str | None,
+    opt(
+        "directory",
+        metavar="URL",
+        help="The CA's ACME directory URL [default: Let's Encrypt's production directory, "
+        "https://acme-v02.api.letsencrypt.org/directory].",
+        show_default=False,
+    ),
+]
+Staging = Annotated[
+    bool,
+    opt(
+        "staging",
+        help="Use Let's Encrypt's staging directory "
+        "(https://acme-staging-v02.api.letsencrypt.org/directory: real validation, "
+        "untrusted certificates, high rate limits); try a set-up there first.",
+    ),
+]
+CaBundle = Annotated[
+    Path | None,
+    opt(
+        "ca-bundle",
+        metavar="PATH",
+        help="Extra CA certificate (PEM) to trust for the CA's TLS, e.g. Pebble's.",
+        show_default=False,
+    ),
+]
+Proxy = Annotated[
+    str | None,
+    opt(
+        "proxy",
+        metavar="URL",
+        help="HTTP proxy to the CA, http://[USER:PASSWORD@]HOST:PORT (HTTPS goes through a "
+        "CONNECT tunnel; NO_PROXY still applies); `none`: connect directly "
+        "[default: $HTTPS_PROXY or $ALL_PROXY (or lower case), except $NO_PROXY hosts].",
+        show_default=False,
+    ),
+]
+StateDir = Annotated[
+    Path | None,
+    opt(
+        "state-dir",
+        metavar="PATH",
+        help="Where the account, the certificates and the rate-limit ledger are kept "
+        "[default: /var/lib/acmecerts as root, else $XDG_DATA_HOME/acmecerts or "
+        "~/.local/share/acmecerts].",
+        show_default=False,
+    ),
+]
+RateLimits = Annotated[
+    str,
+    opt(
+        "rate-limits",
+        metavar="auto|letsencrypt|none",
+        help="The CA's rate limits the ledger keeps you under (auto: Let's Encrypt's for its "
+        "production directory, else only what the CA says in rateLimited answers).",
+    ),
+]
+Timeout = Annotated[
+    float,
+    opt("timeout", metavar="SECONDS", help="Deadline for one issuance attempt."),
+]
+Json = Annotated[
+    bool,
+    opt("json", panel=Panel.OUTPUT, help="Print one JSON object describing the result on stdout."),
+]
+Verbose = Annotated[
+    int,
+    typer.Option(
+        "-v",
+        "--verbose",
+        count=True,
+        rich_help_panel=Panel.OUTPUT,
+        help="Log progress (-vv: debug details) on stderr.",
+    ),
+]
+Config = Annotated[
+    Path | None,
+    opt(
+        "config",
+        panel=Panel.OUTPUT,
+        metavar="PATH",
+        help="TOML file with default option values "
+        "[default: the first that exists of /etc/acmecerts/config.toml (root only) and "
+        "$XDG_CONFIG_HOME/acmecerts/config.toml].",
+        show_default=False,
+    ),
+]
+Email = Annotated[
+    list[str] | None,
+    opt(
+        "email",
+        panel=Panel.ACCOUNT,
+        metavar="ADDRESS",
+        help="Contact e-mail for a new account (repeatable).",
+        show_default=False,
+    ),
+]
+EabKid = Annotated[
+    str | None,
+    opt(
+        "eab-kid",
+        panel=Panel.ACCOUNT,
+        metavar="KID",
+        help="External account binding key ID from the CA (with --eab-hmac-key).",
+        show_default=False,
+    ),
+]
+EabHmacKey = Annotated[
+    str | None,
+    opt(
+        "eab-hmac-key",
+        panel=Panel.ACCOUNT,
+        metavar="B64URL",
+        help="External account binding MAC key from the CA (base64url).",
+        show_default=False,
+    ),
+]
+AgreeTos = Annotated[
+    bool,
+    opt(
+        "agree-tos",
+        panel=Panel.ACCOUNT,
+        help="Agree to the CA's terms of service when an account is created (without it, "
+        "a terminal asks; otherwise the command stops before creating the account).",
+    ),
+]
+Challenge = Annotated[
+    str,
+    opt(
+        "challenge",
+        panel=Panel.CHALLENGE,
+        metavar="http-01|dns-01|tls-alpn-01",
+        help="How the CA validates control of the names.",
+    ),
+]
+Http01Listen = Annotated[
+    str,
+    opt(
+        "http-01-listen",
+        panel=Panel.CHALLENGE,
+        metavar="HOST:PORT",
+        help="Where to answer http-01 challenges (the CA connects to port 80).",
+    ),
+]
+Webroot = Annotated[
+    Path | None,
+    opt(
+        "webroot",
+        panel=Panel.CHALLENGE,
+        metavar="DIR",
+        help="http-01 through the web server you run: write the challenge files into "
+        "DIR/.well-known/acme-challenge/ (DIR is its document root for the names, served on "
+        "port 80) instead of listening; stored with the certificate for `renew`.",
+        show_default=False,
+    ),
+]
+TlsAlpn01Listen = Annotated[
+    str,
+    opt(
+        "tls-alpn-01-listen",
+        panel=Panel.CHALLENGE,
+        metavar="HOST:PORT",
+        help="Where to answer tls-alpn-01 challenges (the CA connects to port 443).",
+    ),
+]
+DnsServer = Annotated[
+    str | None,
+    opt(
+        "dns-rfc2136-server",
+        panel=Panel.CHALLENGE,
+        metavar="HOST[:PORT]",
+        help="dns-01: the primary DNS server that takes TSIG-signed dynamic updates.",
+        show_default=False,
+    ),
+]
+DnsTsigKey = Annotated[
+    str | None,
+    opt(
+        "dns-tsig-key",
+        panel=Panel.CHALLENGE,
+        metavar="NAME",
+        help="dns-01: the TSIG key's name.",
+        show_default=False,
+    ),
+]
+DnsTsigSecret = Annotated[
+    str | None,
+    opt(
+        "dns-tsig-secret",
+        panel=Panel.CHALLENGE,
+        metavar="B64",
+        help="dns-01: the TSIG key's secret (base64, as in a BIND key file).",
+        show_default=False,
+    ),
+]
+DnsTsigAlgorithm = Annotated[
+    str,
+    opt(
+        "dns-tsig-algorithm",
+        panel=Panel.CHALLENGE,
+        metavar="ALG",
+        help="dns-01: the TSIG algorithm.",
+    ),
+]
+DnsHook = Annotated[
+    str | None,
+    opt(
+        "dns-hook",
+        panel=Panel.CHALLENGE,
+        metavar="COMMAND",
+        help="dns-01: run COMMAND present|cleanup NAME VALUE to add or remove the TXT value "
+        "(also in ACMECERTS_DNS_ACTION, ACMECERTS_DNS_NAME, ACMECERTS_DNS_VALUE).",
+        show_default=False,
+    ),
+]
+DnsNameserver = Annotated[
+    list[str] | None,
+    opt(
+        "dns-propagation-nameserver",
+        panel=Panel.CHALLENGE,
+        metavar="HOST[:PORT]",
+        help="dns-01: ask this server whether the TXT value is visible (repeatable) "
+        "[default: the zone's authoritative servers].",
+        show_default=False,
+    ),
+]
+DnsPropagationTimeout = Annotated[
+    float,
+    opt(
+        "dns-propagation-timeout",
+        panel=Panel.CHALLENGE,
+        metavar="SECONDS",
+        help="dns-01: how long to wait for the TXT value to be visible (0: do not check).",
+    ),
+]
+MaxWait = Annotated[
+    float,
+    opt(
+        "max-wait",
+        panel=Panel.ISSUING,
+        metavar="SECONDS",
+        help="Wait (with a countdown) when the CA or the ledger says to retry at most this "
+        "long from now; a later instant defers the certificate (exit code 3).",
+    ),
+]
+Concurrency = Annotated[
+    int,
+    opt("concurrency", panel=Panel.ISSUING, metavar="N", help="Certificates ordered at once."),
+]
+PreHook = Annotated[
+    str | None,
+    opt(
+        "pre-hook",
+        panel=Panel.HOOKS,
+        metavar="COMMAND",
+        help="Run COMMAND (/bin/sh -c) once before the first order of a run; stored with "
+        'the certificate for `renew` ("": remove the stored one).',
+        show_default=False,
+    ),
+]
+PostHook = Annotated[
+    str | None,
+    opt(
+        "post-hook",
+        panel=Panel.HOOKS,
+        metavar="COMMAND",
+        help="Run COMMAND once after all the work of a run that ordered anything, also "
+        "after failures; stored like --pre-hook.",
+        show_default=False,
+    ),
+]
+DeployHook = Annotated[
+    str | None,
+    opt(
+        "deploy-hook",
+        panel=Panel.HOOKS,
+        metavar="COMMAND",
+        help="Run COMMAND for each certificate issued or renewed, after its files are "
+        "written (RENEWED_LINEAGE, RENEWED_DOMAINS and ACMECERTS_HOOK_* in its "
+        "environment); stored like --pre-hook.",
+        show_default=False,
+    ),
+]
+HookTimeout = Annotated[
+    float,
+    opt(
+        "hook-timeout",
+        panel=Panel.HOOKS,
+        metavar="SECONDS",
+        help="Kill a hook (and what it started) that runs longer; it counts as failed.",
+    ),
+]
+Force = Annotated[
+    bool,
+    opt(
+        "force",
+        panel=Panel.ISSUING,
+        help="Order a new certificate even if the stored one is not due for renewal.",
+    ),
+]
+
+
+# -- groups -----------------------------------------------------------------------------------
+
+
+#: A member's default is its field's default in the group's dataclass.
+_FIELD: Final = object()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Member:
+    """One option of a group: its parameter, its type, the field it sets, its default."""
+
+    name: str
+    annotation: Any
+    #: The field of the group's dataclass (``None``: the parameter's name).
+    field: str | None = None
+    #: The option's default (:data:`_FIELD`: the default of its field).
+    default: Any = _FIELD
+    #: A repeatable option: its list becomes a tuple (``None``: empty).
+    repeatable: bool = False
+
+    def value(self, given: Any) -> Any:
+        return tuple(given or ()) if self.repeatable else given
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Group:
+    """Options declared once that several commands take together, as one dataclass."""
+
+    #: The dataclass a command's parameter is typed with to take this group.
+    kind: type
+    members: tuple[_Member, ...]
+    #: Makes the dataclass from the values by field (default: ``kind(**fields)``).
+    make: Callable[[Mapping[str, Any]], Any] | None = None
+
+    def fields(self) -> dict[str, str]:
+        """The field each option's parameter sets, by parameter name."""
+        return {m.name: m.field or m.name for m in self.members}
+
+    def parameters(self, replaced: Mapping[str, Any]) -> list[inspect.Parameter]:
+        """The options as keyword-only parameters (``replaced``: other types by name)."""
+        defaults = {f.name: f.default for f in dataclasses.fields(self.kind)}
+        return [
+            inspect.Parameter(
+                m.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=defaults[m.field or m.name] if m.default is _FIELD else m.default,
+                annotation=replaced.get(m.name, m.annotation),
+            )
+            for m in self.members
+        ]
+
+    def take(self, values: dict[str, Any]) -> Any:
+        """Remove the group's options from a command's ``values``; their dataclass."""
+        fields = {m.field or m.name: m.value(values.pop(m.name)) for m in self.members}
+        return self.kind(**fields) if self.make is None else self.make(fields)
+
+
+COMMON: Final = Group(
+    CommonArgs,
+    (
+        _Member("directory", Directory),
+        _Member("staging", Staging),
+        _Member("ca_bundle", CaBundle),
+        _Member("proxy", Proxy),
+        _Member("state_dir", StateDir),
+        _Member("rate_limits", RateLimits),
+        _Member("timeout", Timeout),
+        _Member("json_output", Json, field="json"),
+        _Member("verbose", Verbose),
+        # read before the command runs (it names the file of defaults): not passed on
+        _Member("config", Config, default=None),
+    ),
+    make=lambda fields: CommonArgs(**{k: v for k, v in fields.items() if k != "config"}),
+)
+ACCOUNT: Final = Group(
+    AccountArgs,
+    (
+        _Member("email", Email, field="emails", default=None, repeatable=True),
+        _Member("eab_kid", EabKid),
+        _Member("eab_hmac_key", EabHmacKey),
+        _Member("agree_tos", AgreeTos),
+    ),
+)
+CHALLENGE: Final = Group(
+    ChallengeOptions,
+    (
+        _Member("challenge", Challenge),
+        _Member("http_01_listen", Http01Listen),
+        _Member("webroot", Webroot),
+        _Member("tls_alpn_01_listen", TlsAlpn01Listen),
+        _Member("dns_rfc2136_server", DnsServer),
+        _Member("dns_tsig_key", DnsTsigKey),
+        _Member("dns_tsig_secret", DnsTsigSecret),
+        _Member("dns_tsig_algorithm", DnsTsigAlgorithm),
+        _Member("dns_hook", DnsHook),
+        _Member(
+            "dns_propagation_nameserver",
+            DnsNameserver,
+            field="dns_propagation_nameservers",
+            default=None,
+            repeatable=True,
+        ),
+        _Member("dns_propagation_timeout", DnsPropagationTimeout),
+    ),
+)
+BATCH: Final = Group(BatchArgs, (_Member("concurrency", Concurrency), _Member("max_wait", MaxWait)))
+HOOKS: Final = Group(
+    HookArgs,
+    (
+        _Member("pre_hook", PreHook, field="pre", default=None),
+        _Member("post_hook", PostHook, field="post", default=None),
+        _Member("deploy_hook", DeployHook, field="deploy", default=None),
+        _Member("hook_timeout", HookTimeout, field="timeout"),
+    ),
+    make=lambda f: HookArgs(Hooks(pre=f["pre"], post=f["post"], deploy=f["deploy"]), f["timeout"]),
+)
+_GROUPS: Final = {group.kind: group for group in (COMMON, ACCOUNT, CHALLENGE, BATCH, HOOKS)}
+
+
+def shared(**replaced: Any) -> Callable[[_F], _F]:
+    """Give a command the groups its keyword-only parameters are typed with.
+
+    Each parameter typed with a group's dataclass (``common: CommonArgs``) stands for the
+    group's options, in its place; the command gets the dataclass of their values.
+    ``replaced`` gives an option another ``Annotated`` type (its own help) by name.
+    """
+
+    def decorate(command: _F) -> _F:
+        signature = inspect.signature(command, eval_str=True)
+        parameters: list[inspect.Parameter] = []
+        groups: dict[str, Group] = {}
+        for parameter in signature.parameters.values():
+            group = _GROUPS.get(parameter.annotation)
+            if group is None:
+                parameters.append(parameter)
+            else:
+                groups[parameter.name] = group
+                parameters += group.parameters(replaced)
+        unknown = set(replaced) - {n for g in groups.values() for n in g.fields()}
+        if unknown:  # a typo would silently keep the shared help
+            raise TypeError(f"{command.__name__}: no shared option {sorted(unknown)}")
+
+        @functools.wraps(command)
+        def run(**values: Any) -> Any:
+            for name, group in groups.items():
+                values[name] = group.take(values)
+            return command(**values)
+
+        run.__signature__ = signature.replace(parameters=parameters)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in parameters}
+        return run  # type: ignore[return-value]
+
+    return decorate

@@ -1,0 +1,216 @@
+"""FileStorage's worker threads: file I/O off the event loop, answered in batches.
+
+FileStorage's own pool instead of ``anyio.to_thread.run_sync`` (measured: the hop was
+the largest part of a cached load). A call costs one queue append and, when no worker
+is idle, nothing more: a worker that finishes a job takes the next queued one without
+sleeping, and the answers of every job finished meanwhile reach the event loop in one
+wake-up (``run_sync_soon`` of the loop's anyio backend, so asyncio and trio alike).
+
+A cancelled caller waits (shielded) for its job to end, as ``anyio.to_thread.run_sync``
+does: a job not started yet is skipped, and a job that calls :func:`check_cancelled`
+while it waits (for a directory lock) sees the cancellation and gives up.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import os
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+import anyio.to_thread
+from anyio.lowlevel import RunVar
+
+__all__ = ["MAX_WORKERS", "check_cancelled", "in_worker", "run_sync"]
+
+_T = TypeVar("_T")
+
+#: The most threads the pool runs at once.
+MAX_WORKERS = 16
+# A worker with nothing to do for this long ends (a new one starts on demand).
+_WORKER_IDLE = 10.0
+
+
+def check_cancelled() -> None:
+    """Raise the host task's cancellation inside a worker thread (no-op elsewhere)."""
+    job: _Job | None = getattr(_local, "job", None)
+    if job is not None:
+        if job.cancelled:
+            raise _Cancelled
+        return
+    with contextlib.suppress(RuntimeError):
+        anyio.from_thread.check_cancelled()
+
+
+class _Cancelled(BaseException):
+    """Raised in a worker by :func:`check_cancelled` when the job's caller was cancelled."""
+
+
+class _Job:
+    """One call to run in a worker thread, and its outcome."""
+
+    __slots__ = ("cancelled", "done", "error", "func", "port", "result")
+
+    def __init__(self, func: Callable[[], Any], port: _Port) -> None:
+        self.func = func
+        self.port = port
+        self.done = anyio.Event()
+        self.result: Any = None
+        self.error: BaseException | None = None
+        #: Set by the event loop when the caller is cancelled; read by the worker.
+        self.cancelled = False
+
+
+class _Port:
+    """One event loop's door for finished jobs: wakes the loop once per batch."""
+
+    __slots__ = ("_finished", "_lock", "_scheduled", "_token")
+
+    def __init__(self, token: Any) -> None:
+        self._token = token
+        self._lock = threading.Lock()
+        self._finished: list[_Job] = []
+        self._scheduled = False
+
+    def post(self, job: _Job) -> None:
+        """Hand a finished job back (from a worker thread)."""
+        with self._lock:
+            self._finished.append(job)
+            if self._scheduled:
+                return  # the loop has a delivery pending that will take this one too
+            self._scheduled = True
+        try:
+            self._token.backend_class.run_sync_soon(self._deliver, (), self._token.native_token)
+        except Exception:  # the loop has ended: nobody waits for these answers
+            with self._lock:
+                self._finished.clear()
+                self._scheduled = False
+
+    def _deliver(self) -> None:
+        with self._lock:
+            finished, self._finished = self._finished, []
+            self._scheduled = False
+        for job in finished:
+            job.done.set()
+
+
+class _Pool:
+    """Up to ``MAX_WORKERS`` threads, started on demand, shared by every FileStorage."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: collections.deque[_Job] = collections.deque()
+        self._idle: list[_Worker] = []
+        self._workers = 0
+
+    def submit(self, job: _Job) -> None:
+        with self._lock:
+            if self._idle:
+                worker = self._idle.pop()
+                worker.job = job
+                worker.wake.release()
+                return
+            if self._workers >= MAX_WORKERS:
+                self._queue.append(job)
+                return
+            self._workers += 1
+        _Worker(self, job).start()
+
+    def next_job(self, worker: _Worker) -> _Job | None:
+        """The worker's next job; ``None`` when it should end (idle too long)."""
+        with self._lock:
+            if self._queue:
+                return self._queue.popleft()
+            self._idle.append(worker)
+        if worker.wake.acquire(timeout=_WORKER_IDLE):
+            return worker.take()
+        with self._lock:
+            if worker in self._idle:
+                self._idle.remove(worker)
+                self._workers -= 1
+                return None
+        worker.wake.acquire()  # handed a job just as it timed out
+        return worker.take()
+
+    def reset(self) -> None:
+        """Forget the threads (in a child after ``fork``: they do not exist there)."""
+        self._lock = threading.Lock()
+        self._queue = collections.deque()
+        self._idle = []
+        self._workers = 0
+
+
+class _Worker(threading.Thread):
+    def __init__(self, pool: _Pool, job: _Job) -> None:
+        super().__init__(name="acmecerts-storage", daemon=True)
+        self._pool = pool
+        self.job: _Job | None = job
+        self.wake = threading.Lock()
+        self.wake.acquire()
+
+    def take(self) -> _Job | None:
+        job, self.job = self.job, None
+        return job
+
+    def run(self) -> None:
+        job = self.take()
+        while job is not None:
+            if job.cancelled:
+                job.error = _Cancelled()
+            else:
+                _local.job = job
+                try:
+                    job.result = job.func()
+                except BaseException as exc:
+                    job.error = exc
+                finally:
+                    _local.job = None
+            job.port.post(job)
+            del job
+            job = self._pool.next_job(self)
+
+
+_local = threading.local()
+_HAS_TOKEN = hasattr(anyio.lowlevel, "current_token")
+_pool = _Pool()
+_port_var: RunVar[_Port] = RunVar("acmecerts.storage._workers.port")
+os.register_at_fork(after_in_child=_pool.reset)
+
+
+async def in_worker(func: Callable[[], _T]) -> _T:
+    """Run ``func`` in a pool thread; a cancelled caller waits for it (see check_cancelled)."""
+    await anyio.lowlevel.checkpoint_if_cancelled()
+    port = _port_var.get(None)
+    if port is None:
+        port = _Port(anyio.lowlevel.current_token())
+        _port_var.set(port)
+    job = _Job(func, port)
+    _pool.submit(job)
+    try:
+        await job.done.wait()
+    except BaseException:
+        job.cancelled = True  # the worker's check_cancelled() now raises
+        with anyio.CancelScope(shield=True):
+            await job.done.wait()
+        raise
+    if job.error is not None:
+        error, job.error = job.error, None
+        raise error
+    return job.result  # type: ignore[no-any-return]
+
+
+def run_sync(func: Callable[..., _T], *args: Any) -> Awaitable[_T]:
+    """Await ``func(*args)`` run in a worker thread (``anyio.to_thread`` if anyio < 4.11).
+
+    Not a coroutine itself: the caller awaits :func:`in_worker`'s directly (one frame less).
+    """
+    call = functools.partial(func, *args)
+    if _HAS_TOKEN:
+        return in_worker(call)
+    return anyio.to_thread.run_sync(call)  # anyio < 4.11: no current_token()
