@@ -12,7 +12,7 @@ from acmecerts.solvers._listener import _CallbackConnection
 from acmecerts.solvers.http01._messages import (
     _LINGER_SECONDS,
     _MAX_REQUESTS_PER_CONNECTION,
-    _render,
+    _Responder,
 )
 from acmecerts.solvers.http01._tokens import _CHALLENGE_TYPE
 
@@ -44,10 +44,9 @@ class _Http01Connection(_CallbackConnection):
         "_closing",
         "_deadline",
         "_drained",
-        "_h11",
         "_http",
         "_loop",
-        "_method",
+        "_out",
         "_peer_eof",
         "_request",
         "_served",
@@ -60,10 +59,12 @@ class _Http01Connection(_CallbackConnection):
         super().__init__(server, running)
         self._http = server
         self._loop = loop
-        self._h11 = h11.Connection(h11.SERVER, max_incomplete_event_size=server._max_request_size)
+        #: The h11 state and the method of the request being answered.
+        self._out = _Responder(
+            h11.Connection(h11.SERVER, max_incomplete_event_size=server._max_request_size)
+        )
         #: The request being received (``None`` between requests).
         self._request: h11.Request | None = None
-        self._method: bytes | None = None
         self._body_size = 0
         self._served = 0
         #: Loop time by which the current request must be answered.
@@ -87,7 +88,7 @@ class _Http01Connection(_CallbackConnection):
                 self.transport.close()
             return
         try:
-            conn = self._h11
+            conn = self._out.h11
             while True:
                 room = self._http._max_request_size - len(conn.trailing_data[0])
                 if len(data) <= room:
@@ -111,7 +112,7 @@ class _Http01Connection(_CallbackConnection):
         if self._closing:
             return False  # the client has read the answer and hung up: close
         try:
-            self._h11.receive_data(b"")
+            self._out.h11.receive_data(b"")
             self._process()  # ends in ConnectionClosed or a protocol error
         except Exception as exc:
             self._fail(exc)
@@ -139,13 +140,13 @@ class _Http01Connection(_CallbackConnection):
 
     def _process(self) -> None:
         """Handle every complete event received so far: answer each complete request."""
-        conn = self._h11
+        conn = self._out.h11
         while not self._closing:
             try:
                 event = conn.next_event()
             except h11.RemoteProtocolError as exc:
                 if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-                    self._respond(exc.error_status_hint, close=True)
+                    self._respond(self._out.render(exc.error_status_hint, close=True))
                 self._shutdown()
                 return
             if event is h11.NEED_DATA:
@@ -156,12 +157,12 @@ class _Http01Connection(_CallbackConnection):
             event_type = type(event)
             if event_type is h11.Request:
                 self._request = cast("h11.Request", event)
-                self._method = self._request.method
+                self._out.method = self._request.method
                 self._body_size = 0
             elif event_type is h11.Data:
                 self._body_size += len(cast("h11.Data", event).data)
                 if self._body_size > self._http._max_request_size:
-                    self._respond(413, close=True)
+                    self._respond(self._out.render(413, close=True))
                     self._shutdown()
                     return
             elif event_type is h11.EndOfMessage and self._request is not None:
@@ -175,30 +176,25 @@ class _Http01Connection(_CallbackConnection):
         self._served += 1
         status, headers, body = self._http._route(request)
         self._respond(
-            status,
-            headers=headers,
-            body=body,
-            close=self._served >= _MAX_REQUESTS_PER_CONNECTION,
+            self._out.render(
+                status,
+                headers=headers,
+                body=body,
+                close=self._served >= _MAX_REQUESTS_PER_CONNECTION,
+            )
         )
-        conn = self._h11
+        conn = self._out.h11
         if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
             conn.start_next_cycle()
             self._request = None
-            self._method = None
+            self._out.method = None
             # The next request's deadline; the timer catches up when it fires.
             self._deadline = self._loop.time() + self._http._timeout
         else:
             self._shutdown()
 
-    def _respond(
-        self,
-        status: int,
-        *,
-        headers: list[tuple[bytes, bytes]] | None = None,
-        body: bytes = b"",
-        close: bool = False,
-    ) -> None:
-        data = _render(self._h11, self._method, status, headers=headers, body=body, close=close)
+    def _respond(self, data: bytes) -> None:
+        """Write one rendered response (:meth:`_Responder.render`)."""
         if self.transport is not None:
             self.transport.write(data)
 
@@ -216,14 +212,14 @@ class _Http01Connection(_CallbackConnection):
         if self._loop.time() < self._deadline:  # answered since: wait for the next request
             self._timer = self._loop.call_at(self._deadline, self._on_timer)
             return
-        conn = self._h11
+        conn = self._out.h11
         pending, _closed = conn.trailing_data
         try:
             if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE) and (
                 conn.their_state is not h11.IDLE or pending
             ):
                 # A request was started but not finished in time (RFC 9110 §15.5.9).
-                self._respond(408, close=True)
+                self._respond(self._out.render(408, close=True))
                 self._shutdown()
                 return
         except Exception as exc:

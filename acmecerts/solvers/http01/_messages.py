@@ -19,31 +19,44 @@ class _RequestTooLarge(Exception):
     """The request body is larger than the server accepts."""
 
 
-def _render(
-    conn: h11.Connection,
-    method: bytes | None,
-    status: int,
-    *,
-    headers: list[tuple[bytes, bytes]] | None = None,
-    body: bytes = b"",
-    close: bool = False,
-) -> bytes:
-    """One complete response, through ``conn`` (a short text body for errors without one).
+class _Responder:
+    """One server connection's h11 state machine and the method of the request it answers.
 
-    ``method`` is the request's (``None`` before one was parsed): a ``HEAD`` gets ``GET``'s
-    headers and no body (RFC 9110 §9.3.2).
+    Both ways of serving a connection (a task over an anyio stream, asyncio callbacks)
+    answer through :meth:`render`; they differ only in how the bytes are written.
     """
-    if status >= 400 and not body:
-        body = _reason(status).lower() + b"\n"
-        headers = [*(headers or []), (b"content-type", b"text/plain; charset=utf-8")]
-    all_headers = [*(headers or []), (b"content-length", str(len(body)).encode("ascii"))]
-    if close:
-        all_headers.append((b"connection", b"close"))
-    out = [conn.send(_response(status, tuple(all_headers)))]
-    if method != b"HEAD":
-        out.append(conn.send(h11.Data(data=body)))
-    out.append(conn.send(h11.EndOfMessage()))
-    return b"".join(chunk for chunk in out if chunk)
+
+    __slots__ = ("h11", "method")
+
+    def __init__(self, conn: h11.Connection) -> None:
+        self.h11 = conn
+        #: Method of the request being answered (``None`` before it is parsed).
+        self.method: bytes | None = None
+
+    def render(
+        self,
+        status: int,
+        *,
+        headers: list[tuple[bytes, bytes]] | None = None,
+        body: bytes = b"",
+        close: bool = False,
+    ) -> bytes:
+        """One complete response (a short text body for errors without one).
+
+        A ``HEAD`` request gets ``GET``'s headers and no body (RFC 9110 §9.3.2).
+        """
+        if status >= 400 and not body:
+            body = _reason(status).lower() + b"\n"
+            headers = [*(headers or []), (b"content-type", b"text/plain; charset=utf-8")]
+        all_headers = [*(headers or []), (b"content-length", str(len(body)).encode("ascii"))]
+        if close:
+            all_headers.append((b"connection", b"close"))
+        conn = self.h11
+        out = [conn.send(_response(status, tuple(all_headers)))]
+        if self.method != b"HEAD":
+            out.append(conn.send(h11.Data(data=body)))
+        out.append(conn.send(h11.EndOfMessage()))
+        return b"".join(chunk for chunk in out if chunk)
 
 
 @functools.lru_cache(maxsize=256)

@@ -18,9 +18,9 @@ from acmecerts.solvers.http01._messages import (
     _LINGER_SECONDS,
     _MAX_REQUESTS_PER_CONNECTION,
     _RECEIVE_SIZE,
-    _render,
     _request_path,
     _RequestTooLarge,
+    _Responder,
 )
 from acmecerts.solvers.http01._tokens import (
     _PATH_PREFIX,
@@ -38,29 +38,18 @@ if TYPE_CHECKING:
 logger = logging.getLogger("acmecerts.solvers.http01")
 
 
-class _Conversation:
-    """One client connection: the h11 state machine, the stream, the current method."""
+class _Conversation(_Responder):
+    """One client connection: the h11 state machine, the current method, the stream."""
 
-    __slots__ = ("h11", "method", "stream")
+    __slots__ = ("stream",)
 
     def __init__(self, conn: h11.Connection, stream: anyio.abc.SocketStream) -> None:
-        self.h11 = conn
+        super().__init__(conn)
         self.stream = stream
-        #: Method of the request being answered (``None`` before it is parsed).
-        self.method: bytes | None = None
 
-    async def send(
-        self,
-        status: int,
-        *,
-        headers: list[tuple[bytes, bytes]] | None = None,
-        body: bytes = b"",
-        close: bool = False,
-    ) -> None:
-        """Send one complete response (a short text body for errors without one)."""
-        await self.stream.send(
-            _render(self.h11, self.method, status, headers=headers, body=body, close=close)
-        )
+    async def send(self, data: bytes) -> None:
+        """Write one rendered response (:meth:`render`)."""
+        await self.stream.send(data)
 
 
 class Http01Server(_Http01Solver, _ListeningServer):
@@ -179,7 +168,7 @@ class Http01Server(_Http01Solver, _ListeningServer):
                 ):
                     # A request was started but not finished in time (RFC 9110 §15.5.9).
                     with anyio.move_on_after(_LINGER_SECONDS):
-                        await conn.send(408, close=True)
+                        await conn.send(conn.render(408, close=True))
                 # An idle keep-alive connection is simply closed (RFC 9112 §9.8).
                 return
             if not keep_alive:
@@ -195,15 +184,15 @@ class Http01Server(_Http01Solver, _ListeningServer):
             request = await self._read_request(conn)
         except h11.RemoteProtocolError as exc:
             if conn.h11.our_state in (h11.IDLE, h11.SEND_RESPONSE):
-                await conn.send(exc.error_status_hint, close=True)
+                await conn.send(conn.render(exc.error_status_hint, close=True))
             return False
         except _RequestTooLarge:
-            await conn.send(413, close=True)
+            await conn.send(conn.render(413, close=True))
             return False
         if request is None:
             return False
         status, headers, body = self._route(request)
-        await conn.send(status, headers=headers, body=body, close=last)
+        await conn.send(conn.render(status, headers=headers, body=body, close=last))
         if conn.h11.our_state is h11.DONE and conn.h11.their_state is h11.DONE:
             conn.h11.start_next_cycle()
             conn.method = None
