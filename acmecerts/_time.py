@@ -18,6 +18,7 @@ problem text. Both follow one rule, and neither raises for any text: unreadable 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime as _dt
 import email.utils
@@ -538,3 +539,15 @@ async def poll_until(
             await clock.sleep(pause)
         else:
             await anyio.lowlevel.checkpoint()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The running asyncio event loop, ``None`` under another event loop (trio).
+
+    The one probe for the asyncio fast paths (the solvers' callback servers, the
+    transport's pool): the lowest layer both may import, beside the clock that sleeps.
+    """
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, ClassVar, Final, cast
 import anyio
 import anyio.abc
 
-from acmecerts._time import duration_seconds
+from acmecerts._time import _running_loop, duration_seconds
 from acmecerts.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -307,10 +307,7 @@ class _ListeningServer(abc.ABC):
     def _spawn_detached(self, running: _Running) -> None:
         """Run the server in a task of its own, outside the caller's task tree."""
         serve = functools.partial(self._serve_detached, running)
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
+        loop = _running_loop()
         if loop is not None:
             running.task = loop.create_task(serve(), name=repr(self))
         else:  # trio: a system task lives until aclose() or the end of trio.run()
@@ -328,7 +325,7 @@ class _ListeningServer(abc.ABC):
     async def _serve(self, running: _Running) -> None:
         try:
             with running.scope:
-                loop = _asyncio_loop()
+                loop = _running_loop()
                 factory = self._callback_factory(running, loop) if loop is not None else None
                 if loop is not None and factory is not None:
                     await self._serve_callbacks(running, loop, factory)
@@ -434,12 +431,4 @@ class _ListeningServer(abc.ABC):
 
         ``None`` (the default) serves every connection with :meth:`_serve_connection`.
         """
-        return None
-
-
-def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
-    """The running asyncio event loop, ``None`` under another backend (trio)."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
         return None

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 
 import httpx
 
+from acmecerts._time import _running_loop
 from acmecerts.transport._exchange import Answer, RawHeaders, Timeouts
 from acmecerts.transport._h1 import Connection, Key
 from acmecerts.transport._proxy import ProxyConfig
@@ -334,11 +335,3 @@ def _headers_for(request: httpx.Request, body: bytes) -> list[tuple[bytes, bytes
     if body and not any(name.lower() == b"content-length" for name, _ in headers):
         headers.append((b"Content-Length", str(len(body)).encode("ascii")))
     return headers
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    """The running asyncio loop, or ``None`` under another event loop (trio)."""
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
