@@ -35,6 +35,7 @@ from typing import Literal
 import httpx
 
 from acmecerts.errors import InvalidInput, ProxyError
+from acmecerts.transport._policy import origin_of
 
 __all__ = [
     "ProxyConfig",
@@ -322,17 +323,7 @@ class ProxyConfig:
         Raises:
             InvalidInput: ``url`` is not an absolute http(s) URL.
         """
-        try:
-            parsed = httpx.URL(url)
-            port = parsed.port
-        except (httpx.InvalidURL, TypeError, ValueError) as exc:
-            raise InvalidInput(f"{str(url)[:200]!r} is not a valid URL: {exc}") from None
-        scheme = parsed.scheme.lower()
-        host = parsed.raw_host.decode("ascii", "replace")
-        if scheme not in ("http", "https") or not host:
-            raise InvalidInput(f"{str(url)[:200]!r} is not an absolute http(s) URL")
-        default = 443 if scheme == "https" else 80
-        proxy = self.route(scheme, host, port if port is not None else default)
+        proxy = self.route(*origin_of(str(url)))
         return proxy.shown if proxy is not None else None
 
     def route(self, scheme: str, host: str, port: int) -> _Proxy | None:
