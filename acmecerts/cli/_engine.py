@@ -31,7 +31,7 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
-from acmecerts._issued import IssuedCertificate
+from acmecerts import IssuedCertificate
 from acmecerts.client import (
     AcmeClient,
     ChallengeAnswered,
@@ -70,9 +70,11 @@ from acmecerts.protocol.resources import Account
 from acmecerts.retry import AttemptSchedule
 from acmecerts.solvers import Solver
 
+from ._args import Hooks
 from ._firstcontact import terms_refused
-from ._hooks import HookResult, HookRunner, Hooks, deploy_environment
-from ._state import CertificateRecord, State, StoredChallenge, write_certificate_files
+from ._hooks import HookResult, HookRunner, deploy_environment
+from ._records import CertificateRecord, StoredChallenge
+from ._state import State, write_certificate_files
 
 __all__ = [
     "CLI_SCHEDULE",

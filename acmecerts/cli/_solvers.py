@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any, Final
 from acmecerts.errors import InvalidInput
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.solvers import Solver
-from acmecerts.solvers._listener import _ListeningServer
 
 if TYPE_CHECKING:
     from acmecerts.solvers import PropagationCheck
@@ -315,8 +314,12 @@ def renewal_options(
 async def running_solvers(plan: ChallengePlan, *, eager: bool) -> AsyncIterator[list[Solver]]:
     """The solvers, started now (``eager``: a busy port is bad input before anything is
     sent) or on first use; stopped when the block ends, also on Ctrl-C."""
+    # The solvers that listen, which the block must stop (what else they import, the
+    # client has imported already).
+    from acmecerts.solvers import Http01Server, TlsAlpn01Server
+
     solver = plan.solver
-    if isinstance(solver, _ListeningServer):  # Http01Server, TlsAlpn01Server
+    if isinstance(solver, Http01Server | TlsAlpn01Server):
         if eager:
             async with solver:
                 yield [solver]

@@ -73,19 +73,15 @@ from ._records import (
     CaSettings,
     CertificateRecord,
     StoredCertificate,
-    StoredChallenge,
 )
 
 if TYPE_CHECKING:
-    from acmecerts._issued import IssuedCertificate
+    from acmecerts import IssuedCertificate
 
-# CertificateRecord and StoredChallenge: also here for _engine (it imports them from here).
 __all__ = [
     "CERTIFICATE_FILES",
     "SYSTEM_STATE_DIR",
-    "CertificateRecord",
     "State",
-    "StoredChallenge",
     "certificate_name",
     "default_state_dir",
     "directory_slug",
