@@ -453,7 +453,8 @@ async def execute(
     outcomes: list[Outcome | None] = [None] * len(jobs)
 
     async def run(index: int, job: Job) -> None:
-        outcome = await _run_job(manager, state, job, board, max_wait, hooks)
+        result = await _obtain(manager, job, board, max_wait)
+        outcome = await _finish(manager, state, job, board, result, hooks)
         outcomes[index] = outcome
         if finished is not None and not isinstance(outcome.error, AccountDoesNotExist):
             finished.append(outcome)  # (a stale account is retried below)
@@ -486,14 +487,11 @@ async def execute(
     return done
 
 
-async def _run_job(
-    manager: CertificateManager,
-    state: State,
-    job: Job,
-    board: Board,
-    max_wait: float,
-    hooks: HookRunner | None = None,
-) -> Outcome:
+async def _obtain(
+    manager: CertificateManager, job: Job, board: Board, max_wait: float
+) -> IssueResult:
+    """The job's result, after waiting (at most ``max_wait`` in all) where the CA or the
+    ledger said to retry soon enough."""
     name = job.name
     waited = 0.0
     while True:
@@ -509,7 +507,7 @@ async def _run_job(
                 await anyio.sleep(delay)
                 waited += delay
                 continue
-        return await _finish(manager, state, job, board, result, hooks)
+        return result
 
 
 async def _finish(
@@ -520,6 +518,8 @@ async def _finish(
     result: IssueResult,
     hooks: HookRunner | None = None,
 ) -> Outcome:
+    """The job's outcome for ``result``: a new certificate exported (then its deploy-hook),
+    or why there is none; its line of the board set."""
     name = job.name
     renewal_at = manager.renewal_at(name)
     if isinstance(result, IssuedResult):
