@@ -23,7 +23,7 @@ from typing import Annotated, Any, Final
 
 import typer
 
-from acmecerts._version import __version__
+from acmecerts import __version__
 from acmecerts.errors import InvalidInput
 
 from . import _commands as commands

@@ -18,7 +18,7 @@ from typing import TypeVar
 
 import anyio
 
-from acmecerts._time import Clock, SystemClock
+from acmecerts import Clock, SystemClock
 from acmecerts.client import AcmeClient, ExternalAccountBinding
 from acmecerts.errors import (
     AccountDoesNotExist,

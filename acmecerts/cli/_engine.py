@@ -31,7 +31,7 @@ from pathlib import Path
 import anyio
 import anyio.to_thread
 
-from acmecerts._issued import IssuedCertificate
+from acmecerts import IssuedCertificate
 from acmecerts.client import (
     AcmeClient,
     ChallengeAnswered,
@@ -70,9 +70,11 @@ from acmecerts.protocol.resources import Account
 from acmecerts.retry import AttemptSchedule
 from acmecerts.solvers import Solver
 
+from ._args import Hooks
 from ._firstcontact import terms_refused
-from ._hooks import HookResult, HookRunner, Hooks, deploy_environment
-from ._state import CertificateRecord, State, StoredChallenge, write_certificate_files
+from ._hooks import HookResult, HookRunner, deploy_environment
+from ._records import CertificateRecord, StoredChallenge
+from ._state import State, write_certificate_files
 
 __all__ = [
     "CLI_SCHEDULE",
@@ -451,7 +453,8 @@ async def execute(
     outcomes: list[Outcome | None] = [None] * len(jobs)
 
     async def run(index: int, job: Job) -> None:
-        outcome = await _run_job(manager, state, job, board, max_wait, hooks)
+        result = await _obtain(manager, job, board, max_wait)
+        outcome = await _finish(manager, state, job, board, result, hooks)
         outcomes[index] = outcome
         if finished is not None and not isinstance(outcome.error, AccountDoesNotExist):
             finished.append(outcome)  # (a stale account is retried below)
@@ -484,14 +487,11 @@ async def execute(
     return done
 
 
-async def _run_job(
-    manager: CertificateManager,
-    state: State,
-    job: Job,
-    board: Board,
-    max_wait: float,
-    hooks: HookRunner | None = None,
-) -> Outcome:
+async def _obtain(
+    manager: CertificateManager, job: Job, board: Board, max_wait: float
+) -> IssueResult:
+    """The job's result, after waiting (at most ``max_wait`` in all) where the CA or the
+    ledger said to retry soon enough."""
     name = job.name
     waited = 0.0
     while True:
@@ -507,7 +507,7 @@ async def _run_job(
                 await anyio.sleep(delay)
                 waited += delay
                 continue
-        return await _finish(manager, state, job, board, result, hooks)
+        return result
 
 
 async def _finish(
@@ -518,6 +518,8 @@ async def _finish(
     result: IssueResult,
     hooks: HookRunner | None = None,
 ) -> Outcome:
+    """The job's outcome for ``result``: a new certificate exported (then its deploy-hook),
+    or why there is none; its line of the board set."""
     name = job.name
     renewal_at = manager.renewal_at(name)
     if isinstance(result, IssuedResult):

@@ -39,11 +39,9 @@ import anyio.abc
 from ._args import DEFAULT_HOOK_TIMEOUT, Hooks
 
 __all__ = [
-    "DEFAULT_HOOK_TIMEOUT",
     "HOOK_VARIABLES",
     "HookResult",
     "HookRunner",
-    "Hooks",
     "deploy_environment",
     "run_hook",
 ]

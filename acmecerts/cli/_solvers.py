@@ -35,10 +35,9 @@ from typing import TYPE_CHECKING, Any, Final
 from acmecerts.errors import InvalidInput
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.solvers import Solver
-from acmecerts.solvers._listener import _ListeningServer
 
 if TYPE_CHECKING:
-    from acmecerts.solvers import PropagationCheck
+    from acmecerts.solvers import Http01Server, PropagationCheck, TlsAlpn01Server
 
 from ._args import ChallengeOptions
 from ._firstcontact import check_webroot
@@ -70,6 +69,8 @@ class ChallengePlan:
     listen: str | None
     #: The absolute ``--webroot`` (stored with each certificate), if one was given.
     webroot: Path | None = None
+    #: The solver again when it is a server (http-01, tls-alpn-01): what runs it must stop it.
+    server: Http01Server | TlsAlpn01Server | None = None
 
 
 def parse_hostport(value: str, *, option: str, default_port: int | None = None) -> tuple[str, int]:
@@ -207,12 +208,14 @@ def plan_challenge(options: ChallengeOptions, identifiers: Sequence[Identifier])
         from acmecerts.solvers import Http01Server
 
         host, port = parse_listen(options.http_01_listen, "--http-01-listen")
-        return ChallengePlan(challenge, Http01Server(host=host, port=port), f"{host}:{port}")
+        http = Http01Server(host=host, port=port)
+        return ChallengePlan(challenge, http, f"{host}:{port}", server=http)
     if challenge == "tls-alpn-01":
         from acmecerts.solvers import TlsAlpn01Server
 
         host, port = parse_listen(options.tls_alpn_01_listen, "--tls-alpn-01-listen")
-        return ChallengePlan(challenge, TlsAlpn01Server(host=host, port=port), f"{host}:{port}")
+        tls = TlsAlpn01Server(host=host, port=port)
+        return ChallengePlan(challenge, tls, f"{host}:{port}", server=tls)
     return ChallengePlan(challenge, _dns_solver(options), None)
 
 
@@ -315,15 +318,15 @@ def renewal_options(
 async def running_solvers(plan: ChallengePlan, *, eager: bool) -> AsyncIterator[list[Solver]]:
     """The solvers, started now (``eager``: a busy port is bad input before anything is
     sent) or on first use; stopped when the block ends, also on Ctrl-C."""
-    solver = plan.solver
-    if isinstance(solver, _ListeningServer):  # Http01Server, TlsAlpn01Server
-        if eager:
-            async with solver:
-                yield [solver]
-            return
-        try:
-            yield [solver]
-        finally:
-            await solver.aclose()
+    server = plan.server
+    if server is None:
+        yield [plan.solver]
         return
-    yield [solver]
+    if eager:
+        async with server:
+            yield [server]
+        return
+    try:
+        yield [server]
+    finally:
+        await server.aclose()

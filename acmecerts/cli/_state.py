@@ -73,19 +73,15 @@ from ._records import (
     CaSettings,
     CertificateRecord,
     StoredCertificate,
-    StoredChallenge,
 )
 
 if TYPE_CHECKING:
-    from acmecerts._issued import IssuedCertificate
+    from acmecerts import IssuedCertificate
 
-# CertificateRecord and StoredChallenge: also here for _engine (it imports them from here).
 __all__ = [
     "CERTIFICATE_FILES",
     "SYSTEM_STATE_DIR",
-    "CertificateRecord",
     "State",
-    "StoredChallenge",
     "certificate_name",
     "default_state_dir",
     "directory_slug",
@@ -199,18 +195,16 @@ def _stage(path: Path, data: bytes, mode: int) -> Path:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
     fd = os.open(temp, flags, mode)
     try:
-        # The umask may only have removed bits; make the mode exact (never wider).
-        os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        with open(fd, "wb") as file:  # closes fd
+            # The umask may only have removed bits; make the mode exact (never wider).
+            os.fchmod(fd, mode)
+            file.write(data)
+            file.flush()
+            os.fsync(fd)
     except BaseException:
-        os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(temp)
         raise
-    os.close(fd)
     return temp
 
 
