@@ -54,13 +54,14 @@ from acmecerts.manager import (
     CertificateObtaining,
     CertificateRateLimited,
 )
+from acmecerts.ratelimit import RateLimitLedger
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
     from acmecerts.manager import CertificateManager
     from acmecerts.protocol.resources import Directory
-    from acmecerts.ratelimit import BudgetLine, RateLimitLedger, RateLimitModel
+    from acmecerts.ratelimit import BudgetLine, RateLimitModel
 
 __all__ = ["PrometheusMetrics", "budget_by_limit", "endpoint_label"]
 
@@ -245,10 +246,13 @@ class PrometheusMetrics:
 
     @property
     def ledger(self) -> RateLimitLedger | None:
-        """The rate-limit ledger of the attached manager's client, if any."""
-        if self._manager is None:
-            return None
-        return self._manager.client.ledger
+        """The rate-limit ledger of the attached manager's client, if any.
+
+        Only a :class:`~acmecerts.ratelimit.RateLimitLedger` has a budget to publish: a
+        ledger of your own (any :class:`~acmecerts.ratelimit.LedgerLike`) gives none.
+        """
+        ledger = None if self._manager is None else self._manager.client.ledger
+        return ledger if isinstance(ledger, RateLimitLedger) else None
 
     async def refresh(self) -> None:
         """Read the ledger from its store now (after :meth:`attach`, or before a scrape).

@@ -23,8 +23,9 @@ clock. See ``docs/rate-limits.md``.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from acmecerts.ratelimit._ledger_like import LedgerLike
 from acmecerts.ratelimit._model import (
     LETS_ENCRYPT,
     NO_LIMITS,
@@ -45,9 +46,6 @@ from acmecerts.ratelimit._throttle import (
     RequestRates,
 )
 
-if TYPE_CHECKING:
-    from acmecerts.manager._ledger import RateLimitLedger
-
 __all__ = [
     "LETS_ENCRYPT",
     "NO_LIMITS",
@@ -56,6 +54,7 @@ __all__ = [
     "EndpointClass",
     "Event",
     "IssuanceRequest",
+    "LedgerLike",
     "Limit",
     "PlannedIssuance",
     "RateLimitLedger",
@@ -71,20 +70,20 @@ __all__ = [
     "registered_domain",
 ]
 
-if not TYPE_CHECKING:  # type checkers see the import above, and no catch-all attribute
 
-    def __getattr__(name: str) -> Any:
-        """``RateLimitLedger`` on first use (PEP 562), from the manager layer.
+def __getattr__(name: str) -> Any:
+    """``RateLimitLedger`` on first use (PEP 562), from the manager layer.
 
-        The ledger writes itself to storage, so it lives beside the manager, above this
-        policy layer, which imports no storage. It is still public here, where it always
-        was (``from acmecerts.ratelimit import RateLimitLedger``); an import at the top of
-        this module would make the policy layer load storage and the manager, and
-        ``acmecerts.manager`` (which imports this package) would import itself. So the
-        name is imported when it is first asked for, and kept.
-        """
-        if name != "RateLimitLedger":
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = importlib.import_module("acmecerts.manager._ledger").RateLimitLedger
-        globals()[name] = value
-        return value
+    The ledger writes itself to storage, so it lives beside the manager, above this
+    policy layer, which imports no storage. It is still public here, where it always
+    was (``from acmecerts.ratelimit import RateLimitLedger``); an import at the top of
+    this module would make the policy layer load storage and the manager, and
+    ``acmecerts.manager`` (which imports this package) would import itself. So the
+    name is imported when it is first asked for, and kept. Type checkers read the
+    names of this package from ``__init__.pyi``, which declares ``RateLimitLedger``.
+    """
+    if name != "RateLimitLedger":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = importlib.import_module("acmecerts.manager._ledger").RateLimitLedger
+    globals()[name] = value
+    return value
