@@ -1,9 +1,9 @@
-"""What type checkers read for :mod:`acmecerts.ratelimit` (the module is ``__init__.py``).
+"""What type checkers read for :mod:`acmecerts.ratelimit` (a declaration, never run).
 
-The same names as ``__init__.py``, and ``RateLimitLedger``, which ``__init__.py`` imports
-on first use (PEP 562) from the manager layer: the policy layer does not import it, and
-this declaration is for type checkers only (tests/ratelimit/test_public_names.py holds
-the two files to the same names and objects).
+``__init__.py`` imports each name on first use (PEP 562) from the module its ``_LAZY``
+table names; ``RateLimitLedger`` from the manager layer, which the policy layer does not
+import. tests/ratelimit/test_public_names.py holds the two files to the same names,
+modules and objects.
 """
 
 from acmecerts.manager._ledger import RateLimitLedger as RateLimitLedger
