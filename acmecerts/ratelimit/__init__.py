@@ -71,3 +71,8 @@ def __getattr__(name: str) -> Any:
     from ``__init__.pyi``, which is for them only (a declaration, never run).
     """
     return import_lazily(globals(), _LAZY, name)
+
+
+def __dir__() -> list[str]:
+    """The public names and whatever this package holds so far."""
+    return sorted(set(globals()) | set(__all__))
