@@ -11,8 +11,41 @@ from acmecerts.protocol.identifiers import Identifier
 __all__ = ["IssuedCertificate"]
 
 
+class LeafInfo:
+    """A certificate's :attr:`info` (names, validity, serial) as its own properties.
+
+    The base of :class:`IssuedCertificate` and of the manager's compact
+    ``HeldCertificate``, which are read alike.
+    """
+
+    __slots__ = ()
+
+    #: Names, validity and serial of the leaf.
+    info: CertificateInfo
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The subjectAltName entries of the leaf."""
+        return self.info.names
+
+    @property
+    def not_before(self) -> _dt.datetime:
+        """Start of validity (UTC)."""
+        return self.info.not_before
+
+    @property
+    def not_after(self) -> _dt.datetime:
+        """End of validity (UTC)."""
+        return self.info.not_after
+
+    @property
+    def serial(self) -> str:
+        """Serial number, lower-case hex."""
+        return self.info.serial
+
+
 @dataclasses.dataclass(frozen=True, slots=True, repr=False)
-class IssuedCertificate:
+class IssuedCertificate(LeafInfo):
     """A certificate the CA issued, with its private key and parsed metadata.
 
     The repr never shows the private key.
@@ -47,26 +80,6 @@ class IssuedCertificate:
     def fullchain_pem(self) -> str:
         """Leaf plus intermediates (``fullchain.pem``), what servers usually want."""
         return self.chain.pem
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        """The subjectAltName entries of the leaf."""
-        return self.info.names
-
-    @property
-    def not_before(self) -> _dt.datetime:
-        """Start of validity (UTC)."""
-        return self.info.not_before
-
-    @property
-    def not_after(self) -> _dt.datetime:
-        """End of validity (UTC)."""
-        return self.info.not_after
-
-    @property
-    def serial(self) -> str:
-        """Serial number, lower-case hex."""
-        return self.info.serial
 
     def __repr__(self) -> str:
         return (

@@ -40,7 +40,7 @@ import logging
 import math
 import re
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from acmecerts.client import ClientEvent, ResponseReceived
 from acmecerts.errors import AcmeCertsError, InvalidInput
@@ -54,17 +54,22 @@ from acmecerts.manager import (
     CertificateObtaining,
     CertificateRateLimited,
 )
+from acmecerts.ratelimit import RateLimitLedger
 
 if TYPE_CHECKING:
+    from prometheus_client.metrics import MetricWrapperBase
     from prometheus_client.metrics_core import GaugeMetricFamily, Metric
 
     from acmecerts.manager import CertificateManager
     from acmecerts.protocol.resources import Directory
-    from acmecerts.ratelimit import BudgetLine, RateLimitLedger, RateLimitModel
+    from acmecerts.ratelimit import BudgetLine, RateLimitModel
 
 __all__ = ["PrometheusMetrics", "budget_by_limit", "endpoint_label"]
 
 log = logging.getLogger("acmecerts.metrics")
+
+#: A ``prometheus_client`` metric type (``Gauge``, ``Counter``).
+M = TypeVar("M", bound="MetricWrapperBase")
 
 _ID_LIKE = re.compile(r"^(?=.*\d)[A-Za-z0-9_-]{8,}$|^\d+$")
 #: Directory resources whose URL is a prefix: the request's URL goes on below it.
@@ -181,48 +186,38 @@ class PrometheusMetrics:
             raise InvalidInput(f"budget_refresh must be >= 0 seconds, got {budget_refresh!r}")
         self.budget_refresh = _dt.timedelta(seconds=refresh)
         self.registry = registry if registry is not None else prom.CollectorRegistry()
-        ns = namespace
-        self.managed = prom.Gauge(
-            "certificates_managed", "Certificates managed", namespace=ns, registry=self.registry
-        )
-        self.expiry = prom.Gauge(
+
+        def metric(kind: type[M], name: str, documentation: str, labels: list[str]) -> M:
+            return kind(name, documentation, labels, namespace=namespace, registry=self.registry)
+
+        self.managed = metric(prom.Gauge, "certificates_managed", "Certificates managed", [])
+        self.expiry = metric(
+            prom.Gauge,
             "certificate_expiry_timestamp_seconds",
             "Expiry (not_after) of the current certificate, Unix time",
             ["name"],
-            namespace=ns,
-            registry=self.registry,
         )
-        self.renewal = prom.Gauge(
+        self.renewal = metric(
+            prom.Gauge,
             "certificate_renewal_timestamp_seconds",
             "When the manager plans to renew the current certificate, Unix time",
             ["name"],
-            namespace=ns,
-            registry=self.registry,
         )
-        self.attempts = prom.Counter(
-            "issuance_attempts",
-            "Issuance attempts started",
-            ["kind"],
-            namespace=ns,
-            registry=self.registry,
+        self.attempts = metric(
+            prom.Counter, "issuance_attempts", "Issuance attempts started", ["kind"]
         )
-        self.outcomes = prom.Counter(
-            "issuance_outcomes",
-            "Issuance attempt outcomes",
-            ["outcome", "reason"],
-            namespace=ns,
-            registry=self.registry,
+        self.outcomes = metric(
+            prom.Counter, "issuance_outcomes", "Issuance attempt outcomes", ["outcome", "reason"]
         )
-        self.requests = prom.Counter(
+        self.requests = metric(
+            prom.Counter,
             "acme_requests",
             "ACME HTTP requests by endpoint, method and status (0: no answer)",
             ["endpoint", "method", "status"],
-            namespace=ns,
-            registry=self.registry,
         )
         #: The ``ledger_budget_remaining`` collector (values from :meth:`budget_values`).
         self.budget = _LedgerBudget(
-            self, f"{ns}_ledger_budget_remaining" if ns else "ledger_budget_remaining"
+            self, f"{namespace}_ledger_budget_remaining" if namespace else "ledger_budget_remaining"
         )
         self.registry.register(self.budget)
         self._set_budget: dict[str, float] = {}
@@ -245,10 +240,13 @@ class PrometheusMetrics:
 
     @property
     def ledger(self) -> RateLimitLedger | None:
-        """The rate-limit ledger of the attached manager's client, if any."""
-        if self._manager is None:
-            return None
-        return self._manager.client.ledger
+        """The rate-limit ledger of the attached manager's client, if any.
+
+        Only a :class:`~acmecerts.ratelimit.RateLimitLedger` has a budget to publish: a
+        ledger of your own (any :class:`~acmecerts.ratelimit.LedgerLike`) gives none.
+        """
+        ledger = None if self._manager is None else self._manager.client.ledger
+        return ledger if isinstance(ledger, RateLimitLedger) else None
 
     async def refresh(self) -> None:
         """Read the ledger from its store now (after :meth:`attach`, or before a scrape).

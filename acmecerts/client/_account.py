@@ -31,7 +31,7 @@ from acmecerts.transport._events import EventSubscribers
 
 if TYPE_CHECKING:
     from acmecerts.client._events import IssuanceEvent
-    from acmecerts.ratelimit import Decision, RateLimitLedger
+    from acmecerts.ratelimit import Decision, LedgerLike
 
 log = logging.getLogger("acmecerts.client")
 T = TypeVar("T")
@@ -64,7 +64,7 @@ class _AccountRequests:
     """
 
     clock: Clock
-    ledger: RateLimitLedger | None
+    ledger: LedgerLike | None
     transport: AcmeTransport
     account_key: AccountKey
     account_url: str | None

@@ -34,7 +34,7 @@ from acmecerts.transport import (
 from acmecerts.transport._events import EventSubscribers
 
 if TYPE_CHECKING:
-    from acmecerts.ratelimit import RateLimitLedger
+    from acmecerts.ratelimit import LedgerLike
 from acmecerts.client._account import ExternalAccountBinding
 from acmecerts.client._events import ClientEvent, IssuanceEvent
 from acmecerts.client._issue import _Issuance
@@ -114,7 +114,7 @@ class AcmeClient(_Issuance, _RenewalInfoRequests):
         http2: bool = False,
         transport: AcmeTransport | None = None,
         on_request: RequestHook | None = None,
-        ledger: RateLimitLedger | None = None,
+        ledger: LedgerLike | None = None,
         url_policy: UrlPolicy | None = None,
         request_rates: RatesTable
         | RateLimitModel
@@ -206,7 +206,7 @@ class AcmeClient(_Issuance, _RenewalInfoRequests):
 def _request_rates(
     value: RequestRates | RatesTable | RateLimitModel | RequestThrottle | str | None,
     directory_url: str,
-    ledger: RateLimitLedger | None,
+    ledger: LedgerLike | None,
 ) -> RatesTable | RequestThrottle | None:
     """What ``AcmeClient(request_rates=value)`` gives the transport."""
     if isinstance(value, str):

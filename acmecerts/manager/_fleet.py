@@ -36,9 +36,10 @@ import anyio
 from acmecerts._time import Clock, SystemClock
 from acmecerts.client import AcmeClient, ExternalAccountBinding, PollPolicy
 from acmecerts.errors import InvalidInput
+from acmecerts.manager._ledger import RateLimitLedger
 from acmecerts.manager._manager import CertificateManager
 from acmecerts.protocol.keys import KeyType
-from acmecerts.ratelimit import RateLimitLedger, RateLimitModel, model_for_directory
+from acmecerts.ratelimit import RateLimitModel, model_for_directory
 from acmecerts.ratelimit._throttle import RatesTable
 from acmecerts.retry import AttemptSchedule, RequestRetry
 from acmecerts.solvers._base import Solver

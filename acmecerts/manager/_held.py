@@ -7,12 +7,11 @@ the certificates it issued; :meth:`HeldCertificate.issued` gives back an equal o
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from acmecerts._issued import IssuedCertificate
+from acmecerts._issued import IssuedCertificate, LeafInfo
 from acmecerts.protocol.certificate import CertificateChain, CertificateInfo
 from acmecerts.protocol.identifiers import Identifier
 
@@ -24,7 +23,7 @@ _SHARED: dict[tuple[x509.Certificate, ...], tuple[tuple[x509.Certificate, ...], 
 
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False, repr=False)
-class HeldCertificate:
+class HeldCertificate(LeafInfo):
     """A certificate as the manager keeps it in memory, in a few hundred bytes.
 
     An :class:`IssuedCertificate` costs kilobytes: the PEM text of the whole chain, the
@@ -42,21 +41,6 @@ class HeldCertificate:
     info: CertificateInfo
     order_url: str
     certificate_url: str
-
-    @property
-    def not_before(self) -> _dt.datetime:
-        """Start of validity (UTC)."""
-        return self.info.not_before
-
-    @property
-    def not_after(self) -> _dt.datetime:
-        """End of validity (UTC)."""
-        return self.info.not_after
-
-    @property
-    def serial(self) -> str:
-        """Serial number, lower-case hex."""
-        return self.info.serial
 
     def leaf(self) -> x509.Certificate:
         """The leaf certificate, parsed again."""

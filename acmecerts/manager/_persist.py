@@ -34,10 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import json
 from collections.abc import AsyncIterator, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any
 
 import anyio
 
@@ -59,25 +57,12 @@ from acmecerts.protocol.identifiers import Identifier, parse_identifiers
 from acmecerts.protocol.keys import load_private_key
 from acmecerts.retry import AttemptState
 from acmecerts.storage import KeyLayout, Lease, Storage, StoredValue, VersionConflict
+from acmecerts.storage._json import decode_json, encode_json
 from acmecerts.storage.keys import CertificateBundle, CertificateKeys, certificate_slug
 
 __all__ = ["CertificateStore"]
 
 _FORMAT = 1
-
-
-def _decode(data: bytes, key: str) -> dict[str, Any]:
-    try:
-        value = json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise StorageError(f"{key} is not valid JSON: {exc}", path=key) from exc
-    if not isinstance(value, dict):
-        raise StorageError(f"{key} is not a JSON object", path=key)
-    return value
-
-
-def _encode(value: dict[str, Any]) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")
 
 
 @dataclasses.dataclass(eq=False)
@@ -213,7 +198,7 @@ class CertificateStore:
         key_value = await self.storage.load(keys.privkey)
         if cert_value is None or key_value is None:
             return None
-        meta = _decode(meta_value.data, keys.meta)
+        meta = decode_json(meta_value.data, keys.meta)
         try:
             identifiers = parse_identifiers(meta["identifiers"])
             chain = parse_pem_chain(cert_value.data, url=keys.cert)
@@ -272,7 +257,7 @@ class CertificateStore:
             held.attempts_absent = value is None
         if value is None:
             return None
-        return AttemptState.from_json(_decode(value.data, key))
+        return AttemptState.from_json(decode_json(value.data, key))
 
     async def save_attempt_state(self, name: str, state: AttemptState) -> None:
         """Persist ``state`` (the fresh state deletes the record)."""
@@ -286,7 +271,7 @@ class CertificateStore:
             if held is not None:
                 held.attempts_absent = True
         else:
-            await self.storage.store(key, _encode(state.to_json()))
+            await self.storage.store(key, encode_json(state.to_json()))
             if held is not None:
                 held.attempts_absent = False
 
@@ -308,7 +293,7 @@ class CertificateStore:
         value = await self.storage.load(key)
         if value is None:
             return None
-        data = _decode(value.data, key)
+        data = decode_json(value.data, key)
         try:
             order_url = data["order_url"]
             if order_url is not None and not isinstance(order_url, str):
@@ -334,7 +319,7 @@ class CertificateStore:
         held = self._holding(name)
         if held is not None:
             held.order_known = False  # unknown if the store fails half-way
-        await self.storage.store(self.layout.order(name), _encode(value), secret=True)
+        await self.storage.store(self.layout.order(name), encode_json(value), secret=True)
         if held is not None:
             held.know_order(record)
 
@@ -364,7 +349,7 @@ class CertificateStore:
         value = await self.storage.load(key)
         if value is None:
             return None
-        data = _decode(value.data, key)
+        data = decode_json(value.data, key)
         try:
             identifiers = parse_identifiers(data["identifiers"])
             raw = data["entries"]
@@ -395,7 +380,7 @@ class CertificateStore:
             "entries": [entry.to_json() for entry in entries],
         }
         version = await self.storage.store(
-            record.key, _encode(value), expect_version=record.version
+            record.key, encode_json(value), expect_version=record.version
         )
         return RetiredRecord(record.key, record.identifiers, entries, version)
 
@@ -427,7 +412,7 @@ class CertificateStore:
                     parsed = parse_identifiers(list(bundle.identifiers))
                     serial, not_after = bundle.serial, parse_instant(bundle.not_after, "not_after")
                 else:
-                    data = _decode(value.data, key)
+                    data = decode_json(value.data, key)
                     parsed = parse_identifiers(data["identifiers"])
                     if value is meta:
                         serial = str(data["serial"])

@@ -28,6 +28,7 @@ from acmecerts._time import Clock
 from acmecerts.client import AcmeClient
 from acmecerts.errors import AcmeCertsError
 from acmecerts.manager._entry import AT_ONCE, Entry, current, leaf, parked, queue_time
+from acmecerts.manager._ledger import RateLimitLedger
 from acmecerts.manager._retention import RetiredCertificates
 from acmecerts.protocol.ari import cert_id, choose_renewal_time
 from acmecerts.ratelimit import IssuanceRequest
@@ -242,7 +243,8 @@ class BudgetGate:
         """
         client = self._client
         ledger = client.ledger
-        if ledger is None or not self._needs_order(entry):
+        # only our ledger plans; with another LedgerLike its own preflight decides alone
+        if not isinstance(ledger, RateLimitLedger) or not self._needs_order(entry):
             return None
         priority = entry.spec.priority
         while True:

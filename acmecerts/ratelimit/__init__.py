@@ -7,7 +7,7 @@
   not, when", learns from the CA's ``rateLimited`` answers, persists in a ``Storage``.
   It writes to storage, so it lives beside the manager (``acmecerts.manager._ledger``);
   its state and the questions asked of it are pure and live here (``_state``,
-  ``_changes``). The name is still imported from here, on first use (see below).
+  ``_changes``). The name is still public here (see below).
 * :func:`prioritize` / :meth:`RateLimitLedger.plan`: who goes first when the budget is
   short, and when each certificate will be issued.
 * :class:`RequestRates` (on :attr:`RateLimitModel.request_rates`), :class:`RequestRate`,
@@ -22,69 +22,57 @@ clock. See ``docs/rate-limits.md``.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from acmecerts.ratelimit._model import (
-    LETS_ENCRYPT,
-    NO_LIMITS,
-    Event,
-    Limit,
-    RateLimitModel,
-    Scope,
-    model_for_directory,
-)
-from acmecerts.ratelimit._priority import IssuanceRequest, PlannedIssuance, prioritize
-from acmecerts.ratelimit._scopes import identifier_set_key, registered_domain
-from acmecerts.ratelimit._state import BudgetLine, Decision
-from acmecerts.ratelimit._throttle import (
-    EndpointClass,
-    RequestBucket,
-    RequestBuckets,
-    RequestRate,
-    RequestRates,
-)
+from acmecerts._lazy import import_lazily
 
-if TYPE_CHECKING:
-    from acmecerts.manager._ledger import RateLimitLedger
+_MODEL = "acmecerts.ratelimit._model"
+_THROTTLE = "acmecerts.ratelimit._throttle"
 
-__all__ = [
-    "LETS_ENCRYPT",
-    "NO_LIMITS",
-    "BudgetLine",
-    "Decision",
-    "EndpointClass",
-    "Event",
-    "IssuanceRequest",
-    "Limit",
-    "PlannedIssuance",
-    "RateLimitLedger",
-    "RateLimitModel",
-    "RequestBucket",
-    "RequestBuckets",
-    "RequestRate",
-    "RequestRates",
-    "Scope",
-    "identifier_set_key",
-    "model_for_directory",
-    "prioritize",
-    "registered_domain",
-]
+#: Each public name and the module that defines it. Type checkers read the same names
+#: from ``__init__.pyi`` (tests/ratelimit/test_public_names.py holds the two together).
+_LAZY: dict[str, str] = {
+    "LETS_ENCRYPT": _MODEL,
+    "NO_LIMITS": _MODEL,
+    "BudgetLine": "acmecerts.ratelimit._state",
+    "Decision": "acmecerts.ratelimit._state",
+    "EndpointClass": _THROTTLE,
+    "Event": _MODEL,
+    "IssuanceRequest": "acmecerts.ratelimit._priority",
+    "LedgerLike": "acmecerts.ratelimit._ledger_like",
+    "Limit": _MODEL,
+    "PlannedIssuance": "acmecerts.ratelimit._priority",
+    # the manager layer: see __getattr__
+    "RateLimitLedger": "acmecerts.manager._ledger",
+    "RateLimitModel": _MODEL,
+    "RequestBucket": _THROTTLE,
+    "RequestBuckets": _THROTTLE,
+    "RequestRate": _THROTTLE,
+    "RequestRates": _THROTTLE,
+    "Scope": _MODEL,
+    "identifier_set_key": "acmecerts.ratelimit._scopes",
+    "model_for_directory": _MODEL,
+    "prioritize": "acmecerts.ratelimit._priority",
+    "registered_domain": "acmecerts.ratelimit._scopes",
+}
 
-if not TYPE_CHECKING:  # type checkers see the import above, and no catch-all attribute
+__all__ = list(_LAZY)
 
-    def __getattr__(name: str) -> Any:
-        """``RateLimitLedger`` on first use (PEP 562), from the manager layer.
 
-        The ledger writes itself to storage, so it lives beside the manager, above this
-        policy layer, which imports no storage. It is still public here, where it always
-        was (``from acmecerts.ratelimit import RateLimitLedger``); an import at the top of
-        this module would make the policy layer load storage and the manager, and
-        ``acmecerts.manager`` (which imports this package) would import itself. So the
-        name is imported when it is first asked for, and kept.
-        """
-        if name != "RateLimitLedger":
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = importlib.import_module("acmecerts.manager._ledger").RateLimitLedger
-        globals()[name] = value
-        return value
+def __getattr__(name: str) -> Any:
+    """Each public name on first use (PEP 562), from the module that defines it.
+
+    ``RateLimitLedger`` writes itself to storage, so it lives beside the manager, above
+    this policy layer, which imports no storage. It is still public here, where it always
+    was (``from acmecerts.ratelimit import RateLimitLedger``); an import at the top of
+    this module would make the policy layer load storage and the manager, and
+    ``acmecerts.manager`` (which imports this package) would import itself. So every
+    name is imported when it is first asked for, and kept; type checkers read them all
+    from ``__init__.pyi``, which is for them only (a declaration, never run).
+    """
+    return import_lazily(globals(), _LAZY, name)
+
+
+def __dir__() -> list[str]:
+    """The public names and whatever this package holds so far."""
+    return sorted(set(globals()) | set(__all__))

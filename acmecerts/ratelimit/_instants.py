@@ -9,15 +9,16 @@ import datetime as _dt
 
 from acmecerts._time import aware_utc
 
-__all__ = ["from_us", "to_us"]
+__all__ = ["ONE_US", "from_us", "to_us"]
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
-_ONE_US = _dt.timedelta(microseconds=1)
+#: One microsecond, the unit of every instant here.
+ONE_US = _dt.timedelta(microseconds=1)
 
 
 def to_us(instant: _dt.datetime) -> int:
     """An aware instant as integer microseconds since the epoch."""
-    return (aware_utc(instant) - _EPOCH) // _ONE_US
+    return (aware_utc(instant) - _EPOCH) // ONE_US
 
 
 def from_us(us: int) -> _dt.datetime:

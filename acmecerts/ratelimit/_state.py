@@ -15,12 +15,21 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from acmecerts.errors import AcmeProblem, InvalidInput, StorageError
+from acmecerts.errors import AcmeProblem, StorageError
 from acmecerts.protocol.identifiers import Identifier
+from acmecerts.ratelimit._answers import (
+    NEW_ACCOUNT_BLOCK,
+    UNKNOWN_LIMIT,
+    classify,
+    event_of,
+    known_scope,
+    learned_until,
+    names_key,
+    quoted_names,
+)
 from acmecerts.ratelimit._instants import from_us, to_us
 from acmecerts.ratelimit._model import Event, Limit, RateLimitModel, Scope
 from acmecerts.ratelimit._scopes import identifier_set_key, registered_domain
@@ -34,17 +43,7 @@ __all__ = [
     "to_us",
 ]
 
-_ONE_US = _dt.timedelta(microseconds=1)
 _FORMAT = 1
-
-#: The name under which a ``rateLimited`` answer that names no known limit is learned;
-#: it holds back every order of the account until the CA's ``Retry-After``.
-UNKNOWN_LIMIT = "rate_limited"
-#: The name under which a ``rateLimited`` answer to ``newAccount`` is learned when the
-#: model has no new-account limit (Let's Encrypt's name for it).
-NEW_ACCOUNT_BLOCK = "new_accounts_per_ip"
-#: How long an unexplained ``rateLimited`` answer without any ``Retry-After`` holds back.
-DEFAULT_LEARNED_WAIT = _dt.timedelta(hours=1)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -120,71 +119,6 @@ class BudgetLine:
     full_at: _dt.datetime | None
     #: Whether this line is a pause (needs an unpause, not time).
     paused: bool = False
-
-
-# -- learning from the CA --------------------------------------------------------------
-
-# (patterns in the detail, canonical limit name, scope, renewal exempt). The first match
-# wins; Let's Encrypt's details end with a link to the limit's section of its docs.
-_KNOWN: tuple[tuple[tuple[str, ...], str, Scope, bool], ...] = (
-    (
-        ("consecutive-authorization-failures", "paused", "temporarily prevented"),
-        "consecutive_authorization_failures_per_identifier_per_account",
-        Scope.ACCOUNT_IDENTIFIER,
-        False,
-    ),
-    (
-        ("exact-set-of", "exact set"),
-        "certificates_per_exact_identifier_set",
-        Scope.IDENTIFIER_SET,
-        False,
-    ),
-    (
-        ("per-registered-domain", "already issued for", "certificates per registered domain"),
-        "certificates_per_registered_domain",
-        Scope.REGISTERED_DOMAIN,
-        True,
-    ),
-    (
-        ("new-orders-per-account", "too many new orders"),
-        "new_orders_per_account",
-        Scope.ACCOUNT,
-        True,
-    ),
-    (
-        ("authorization-failures-per", "failed authorization", "failed validation"),
-        "authorization_failures_per_identifier_per_account",
-        Scope.ACCOUNT_IDENTIFIER,
-        False,
-    ),
-    (
-        ("registrations-per-ip", "new registrations", "new accounts"),
-        "new_accounts_per_ip",
-        Scope.SOURCE_ADDRESS,
-        False,
-    ),
-)
-_KNOWN_BY_NAME = {name: (scope, exempt) for _, name, scope, exempt in _KNOWN}
-_QUOTED = re.compile(r'"([^"\s]+)"')
-
-
-def classify(detail: str) -> tuple[str, Scope, bool] | None:
-    """The canonical limit a ``rateLimited`` detail text names (name, scope, exempt)."""
-    text = detail.lower()
-    for patterns, name, scope, exempt in _KNOWN:
-        if any(p in text for p in patterns):
-            return name, scope, exempt
-    return None
-
-
-def _event_of(scope: Scope) -> Event:
-    return {
-        Scope.REGISTERED_DOMAIN: Event.NEW_CERTIFICATE,
-        Scope.IDENTIFIER_SET: Event.NEW_CERTIFICATE,
-        Scope.ACCOUNT: Event.NEW_ORDER,
-        Scope.ACCOUNT_IDENTIFIER: Event.AUTHORIZATION_FAILURE,
-        Scope.SOURCE_ADDRESS: Event.NEW_ACCOUNT,
-    }[scope]
 
 
 # -- the state -------------------------------------------------------------------------
@@ -314,8 +248,8 @@ class LedgerState:
         if limit is not None:
             scope, exempt, event = limit.scope, limit.renewal_exempt, limit.event
         else:
-            scope, exempt = _KNOWN_BY_NAME.get(name, (Scope.ACCOUNT, False))
-            event = _event_of(scope)
+            scope, exempt = known_scope(name)
+            event = event_of(scope)
         if request.replaces or (request.renewal and exempt) or event is Event.NEW_ACCOUNT:
             return ()
         return request.keys(scope)
@@ -388,7 +322,7 @@ class LedgerState:
             if earliest is not None and earliest > worst:
                 worst, worst_limit = earliest, limit.name
         for name, bucket in self.blocks.items():
-            scope = _KNOWN_BY_NAME.get(name, (Scope.ACCOUNT, False))[0]
+            scope = known_scope(name)[0]
             until = bucket.get(source)
             if scope is Scope.SOURCE_ADDRESS and until is not None and until > max(now, worst):
                 worst, worst_limit = until, name
@@ -409,8 +343,7 @@ class LedgerState:
         bucket of ``source`` is emptied until ``until`` (a learned block when the model has
         no new-account limit), so no account is created from there before then.
         """
-        if until is None:
-            until = now + DEFAULT_LEARNED_WAIT // _ONE_US
+        until = learned_until(now, until)
         limits = model.for_event(Event.NEW_ACCOUNT)
         for limit in limits:
             self.empty_until(limit, source, until)
@@ -437,7 +370,7 @@ class LedgerState:
         answer holds back the whole account. A pause marks the identifiers paused.
         """
         known = classify(problem.detail or "")
-        quoted = {q.lower().rstrip(".") for q in _QUOTED.findall(problem.detail or "")}
+        quoted = quoted_names(problem.detail or "")
         if known is not None and known[0] == (
             "consecutive_authorization_failures_per_identifier_per_account"
         ):
@@ -445,8 +378,7 @@ class LedgerState:
             for ident in named or request.identifiers:
                 self.paused.setdefault(account_identifier_key(request.account, ident), now)
             return self.evaluate(model, request, now)
-        if until is None:
-            until = now + DEFAULT_LEARNED_WAIT // _ONE_US
+        until = learned_until(now, until)
         if known is None:
             name, scope = UNKNOWN_LIMIT, Scope.ACCOUNT
             limit = None
@@ -456,17 +388,13 @@ class LedgerState:
                 (
                     candidate
                     for candidate in model
-                    if candidate.scope is scope and candidate.event is _event_of(scope)
+                    if candidate.scope is scope and candidate.event is event_of(scope)
                 ),
                 None,
             )
         keys = request.keys(scope)
         if quoted and scope in (Scope.REGISTERED_DOMAIN, Scope.ACCOUNT_IDENTIFIER):
-            narrowed = tuple(
-                key
-                for key in keys
-                if key in quoted or key.split(" ", 1)[0] in quoted or _domain_in(key, quoted)
-            )
+            narrowed = tuple(key for key in keys if names_key(quoted, key))
             keys = narrowed or keys
         for key in keys:
             if limit is not None:
@@ -582,18 +510,6 @@ class LedgerState:
         state.blocks = _table(document.get("blocks", {}), where, "blocks")
         state.paused = _instants(document.get("paused", {}), where, "paused")
         return state
-
-
-def _domain_in(key: str, quoted: set[str]) -> bool:
-    return any(registered_domain_or_none(q) == key for q in quoted)
-
-
-def registered_domain_or_none(text: str) -> str | None:
-    """The registered domain of ``text``, or ``None`` if it is not an identifier."""
-    try:
-        return registered_domain(text)
-    except InvalidInput:
-        return None
 
 
 def _instants(value: Any, where: str, what: str) -> dict[str, int]:

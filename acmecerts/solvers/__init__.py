@@ -8,9 +8,9 @@ type checkers read the imports under ``TYPE_CHECKING`` below.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
 
+from acmecerts._lazy import import_lazily
 from acmecerts.solvers._base import ChallengeTask, Solver
 
 if TYPE_CHECKING:
@@ -70,12 +70,7 @@ if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all a
 
     def __getattr__(name: str) -> Any:
         """Import a solver's module on first use of one of its names, and keep the name."""
-        module = _LAZY.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value
-        return value
+        return import_lazily(globals(), _LAZY, name)
 
 
 def __dir__() -> list[str]:

@@ -44,13 +44,13 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import re
 import urllib.parse
 from collections.abc import Iterable
 from typing import Any
 
 from acmecerts.errors import InvalidInput, StorageError
+from acmecerts.storage._json import decode_json, encode_json
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -250,17 +250,12 @@ class CertificateBundle:
             **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
         }
         value["identifiers"] = list(self.identifiers)
-        return json.dumps(value, sort_keys=True, separators=(",", ":")).encode("utf-8")
+        return encode_json(value)
 
     @classmethod
     def from_bytes(cls, data: bytes, key: str) -> CertificateBundle:
         """Parse the stored form read from ``key``; :class:`StorageError` if it is not one."""
-        try:
-            value = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise StorageError(f"{key} is not valid JSON: {exc}", path=key) from exc
-        if not isinstance(value, dict):
-            raise StorageError(f"{key} is not a JSON object", path=key)
+        value = decode_json(data, key)
         if value.get("format") != BUNDLE_FORMAT:
             raise StorageError(
                 f"{key} has format {value.get('format')!r}, this version reads {BUNDLE_FORMAT}",
