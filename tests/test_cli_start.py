@@ -19,6 +19,22 @@ from test_cli_support import CLI, REPO, ca_args, cli_env, http01_args
 
 from acmecerts.testing import PebbleServer
 
+
+def python_in_repo(
+    argv: list[str], *, timeout: float = 60, check: bool = False
+) -> subprocess.CompletedProcess[str]:
+    """This Python with ``argv``, in the checkout, with the CLI tests' environment, output kept."""
+    return subprocess.run(
+        [sys.executable, *argv],
+        cwd=REPO,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=check,
+    )
+
+
 pytestmark = pytest.mark.timeout(60)
 
 #: Top-level packages that nothing on the way to a version or a help text needs.
@@ -75,15 +91,7 @@ def imported_modules(
     *args: str, launcher: str
 ) -> tuple[subprocess.CompletedProcess[str], set[str]]:
     """Run the CLI with ``args`` in a fresh interpreter; the modules it imported."""
-    result = subprocess.run(
-        [sys.executable, "-X", "importtime", *LAUNCHERS[launcher], *args],
-        cwd=REPO,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = python_in_repo(["-X", "importtime", *LAUNCHERS[launcher], *args])
     # "import time: <self us> | <cumulative us> | <indented module name>", a header first.
     modules = {
         line.rpartition("|")[2].strip()
@@ -144,15 +152,7 @@ def test_import_acmecerts_imports_no_library() -> None:
         "import sys, acmecerts; before = set(sys.modules); acmecerts.AcmeClient;"
         "print(' '.join(sorted(before))); print('acmecerts.client' in sys.modules)"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    result = python_in_repo(["-c", code], check=True)
     before, loaded = result.stdout.splitlines()
     assert forbidden(set(before.split())) == []
     assert loaded == "True"  # and the first use imports it
@@ -173,26 +173,10 @@ def test_the_check_sees_a_command_that_imports_the_library(tmp_path: Path) -> No
 
 def test_python_m_acmecerts_is_the_command() -> None:
     """``python -m acmecerts`` runs the command line: its exit codes and its one-line errors."""
-    version = subprocess.run(
-        [sys.executable, "-m", "acmecerts", "--version"],
-        cwd=REPO,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    version = python_in_repo(["-m", "acmecerts", "--version"])
     assert version.returncode == 0, version.stderr
     assert version.stdout.startswith("acmecerts ")
-    bad = subprocess.run(
-        [sys.executable, "-m", "acmecerts", "issue", "--key-type", "dsa", "a.example"],
-        cwd=REPO,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    bad = python_in_repo(["-m", "acmecerts", "issue", "--key-type", "dsa", "a.example"])
     assert bad.returncode == 2, bad.stderr
     (line,) = bad.stderr.splitlines()
     assert line.startswith("acmecerts: error: ")
@@ -226,15 +210,7 @@ AT_EXIT = (
 
 def modules_at_exit(*args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
     """Run the CLI with ``args`` in a fresh interpreter; every module loaded at its exit."""
-    result = subprocess.run(
-        [sys.executable, "-c", AT_EXIT, *args],
-        cwd=REPO,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
+    result = python_in_repo(["-c", AT_EXIT, *args], timeout=90)
     _, found, listed = result.stderr.rpartition("\nmodules: ")
     assert found, result.stderr[-2000:]
     modules = set(listed.split())
@@ -283,15 +259,7 @@ def test_solvers_package_imports_each_solver_on_first_use() -> None:
         "print(Rfc2136Solver.__module__, Http01Server.__module__, TlsAlpn01Server.__module__);"
         "print(sorted(set(s.__all__) - set(dir(s))))"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=REPO,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    result = python_in_repo(["-c", code], check=True)
     before, where, missing = result.stdout.splitlines()
     assert unneeded_for_http_01(set(before.split())) == []
     assert "acmecerts.solvers.http01" not in before.split()
@@ -320,17 +288,6 @@ def test_solvers_package_imports_each_solver_on_first_use() -> None:
 )
 def test_only_the_program_freezes_its_objects_for_the_collector(code: str, frozen: bool) -> None:
     """``acmecerts.cli._gc``: ``gc.freeze`` when the process is the command, never in-process."""
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            f"import gc; from acmecerts.cli import main; {code}; print(gc.get_freeze_count())",
-        ],
-        cwd=REPO,
-        env=cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    program = f"import gc; from acmecerts.cli import main; {code}; print(gc.get_freeze_count())"
+    result = python_in_repo(["-c", program], check=True)
     assert (int(result.stdout.splitlines()[-1]) > 0) is frozen, result.stdout

@@ -5,8 +5,27 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+from types import ModuleType
 
 import acmecerts
+
+
+def type_checking_imports(package: ModuleType) -> dict[str, str | None]:
+    """Each name a package imports under ``if TYPE_CHECKING:``, and the module it names."""
+    tree = ast.parse(inspect.getsource(package))
+    block = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If)
+        and isinstance(node.test, ast.Name)
+        and node.test.id == "TYPE_CHECKING"
+    )
+    return {
+        alias.name: node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
 
 
 def test_all_is_sorted_and_complete() -> None:
@@ -52,20 +71,7 @@ def test_lazy_names_match_the_type_checking_imports() -> None:
     ``acmecerts.NAME`` imports at run time. A name in one list only would type-check but fail
     at run time, or the reverse.
     """
-    tree = ast.parse(inspect.getsource(acmecerts))
-    block = next(
-        node
-        for node in tree.body
-        if isinstance(node, ast.If)
-        and isinstance(node.test, ast.Name)
-        and node.test.id == "TYPE_CHECKING"
-    )
-    imported = {
-        alias.name: node.module
-        for node in block.body
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
+    imported = type_checking_imports(acmecerts)
     lazy: dict[str, str] = acmecerts._LAZY
     assert imported == lazy
     assert set(lazy) == set(acmecerts.__all__) - {"__version__"}
@@ -79,20 +85,7 @@ def test_solvers_lazy_names_match_the_type_checking_imports() -> None:
     name of its ``__all__`` resolves to the object its module defines."""
     import acmecerts.solvers as solvers
 
-    tree = ast.parse(inspect.getsource(solvers))
-    block = next(
-        node
-        for node in tree.body
-        if isinstance(node, ast.If)
-        and isinstance(node.test, ast.Name)
-        and node.test.id == "TYPE_CHECKING"
-    )
-    imported = {
-        alias.name: node.module
-        for node in block.body
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
+    imported = type_checking_imports(solvers)
     lazy: dict[str, str] = solvers._LAZY
     assert imported == lazy
     assert set(lazy) | {"ChallengeTask", "Solver"} == set(solvers.__all__)
