@@ -72,6 +72,21 @@ class Client:
     timing: str = "phase"
     #: The row of the same N this one's ``vs_base_*`` ratios are taken against.
     baseline: str | None = None
+    #: Where its ``acmecerts`` is imported from (``None``: this tree). ``--before DIR``
+    #: adds a ``NAME@before`` twin of each of ours that imports the package from DIR.
+    source: Path | None = None
+
+    @property
+    def kind(self) -> str:
+        """Its name without an ``@before`` suffix: what it runs."""
+        return self.name.partition("@")[0]
+
+    @property
+    def pythonpath(self) -> str:
+        """The ``PYTHONPATH`` its process runs with (empty for a peer's own venv)."""
+        if self.venv is not None:
+            return ""
+        return str(self.source or ROOT)
 
     @property
     def python(self) -> str:
@@ -107,6 +122,8 @@ CLIENTS = {
         Client("lego", "lego_client.py", peer=True),
     )
 }
+#: The suffix of the twins ``--before DIR`` adds: the same client, the package from DIR.
+BEFORE = "@before"
 OURS = (
     "acmecerts",
     "acmecerts-h2",
@@ -307,11 +324,11 @@ def _measure_on(
         str(workdir / f"client-{label}"),
         *client.args,
     ]
-    if client.name in OURS and args.profile_dir:
+    if client.kind in OURS and args.profile_dir:
         argv += ["--profile", str(Path(args.profile_dir) / f"{client.name}-{label}.prof")]
     timeout = args.timeout or max(90.0, 30.0 + 0.6 * n * max(1, names // 2))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(ROOT) if client.venv is None else ""
+    env["PYTHONPATH"] = client.pythonpath
     proc = subprocess.Popen(
         argv,
         stdin=subprocess.PIPE,
@@ -434,10 +451,10 @@ def _measure_process(
     scratch = workdir / f"client-{label}"
     scratch.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    if client.name == "acmecerts-cli":
+    if client.kind == "acmecerts-cli":
         env = {k: v for k, v in env.items() if not k.startswith("ACMECERTS_")}
         env.update(
-            PYTHONPATH=str(ROOT),
+            PYTHONPATH=client.pythonpath,
             XDG_CONFIG_HOME=str(scratch / "xdg-config"),  # no config file from the machine
             ACMECERTS_AGREE_TOS="1",
         )
@@ -448,7 +465,7 @@ def _measure_process(
         else:
             argv = [sys.executable, "-m", "acmecerts.cli", *cli_args]
     else:
-        env.update(PYTHONPATH="" if client.venv else str(ROOT), BENCH_NO_GO="1")
+        env.update(PYTHONPATH=client.pythonpath, BENCH_NO_GO="1")
         argv = [
             client.python,
             str(CLIENTS_DIR / client.script),
@@ -456,7 +473,7 @@ def _measure_process(
             *("--http-port", str(pebble.http_port), "--count", str(n), "--names", str(names)),
             *("--label", label, "--workdir", str(scratch), *client.args),
         ]
-    if args.py_spy and client.name in OURS:
+    if args.py_spy and client.kind in OURS:
         py_spy = shutil.which("py-spy") or str(PEERS_DIR.parent / "bench-tools" / "bin" / "py-spy")
         out = Path(args.py_spy) / f"{client.name}-{label}.txt"
         argv = [
@@ -506,7 +523,7 @@ def _measure_process(
             event = json.loads(line)
             if isinstance(event, dict) and event.get("event") == "done":
                 done = event
-    if client.name == "acmecerts-cli":
+    if client.kind == "acmecerts-cli":
         issued = _issued_files(scratch / "out")
         errors = [] if proc.returncode == 0 else [f"exit status {proc.returncode}"]
         done = {"issued": issued, "failed": n - issued, "errors": errors, "exit": proc.returncode}
@@ -602,6 +619,17 @@ def summarise(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 ),
                 None,
             )
+            before = next(
+                (
+                    r
+                    for r in size_rows
+                    if r["client"] == f"{row['client']}{BEFORE}" and not r["failed"]
+                ),
+                None,
+            )
+            if before:
+                row["vs_before_rate"] = row["certs_per_s"] / before["certs_per_s"]
+                row["vs_before_cpu"] = row["cpu_ms_per_cert"] / before["cpu_ms_per_cert"]
             if base:
                 row["baseline"] = base["client"]
                 row["baseline_wall_s"] = base["wall_s"]
@@ -733,8 +761,31 @@ def path_targets(table: list[dict[str, Any]]) -> list[tuple[str, str, bool | Non
     return out
 
 
+def before_targets(table: list[dict[str, Any]]) -> list[tuple[str, str, bool | None]]:
+    """Issue #18's target: each of ours within 5 % of the tree before (``--before``)."""
+    out: list[tuple[str, str, bool | None]] = []
+    for r in table:
+        if "vs_before_cpu" not in r:
+            continue
+        cpu, rate = r["vs_before_cpu"], r["vs_before_rate"]
+        out.append(
+            (
+                f"{r['client']} N={_size_key(r)}: CPU/cert within 5 % of before",
+                f"{cpu:.3f}x ({r['cpu_ms_per_cert']:.2f} ms), certs/s {rate:.3f}x",
+                cpu <= 1.05,
+            )
+        )
+    return out
+
+
 def format_targets(table: list[dict[str, Any]]) -> str:
     lines = []
+    found_before = before_targets(table)
+    if found_before:
+        lines.append("\nAgainst the tree before (--before):")
+        for name, measured, met in found_before:
+            mark = "met" if met else "NOT met"
+            lines.append(f"  {mark:8} {name}: {measured}")
     found_paths = path_targets(table)
     if found_paths:
         lines.append("\nTargets for the manager and the CLI:")
@@ -792,6 +843,38 @@ def machine() -> dict[str, Any]:
         "kernel": platform.release(),
         "python": platform.python_version(),
     }
+
+
+def _with_before_twins(names: list[str], before_root: Path) -> list[str]:
+    """``names`` with a ``NAME@before`` twin right after each of ours (registered in CLIENTS)."""
+    out: list[str] = []
+    for name in names:
+        out.append(name)
+        if name not in OURS:
+            continue
+        client = CLIENTS[name]
+        baseline = client.baseline
+        if baseline in OURS:
+            baseline = f"{baseline}{BEFORE}"
+        twin = dataclasses.replace(
+            client, name=f"{name}{BEFORE}", source=before_root, baseline=baseline
+        )
+        CLIENTS[twin.name] = twin
+        out.append(twin.name)
+    return out
+
+
+def _run_order(names: list[str], rep: int) -> list[str]:
+    """On odd repeats each client runs before its ``@before`` twin, on even ones after.
+
+    The twin goes first on even repeats, so neither tree always pays for what the other
+    left behind (a later run on a journal-less file system pays for the earlier's inodes).
+    """
+    out = list(names)
+    for i, name in enumerate(out):
+        if name.endswith(BEFORE) and i > 0 and rep % 2 == 0:
+            out[i - 1], out[i] = out[i], out[i - 1]
+    return out
 
 
 def ensure_peers(names: list[str], no_setup: bool) -> list[str]:
@@ -853,6 +936,14 @@ def main() -> int:
         help="where the clients' scratch directories go: the manager's FileStorage, the "
         "CLI's state and exports (default: the temp directory, $TMPDIR or /tmp)",
     )
+    parser.add_argument(
+        "--before",
+        default=None,
+        metavar="DIR",
+        help="a checkout of an earlier acmecerts (e.g. a git worktree): each of our clients "
+        "also runs as NAME@before with the package from DIR, interleaved in the same run "
+        "(the order alternates per repeat), and the table gives the ratios",
+    )
     args = parser.parse_args()
 
     sizes = [1, 10] if args.quick else [1, 10, 50, 200]
@@ -864,6 +955,11 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown clients {sorted(unknown)}; choose from {list(CLIENTS)}")
     names = ensure_peers(names, args.no_setup)
+    if args.before:
+        before_root = Path(args.before).resolve()
+        if not (before_root / "acmecerts" / "__init__.py").is_file():
+            parser.error(f"--before {args.before}: no acmecerts package there")
+        names = _with_before_twins(names, before_root)
     for out_dir in (args.profile_dir, args.py_spy):
         if out_dir:
             Path(out_dir).mkdir(parents=True, exist_ok=True)
@@ -887,7 +983,7 @@ def main() -> int:
         run_no = 0
         for rep in range(args.repeat):
             for n, k in cells:
-                for name in names:
+                for name in _run_order(names, rep):
                     if args.quick and name == "lego" and k > 1:
                         # lego solves authorizations one after the other, polling every 5 s:
                         # its 10-name order alone takes ~50 s (it is in the full run)
