@@ -21,6 +21,7 @@ must not import the library (``tests/test_cli_start.py``).
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import inspect
 from collections.abc import Callable, Mapping
@@ -76,15 +77,15 @@ __all__ = [
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-class Panel:
-    """The panels of ``--help`` that group the options."""
+class Panel(enum.StrEnum):
+    """The panels of ``--help`` that group the options (the value is the title)."""
 
-    CA: Final = "CA and state"
-    CHALLENGE: Final = "Challenge"
-    ACCOUNT: Final = "Account"
-    OUTPUT: Final = "Output"
-    ISSUING: Final = "Issuing"
-    HOOKS: Final = "Hooks"
+    CA = "CA and state"
+    CHALLENGE = "Challenge"
+    ACCOUNT = "Account"
+    OUTPUT = "Output"
+    ISSUING = "Issuing"
+    HOOKS = "Hooks"
 
 
 def env(option: str) -> str:
@@ -92,7 +93,7 @@ def env(option: str) -> str:
     return ENV_PREFIX + option.upper().replace("-", "_")
 
 
-def opt(name: str, *, panel: str = Panel.CA, **kwargs: Any) -> Any:
+def opt(name: str, *, panel: Panel = Panel.CA, **kwargs: Any) -> Any:
     """A typer option ``--name`` whose environment variable is ``ACMECERTS_NAME``."""
     return typer.Option(f"--{name}", envvar=env(name), rich_help_panel=panel, **kwargs)
 
