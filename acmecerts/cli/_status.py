@@ -18,7 +18,7 @@ from acmecerts.retry import AttemptState
 
 from ._args import AccountArgs, CommonArgs
 from ._ca import CaPlan
-from ._constants import EXIT_FAILED, EXIT_OK
+from ._constants import ExitCode
 from ._firstcontact import resolve_directory
 from ._interrupt import run_interruptible
 from ._natural import natural_key
@@ -73,7 +73,7 @@ def run_status(*, ari: bool, common: CommonArgs, only_directory: bool = False) -
             report.json(document)
         else:
             _print_status(report, document)
-        return EXIT_FAILED if problems else EXIT_OK
+        return ExitCode.FAILED if problems else ExitCode.OK
 
     return run_guarded(common, work)
 
