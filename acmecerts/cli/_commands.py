@@ -162,7 +162,6 @@ def renew_command(
         names=tuple(names or ()),
         force=force,
         batch=batch,
-        only_directory=common.only_directory,
         quiet=quiet,
         random_delay=random_delay,
         hooks=hooks,
@@ -238,7 +237,7 @@ def status_command(
     """
     from ._status import run_status
 
-    raise typer.Exit(run_status(ari=ari, only_directory=common.only_directory, common=common))
+    raise typer.Exit(run_status(ari=ari, common=common))
 
 
 @shared()

@@ -77,8 +77,6 @@ class RenewArgs:
     names: tuple[str, ...] = ()
     force: bool = False
     batch: BatchArgs = dataclasses.field(default_factory=BatchArgs)
-    #: ``--directory`` was given (flag, environment or config file): that CA only.
-    only_directory: bool = False
     #: ``-q``: print nothing unless a certificate was renewed or something failed.
     quiet: bool = False
     #: Wait a random time in [0, this) seconds before contacting any CA.
@@ -357,7 +355,7 @@ def run_renew(
         root, cas, problems = ca_plans(
             common,
             account,
-            only_directory=args.only_directory,
+            only_directory=given.only_directory,
             max_wait=args.batch.max_wait,
             json_mode=report.json_mode,
         )
