@@ -17,7 +17,7 @@ from acmecerts.protocol.resources import Account
 
 from ._args import AccountArgs, CommonArgs
 from ._ca import CaPlan, open_client, plan_ca
-from ._constants import EXIT_OK
+from ._constants import ExitCode
 from ._interrupt import run_interruptible
 from ._report import Report, run_guarded
 from ._state import State
@@ -86,7 +86,7 @@ def run_account(
         verb, document = run_interruptible(main, json_mode=report.json_mode)
         if report.json_mode:
             report.json({"status": verb.replace(" ", "-"), **document})
-            return EXIT_OK
+            return ExitCode.OK
         titles = {
             "show": "Account",
             "registered": "Account registered",
@@ -106,7 +106,7 @@ def run_account(
         else:
             rows.append(("stored in", document["key"]))
         report.rows(title, rows)
-        return EXIT_OK
+        return ExitCode.OK
 
     return run_guarded(common, work)
 

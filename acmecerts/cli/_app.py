@@ -28,14 +28,7 @@ from acmecerts.errors import InvalidInput
 
 from . import _commands as commands
 from ._config import config_default_map, find_config_path, load_config
-from ._constants import (
-    EXIT_DEFERRED,
-    EXIT_FAILED,
-    EXIT_INPUT,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
-    EXIT_TERMINATED,
-)
+from ._constants import ExitCode
 from ._options import Config, env
 
 # Only typer, the standard library and light modules at the top: ``acmecerts --version``
@@ -45,13 +38,13 @@ from ._options import Config, env
 __all__ = ["app", "main"]
 
 EXIT_CODES: Final = (
-    f"Exit codes: {EXIT_OK} ok (issued, or nothing was due); {EXIT_FAILED} failed (the CA's "
-    f"problem detail is printed); {EXIT_INPUT} bad input or unusable state (one line on "
-    f"stderr, nothing sent to the CA); {EXIT_DEFERRED} deferred by rate limits, or the CA "
-    "asked to wait longer than --max-wait (the instant is printed and kept in the state "
-    f"directory); {EXIT_INTERRUPTED} interrupted (Ctrl-C, SIGINT) and {EXIT_TERMINATED} "
-    "terminated (SIGTERM: systemctl stop, docker stop): challenge responses are removed "
-    "and pending authorizations deactivated first, for 15 s at most "
+    f"Exit codes: {ExitCode.OK} ok (issued, or nothing was due); {ExitCode.FAILED} failed "
+    f"(the CA's problem detail is printed); {ExitCode.INPUT} bad input or unusable state (one "
+    f"line on stderr, nothing sent to the CA); {ExitCode.DEFERRED} deferred by rate limits, or "
+    "the CA asked to wait longer than --max-wait (the instant is printed and kept in the state "
+    f"directory); {ExitCode.INTERRUPTED} interrupted (Ctrl-C, SIGINT) and "
+    f"{ExitCode.TERMINATED} terminated (SIGTERM: systemctl stop, docker stop): challenge "
+    "responses are removed and pending authorizations deactivated first, for 15 s at most "
     "(ACMECERTS_INTERRUPT_GRACE), finished certificates are listed; a second signal quits "
     "at once."
 )
@@ -66,7 +59,7 @@ _EPILOG: Final = f"{EXIT_CODES}\n\n{CONFIG_HELP}"
 def _version(value: bool) -> None:
     if value:
         sys.stdout.write(f"acmecerts {__version__}\n")
-        raise typer.Exit(EXIT_OK)
+        raise typer.Exit(ExitCode.OK)
 
 
 app = typer.Typer(
@@ -131,7 +124,7 @@ def _usage_error(exc: Exception) -> tuple[int, str] | None:
     if not callable(format_message) or not isinstance(exit_code, int):
         return None
     message = str(format_message()) or "missing command"  # no arguments: help was shown
-    if exit_code == EXIT_INPUT:  # click's UsageError and its subclasses
+    if exit_code == ExitCode.INPUT:  # click's UsageError and its subclasses
         message += " (see --help)"
     return exit_code, message
 
@@ -196,7 +189,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InvalidInput as exc:
         from ._report import Report
 
-        return Report(json_mode=json_mode, json_base=_json_base(args)).error(EXIT_INPUT, str(exc))
+        report = Report(json_mode=json_mode, json_base=_json_base(args))
+        return report.error(ExitCode.INPUT, str(exc))
     try:
         result = command.main(
             args=args, prog_name="acmecerts", standalone_mode=False, default_map=default_map
@@ -204,13 +198,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as exc:  # a signal before or after the work (_signals.Interrupted)
         from ._report import Report
 
-        code, message = getattr(exc, "exit_code", EXIT_INTERRUPTED), str(exc) or "interrupted"
+        code, message = getattr(exc, "exit_code", ExitCode.INTERRUPTED), str(exc) or "interrupted"
         return Report(json_mode=json_mode, json_base=_json_base(args)).error(code, message)
     except typer.Abort:
         from ._report import Report
 
         return Report(json_mode=json_mode, json_base=_json_base(args)).error(
-            EXIT_INTERRUPTED, "interrupted"
+            ExitCode.INTERRUPTED, "interrupted"
         )
     except Exception as exc:
         usage = _usage_error(exc)
@@ -221,4 +215,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         # Usage errors in one line, like every other input error.
         return Report(json_mode=json_mode, json_base=_json_base(args)).error(code, message)
-    return result if isinstance(result, int) else EXIT_OK
+    return result if isinstance(result, int) else ExitCode.OK

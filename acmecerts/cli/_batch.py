@@ -21,7 +21,7 @@ from acmecerts.retry import AttemptState
 
 from ._args import Hooks
 from ._ca import CaPlan, ensure_registered, open_client, wait_or_defer
-from ._constants import EXIT_DEFERRED, EXIT_FAILED, EXIT_OK
+from ._constants import ExitCode
 from ._display import NullView
 from ._engine import Board, Deferred, Job, Outcome, Stage, execute, problem_of, wanted_record
 from ._hooks import HookRunner
@@ -123,12 +123,12 @@ def results_json(
 def _exit_code(outcomes: Sequence[Outcome]) -> int:
     statuses = {o.status for o in outcomes}
     if statuses & {"failed", "cancelled"}:
-        return EXIT_FAILED
+        return ExitCode.FAILED
     if any(o.hook is not None and not o.hook.ok for o in outcomes):
-        return EXIT_FAILED  # the certificate is stored and exported; its hook failed
+        return ExitCode.FAILED  # the certificate is stored and exported; its hook failed
     if "deferred" in statuses:
-        return EXIT_DEFERRED
-    return EXIT_OK
+        return ExitCode.DEFERRED
+    return ExitCode.OK
 
 
 def _summary(report: Report, outcomes: Sequence[Outcome], *, verb: str) -> None:
@@ -138,7 +138,7 @@ def _summary(report: Report, outcomes: Sequence[Outcome], *, verb: str) -> None:
     order = ("issued", "renewed", "current", "failed", "deferred", "cancelled")
     parts = [f"{counts[s]} {'not due' if s == 'current' else s}" for s in order if counts.get(s)]
     noun = "certificate" if len(outcomes) == 1 else "certificates"
-    style = "bold green" if _exit_code(outcomes) == EXIT_OK else "bold yellow"
+    style = "bold green" if _exit_code(outcomes) == ExitCode.OK else "bold yellow"
     if "failed" in counts:
         style = "bold red"
     report.out.print(Text(f"{verb} {len(outcomes)} {noun}: {', '.join(parts)}", style=style))
@@ -191,10 +191,10 @@ def batch_result(
         report_hook_failures(report, runner)
         failed = failed or bool(runner.failed)
     if failed:
-        code = EXIT_FAILED
+        code = ExitCode.FAILED
     if report.json_mode:
         report.json({**results_json(outcomes, code, runner), **(extra or {})})
-    elif not quiet or code != EXIT_OK or any(o.status != "current" for o in outcomes):
+    elif not quiet or code != ExitCode.OK or any(o.status != "current" for o in outcomes):
         _summary(report, outcomes, verb=verb)
         if runner is not None and runner.failed:
             count = len(runner.failed)

@@ -1,21 +1,44 @@
-"""The commands: their own options and docstrings (``--help``), and what each one runs.
+"""The commands: their parameters and docstrings (``--help``), and what each one runs.
 
-The options several commands share are declared once in :mod:`acmecerts.cli._options`;
-a command takes a group of them as one keyword-only parameter typed with its dataclass
-(see :func:`~acmecerts.cli._options.shared`). :mod:`acmecerts.cli._app` makes these
-functions the ``acmecerts`` commands. Each imports the work it runs inside its body:
-``acmecerts COMMAND --help`` must not import the library (``tests/test_cli_start.py``).
+Every option is declared in :mod:`acmecerts.cli._options` (a command's own ones as
+``Annotated`` types); a command takes a group of the shared ones as one keyword-only
+parameter typed with its dataclass (see :func:`~acmecerts.cli._options.shared`).
+:mod:`acmecerts.cli._app` makes these functions the ``acmecerts`` commands. Each imports
+the work it runs inside its body: ``acmecerts COMMAND --help`` must not import the
+library (``tests/test_cli_start.py``).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import Annotated, Final
 
 import typer
 
 from ._args import AccountArgs, BatchArgs, ChallengeOptions, CommonArgs, HookArgs
-from ._options import CHALLENGE, Force, Panel, env, opt, shared
+from ._options import (
+    CHALLENGE,
+    Ari,
+    CertKey,
+    CertKeyType,
+    CertName,
+    DeleteReason,
+    Force,
+    FromFile,
+    NewAccountKeyType,
+    Out,
+    PreferredChain,
+    Profile,
+    Quiet,
+    RandomDelay,
+    RenewDirectory,
+    RenewForce,
+    Revoke,
+    RevokeReason,
+    RolloverKeyType,
+    StatusDirectory,
+    Yes,
+    shared,
+)
 
 __all__ = [
     "account_create",
@@ -29,24 +52,6 @@ __all__ = [
     "status_command",
 ]
 
-Yes = Annotated[
-    bool,
-    typer.Option("--yes", "-y", help="Do not ask for confirmation (needed without a terminal)."),
-]
-#: ``--key-type`` of ``issue`` and of a new account key (``account create|rollover``).
-_KEY_TYPES: Final = "ec256|ec384|rsa2048|rsa3072|rsa4096"
-_REASONS: Final = "unspecified|keyCompromise|affiliationChanged|superseded|cessationOfOperation"
-
-
-def _account_key_type(which: str) -> Any:
-    """``--key-type`` of ``account create`` (``which``: "a new") and ``rollover``."""
-    return opt(
-        "key-type",
-        panel=Panel.ACCOUNT,
-        metavar=_KEY_TYPES,
-        help=f"The key type of {which} account key.",
-    )
-
 
 @shared()
 def issue_command(
@@ -59,70 +64,12 @@ def issue_command(
             show_default=False,
         ),
     ] = None,
-    from_file: Annotated[
-        Path | None,
-        opt(
-            "from-file",
-            panel=Panel.ISSUING,
-            metavar="FILE",
-            help="Issue one certificate per line of FILE (names separated by spaces, the "
-            "first names the certificate; # comments), in parallel.",
-            show_default=False,
-        ),
-    ] = None,
-    out: Annotated[
-        Path | None,
-        opt(
-            "out",
-            panel=Panel.ISSUING,
-            metavar="DIR",
-            help="Directory for cert.pem, chain.pem, fullchain.pem and privkey.pem (0600); "
-            "with --from-file, DIR/NAME for each certificate "
-            "[default: STATE_DIR/certificates/NAME].",
-            show_default=False,
-        ),
-    ] = None,
-    key_type: Annotated[
-        str,
-        opt(
-            "key-type",
-            panel=Panel.ISSUING,
-            metavar=_KEY_TYPES,
-            help="The certificate key type.",
-        ),
-    ] = "ec256",
-    profile: Annotated[
-        str | None,
-        opt(
-            "profile",
-            panel=Panel.ISSUING,
-            metavar="NAME",
-            help="A certificate profile the CA offers.",
-            show_default=False,
-        ),
-    ] = None,
-    preferred_chain: Annotated[
-        str | None,
-        opt(
-            "preferred-chain",
-            panel=Panel.ISSUING,
-            metavar="ISSUER",
-            help="Prefer the chain whose root (or an intermediate) has this common name.",
-            show_default=False,
-        ),
-    ] = None,
-    cert_name: Annotated[
-        str | None,
-        opt(
-            "cert-name",
-            panel=Panel.ISSUING,
-            metavar="NAME",
-            help="The certificate (lineage) to issue into: an existing one takes NAME... as "
-            "its names (replace, expand, shrink), a new one is created "
-            "[default: the one holding exactly NAME..., in any order, else the first NAME].",
-            show_default=False,
-        ),
-    ] = None,
+    from_file: FromFile = None,
+    out: Out = None,
+    key_type: CertKeyType = "ec256",
+    profile: Profile = None,
+    preferred_chain: PreferredChain = None,
+    cert_name: CertName = None,
     force: Force = False,
     *,
     batch: BatchArgs,
@@ -175,20 +122,7 @@ def _given(ctx: typer.Context, names: dict[str, str]) -> frozenset[str]:
     return frozenset(found)
 
 
-_RENEW_DIRECTORY = Annotated[
-    str | None,
-    opt(
-        "directory",
-        metavar="URL",
-        help="Renew only the certificates of this CA (its ACME directory URL) "
-        "[default: every CA in the state directory, each with the URL and --ca-bundle "
-        "it was issued with].",
-        show_default=False,
-    ),
-]
-
-
-@shared(directory=_RENEW_DIRECTORY)
+@shared(directory=RenewDirectory)
 def renew_command(
     ctx: typer.Context,
     names: Annotated[
@@ -199,33 +133,11 @@ def renew_command(
             show_default=False,
         ),
     ] = None,
-    force: Annotated[
-        bool,
-        opt("force", panel=Panel.ISSUING, help="Renew now, even certificates that are not due."),
-    ] = False,
+    force: RenewForce = False,
     *,
     batch: BatchArgs,
-    random_delay: Annotated[
-        float,
-        opt(
-            "random-delay",
-            panel=Panel.ISSUING,
-            metavar="SECONDS",
-            help="Wait a random time from 0 to SECONDS before contacting any CA (spreads "
-            "the cron jobs of many machines).",
-        ),
-    ] = 0.0,
-    quiet: Annotated[
-        bool,
-        typer.Option(
-            "-q",
-            "--quiet",
-            envvar=env("quiet"),
-            rich_help_panel=Panel.OUTPUT,
-            help="Print nothing unless a certificate was renewed or something failed "
-            "(errors always go to stderr).",
-        ),
-    ] = False,
+    random_delay: RandomDelay = 0.0,
+    quiet: Quiet = False,
     hooks: HookArgs,
     challenge_options: ChallengeOptions,
     account: AccountArgs,
@@ -250,7 +162,6 @@ def renew_command(
         names=tuple(names or ()),
         force=force,
         batch=batch,
-        only_directory=common.only_directory,
         quiet=quiet,
         random_delay=random_delay,
         hooks=hooks,
@@ -270,24 +181,8 @@ def revoke_command(
             show_default=False,
         ),
     ],
-    reason: Annotated[
-        str,
-        opt(
-            "reason",
-            metavar=_REASONS,
-            help="The revocation reason (RFC 5280).",
-        ),
-    ] = "unspecified",
-    cert_key: Annotated[
-        Path | None,
-        opt(
-            "cert-key",
-            metavar="PATH",
-            help="Sign with the certificate's private key instead of the account key "
-            "(e.g. when the account is lost).",
-            show_default=False,
-        ),
-    ] = None,
+    reason: RevokeReason = "unspecified",
+    cert_key: CertKey = None,
     *,
     common: CommonArgs,
 ) -> None:
@@ -307,22 +202,8 @@ def delete_command(
             show_default=False,
         ),
     ],
-    revoke: Annotated[
-        bool,
-        opt(
-            "revoke",
-            help="Revoke each certificate at its CA first; one that cannot be revoked is "
-            "not deleted.",
-        ),
-    ] = False,
-    reason: Annotated[
-        str,
-        opt(
-            "reason",
-            metavar=_REASONS,
-            help="The revocation reason with --revoke (RFC 5280).",
-        ),
-    ] = "cessationOfOperation",
+    revoke: Revoke = False,
+    reason: DeleteReason = "cessationOfOperation",
     *,
     yes: Yes = False,
     common: CommonArgs,
@@ -340,28 +221,9 @@ def delete_command(
     raise typer.Exit(run_delete(args, common=common))
 
 
-_STATUS_DIRECTORY = Annotated[
-    str | None,
-    opt(
-        "directory",
-        metavar="URL",
-        help="Show only the certificates of this CA (its ACME directory URL) "
-        "[default: every CA in the state directory].",
-        show_default=False,
-    ),
-]
-
-
-@shared(directory=_STATUS_DIRECTORY)
+@shared(directory=StatusDirectory)
 def status_command(
-    ari: Annotated[
-        bool,
-        opt(
-            "ari",
-            help="Ask the CA for each certificate's renewal window (ARI) instead of assuming "
-            "a third of the lifetime.",
-        ),
-    ] = False,
+    ari: Ari = False,
     *,
     common: CommonArgs,
 ) -> None:
@@ -375,7 +237,7 @@ def status_command(
     """
     from ._status import run_status
 
-    raise typer.Exit(run_status(ari=ari, only_directory=common.only_directory, common=common))
+    raise typer.Exit(run_status(ari=ari, common=common))
 
 
 @shared()
@@ -388,7 +250,7 @@ def account_show(*, common: CommonArgs) -> None:
 
 @shared()
 def account_create(
-    key_type: Annotated[str, _account_key_type("a new")] = "ec256",
+    key_type: NewAccountKeyType = "ec256",
     *,
     account: AccountArgs,
     common: CommonArgs,
@@ -401,7 +263,7 @@ def account_create(
 
 @shared()
 def account_rollover(
-    key_type: Annotated[str, _account_key_type("the new")] = "ec256",
+    key_type: RolloverKeyType = "ec256",
     *,
     common: CommonArgs,
 ) -> None:

@@ -8,35 +8,41 @@ a test (``tests/test_cli_start.py``) holds :mod:`acmecerts.cli._app` to that.
 
 from __future__ import annotations
 
+import enum
 from typing import Final
 
 __all__ = [
-    "EXIT_DEFERRED",
-    "EXIT_FAILED",
-    "EXIT_INPUT",
-    "EXIT_INTERRUPTED",
-    "EXIT_OK",
-    "EXIT_TERMINATED",
     "LETS_ENCRYPT",
     "STATUS_WORDS",
+    "ExitCode",
 ]
 
 #: Let's Encrypt's production directory, the default CA.
 LETS_ENCRYPT: Final = "https://acme-v02.api.letsencrypt.org/directory"
 
-EXIT_OK: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_INPUT: Final = 2
-EXIT_DEFERRED: Final = 3
-#: Exit code after SIGINT (128 + 2), as a shell reports a process Ctrl-C killed.
-EXIT_INTERRUPTED: Final = 130
-#: Exit code after SIGTERM (128 + 15).
-EXIT_TERMINATED: Final = 143
+
+class ExitCode(enum.IntEnum):
+    """The exit codes of ``acmecerts`` (the table in ``docs/cli.md``, and every ``--help``)."""
+
+    #: Issued, or nothing was due.
+    OK = 0
+    #: Failed (the CA's problem detail is printed).
+    FAILED = 1
+    #: Bad input or unusable state; nothing was sent to the CA.
+    INPUT = 2
+    #: Deferred by rate limits, or the CA asked to wait longer than ``--max-wait``.
+    DEFERRED = 3
+    #: After SIGINT (128 + 2), as a shell reports a process Ctrl-C killed.
+    INTERRUPTED = 130
+    #: After SIGTERM (128 + 15).
+    TERMINATED = 143
+
+
 #: The ``status`` of a ``--json`` object for an exit code ("failed" for any other).
 STATUS_WORDS: Final[dict[int, str]] = {
-    EXIT_OK: "ok",
-    EXIT_INPUT: "invalid-input",
-    EXIT_INTERRUPTED: "interrupted",
-    EXIT_TERMINATED: "interrupted",
-    EXIT_DEFERRED: "deferred",
+    ExitCode.OK: "ok",
+    ExitCode.INPUT: "invalid-input",
+    ExitCode.INTERRUPTED: "interrupted",
+    ExitCode.TERMINATED: "interrupted",
+    ExitCode.DEFERRED: "deferred",
 }

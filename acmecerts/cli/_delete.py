@@ -23,7 +23,7 @@ from acmecerts.errors import AcmeCertsError, AcmeProblem, InvalidInput, ProblemT
 
 from ._args import CommonArgs
 from ._ca import CaPlan, open_client, plan_ca
-from ._constants import EXIT_FAILED, EXIT_OK
+from ._constants import ExitCode
 from ._engine import problem_of
 from ._interrupt import run_interruptible
 from ._lineage import lineage_identifiers, remove_lineage
@@ -128,7 +128,7 @@ def run_delete(
             return results
 
         results = run_interruptible(main, json_mode=report.json_mode)
-        code = EXIT_OK if all(r["status"] == "deleted" for r in results) else EXIT_FAILED
+        code = ExitCode.OK if all(r["status"] == "deleted" for r in results) else ExitCode.FAILED
         if report.json_mode:
             report.json(
                 {
@@ -203,7 +203,8 @@ def _print(report: Report, results: list[dict[str, Any]], reason: str) -> None:
     for result in results:
         names = ", ".join(result["names"]) or "no names"
         if result["status"] == "failed":
-            report.error_line(EXIT_FAILED, f"{result['name']} was not deleted: {result['error']}")
+            message = f"{result['name']} was not deleted: {result['error']}"
+            report.error_line(ExitCode.FAILED, message)
             continue
         title = Text("Deleted ", style="bold green")
         title.append(result["name"], style="bold")

@@ -30,7 +30,7 @@ from ._batch import (
     stored_hooks,
 )
 from ._ca import CaPlan, plan_ca
-from ._constants import EXIT_DEFERRED, EXIT_FAILED, EXIT_INPUT, EXIT_OK
+from ._constants import ExitCode
 from ._engine import Job, Outcome
 from ._firstcontact import check_out_dir
 from ._hooks import HookRunner
@@ -109,7 +109,7 @@ def _single_result(report: Report, outcome: Outcome, runner: HookRunner | None =
         report_hook_failures(report, runner)
     hooks_failed = runner is not None and bool(runner.failed)
     if outcome.status in ("failed", "cancelled"):
-        code = EXIT_INPUT if isinstance(outcome.error, InvalidInput) else EXIT_FAILED
+        code = ExitCode.INPUT if isinstance(outcome.error, InvalidInput) else ExitCode.FAILED
         report.error_line(code, outcome.reason)
         if report.json_mode:
             report.json(results_json([outcome], code))
@@ -120,11 +120,11 @@ def _single_result(report: Report, outcome: Outcome, runner: HookRunner | None =
             f"{outcome.job.name} until {when(outcome.until)}: {outcome.reason} "
             "(kept in the state directory; run again after that instant)"
         )
-        report.error_line(EXIT_DEFERRED, message)
+        report.error_line(ExitCode.DEFERRED, message)
         if report.json_mode:
-            report.json(results_json([outcome], EXIT_DEFERRED, runner))
-        return EXIT_DEFERRED
-    code = EXIT_FAILED if hooks_failed else EXIT_OK
+            report.json(results_json([outcome], ExitCode.DEFERRED, runner))
+        return ExitCode.DEFERRED
+    code = ExitCode.FAILED if hooks_failed else ExitCode.OK
     if report.json_mode:
         report.json(results_json([outcome], code, runner))
         return code

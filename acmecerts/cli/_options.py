@@ -1,8 +1,9 @@
-"""The options several commands share, each declared once, and how a command takes them.
+"""Every option of the commands, each declared once, and how a command takes shared ones.
 
 An option is a typer ``Annotated`` type (``Directory``, ``Email``, ...): its flag, its
 ``ACMECERTS_*`` environment variable (the flag's name in capitals), its help text and its
-panel in ``--help``. Its default and its place among the command's options belong to a
+panel in ``--help``. A command's own option is its parameter's type, with the default
+beside it. A shared option's default and its place among the command's options belong to a
 :class:`Group`, and a command asks for a whole group by one keyword-only parameter typed
 with the dataclass the group makes (:mod:`acmecerts.cli._args`)::
 
@@ -20,6 +21,7 @@ must not import the library (``tests/test_cli_start.py``).
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import inspect
 from collections.abc import Callable, Mapping
@@ -44,10 +46,29 @@ __all__ = [
     "CHALLENGE",
     "COMMON",
     "HOOKS",
+    "Ari",
+    "CertKey",
+    "CertKeyType",
+    "CertName",
     "Config",
+    "DeleteReason",
     "Force",
+    "FromFile",
     "Group",
+    "NewAccountKeyType",
+    "Out",
     "Panel",
+    "PreferredChain",
+    "Profile",
+    "Quiet",
+    "RandomDelay",
+    "RenewDirectory",
+    "RenewForce",
+    "Revoke",
+    "RevokeReason",
+    "RolloverKeyType",
+    "StatusDirectory",
+    "Yes",
     "env",
     "opt",
     "shared",
@@ -56,15 +77,15 @@ __all__ = [
 _F = TypeVar("_F", bound=Callable[..., Any])
 
 
-class Panel:
-    """The panels of ``--help`` that group the options."""
+class Panel(enum.StrEnum):
+    """The panels of ``--help`` that group the options (the value is the title)."""
 
-    CA: Final = "CA and state"
-    CHALLENGE: Final = "Challenge"
-    ACCOUNT: Final = "Account"
-    OUTPUT: Final = "Output"
-    ISSUING: Final = "Issuing"
-    HOOKS: Final = "Hooks"
+    CA = "CA and state"
+    CHALLENGE = "Challenge"
+    ACCOUNT = "Account"
+    OUTPUT = "Output"
+    ISSUING = "Issuing"
+    HOOKS = "Hooks"
 
 
 def env(option: str) -> str:
@@ -72,7 +93,7 @@ def env(option: str) -> str:
     return ENV_PREFIX + option.upper().replace("-", "_")
 
 
-def opt(name: str, *, panel: str = Panel.CA, **kwargs: Any) -> Any:
+def opt(name: str, *, panel: Panel = Panel.CA, **kwargs: Any) -> Any:
     """A typer option ``--name`` whose environment variable is ``ACMECERTS_NAME``."""
     return typer.Option(f"--{name}", envvar=env(name), rich_help_panel=panel, **kwargs)
 
@@ -379,6 +400,170 @@ Force = Annotated[
         help="Order a new certificate even if the stored one is not due for renewal.",
     ),
 ]
+
+
+# -- the options of one command ---------------------------------------------------------------
+
+#: ``--key-type`` of ``issue`` and of a new account key (``account create|rollover``).
+_KEY_TYPES: Final = "ec256|ec384|rsa2048|rsa3072|rsa4096"
+_REASONS: Final = "unspecified|keyCompromise|affiliationChanged|superseded|cessationOfOperation"
+
+FromFile = Annotated[
+    Path | None,
+    opt(
+        "from-file",
+        panel=Panel.ISSUING,
+        metavar="FILE",
+        help="Issue one certificate per line of FILE (names separated by spaces, the "
+        "first names the certificate; # comments), in parallel.",
+        show_default=False,
+    ),
+]
+Out = Annotated[
+    Path | None,
+    opt(
+        "out",
+        panel=Panel.ISSUING,
+        metavar="DIR",
+        help="Directory for cert.pem, chain.pem, fullchain.pem and privkey.pem (0600); "
+        "with --from-file, DIR/NAME for each certificate "
+        "[default: STATE_DIR/certificates/NAME].",
+        show_default=False,
+    ),
+]
+CertKeyType = Annotated[
+    str,
+    opt("key-type", panel=Panel.ISSUING, metavar=_KEY_TYPES, help="The certificate key type."),
+]
+Profile = Annotated[
+    str | None,
+    opt(
+        "profile",
+        panel=Panel.ISSUING,
+        metavar="NAME",
+        help="A certificate profile the CA offers.",
+        show_default=False,
+    ),
+]
+PreferredChain = Annotated[
+    str | None,
+    opt(
+        "preferred-chain",
+        panel=Panel.ISSUING,
+        metavar="ISSUER",
+        help="Prefer the chain whose root (or an intermediate) has this common name.",
+        show_default=False,
+    ),
+]
+CertName = Annotated[
+    str | None,
+    opt(
+        "cert-name",
+        panel=Panel.ISSUING,
+        metavar="NAME",
+        help="The certificate (lineage) to issue into: an existing one takes NAME... as "
+        "its names (replace, expand, shrink), a new one is created "
+        "[default: the one holding exactly NAME..., in any order, else the first NAME].",
+        show_default=False,
+    ),
+]
+RenewDirectory = Annotated[
+    str | None,
+    opt(
+        "directory",
+        metavar="URL",
+        help="Renew only the certificates of this CA (its ACME directory URL) "
+        "[default: every CA in the state directory, each with the URL and --ca-bundle "
+        "it was issued with].",
+        show_default=False,
+    ),
+]
+RenewForce = Annotated[
+    bool,
+    opt("force", panel=Panel.ISSUING, help="Renew now, even certificates that are not due."),
+]
+RandomDelay = Annotated[
+    float,
+    opt(
+        "random-delay",
+        panel=Panel.ISSUING,
+        metavar="SECONDS",
+        help="Wait a random time from 0 to SECONDS before contacting any CA (spreads "
+        "the cron jobs of many machines).",
+    ),
+]
+Quiet = Annotated[
+    bool,
+    typer.Option(
+        "-q",
+        "--quiet",
+        envvar=env("quiet"),
+        rich_help_panel=Panel.OUTPUT,
+        help="Print nothing unless a certificate was renewed or something failed "
+        "(errors always go to stderr).",
+    ),
+]
+RevokeReason = Annotated[
+    str,
+    opt("reason", metavar=_REASONS, help="The revocation reason (RFC 5280)."),
+]
+CertKey = Annotated[
+    Path | None,
+    opt(
+        "cert-key",
+        metavar="PATH",
+        help="Sign with the certificate's private key instead of the account key "
+        "(e.g. when the account is lost).",
+        show_default=False,
+    ),
+]
+Revoke = Annotated[
+    bool,
+    opt(
+        "revoke",
+        help="Revoke each certificate at its CA first; one that cannot be revoked is not deleted.",
+    ),
+]
+DeleteReason = Annotated[
+    str,
+    opt("reason", metavar=_REASONS, help="The revocation reason with --revoke (RFC 5280)."),
+]
+Yes = Annotated[
+    bool,
+    typer.Option("--yes", "-y", help="Do not ask for confirmation (needed without a terminal)."),
+]
+StatusDirectory = Annotated[
+    str | None,
+    opt(
+        "directory",
+        metavar="URL",
+        help="Show only the certificates of this CA (its ACME directory URL) "
+        "[default: every CA in the state directory].",
+        show_default=False,
+    ),
+]
+Ari = Annotated[
+    bool,
+    opt(
+        "ari",
+        help="Ask the CA for each certificate's renewal window (ARI) instead of assuming "
+        "a third of the lifetime.",
+    ),
+]
+
+
+def _account_key_type(which: str) -> Any:
+    """``--key-type`` of ``account create`` (``which``: "a new") and ``rollover``."""
+    return opt(
+        "key-type",
+        panel=Panel.ACCOUNT,
+        metavar=_KEY_TYPES,
+        help=f"The key type of {which} account key.",
+    )
+
+
+NewAccountKeyType = Annotated[str, _account_key_type("a new")]
+RolloverKeyType = Annotated[str, _account_key_type("the new")]
 
 
 # -- groups -----------------------------------------------------------------------------------

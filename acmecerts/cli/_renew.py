@@ -42,7 +42,7 @@ from ._batch import (
     stored_hooks,
 )
 from ._ca import CaPlan, plan_ca
-from ._constants import EXIT_FAILED, EXIT_INPUT, EXIT_OK
+from ._constants import ExitCode
 from ._engine import Deferred, Job, Outcome
 from ._firstcontact import check_out_dir, check_webroot, resolve_directory
 from ._hooks import HookRunner
@@ -77,8 +77,6 @@ class RenewArgs:
     names: tuple[str, ...] = ()
     force: bool = False
     batch: BatchArgs = dataclasses.field(default_factory=BatchArgs)
-    #: ``--directory`` was given (flag, environment or config file): that CA only.
-    only_directory: bool = False
     #: ``-q``: print nothing unless a certificate was renewed or something failed.
     quiet: bool = False
     #: Wait a random time in [0, this) seconds before contacting any CA.
@@ -338,7 +336,7 @@ def refuse_unusable(jobs: Sequence[Job]) -> tuple[list[Job], list[Outcome]]:
 def renew_exit_code(code: int, refused: Sequence[Outcome], outcomes: Sequence[Outcome]) -> int:
     """2 when certificates were refused as unusable and nothing was ordered at all."""
     if refused and all(o.status == "current" for o in outcomes):
-        return EXIT_INPUT
+        return ExitCode.INPUT
     return code
 
 
@@ -357,7 +355,7 @@ def run_renew(
         root, cas, problems = ca_plans(
             common,
             account,
-            only_directory=args.only_directory,
+            only_directory=given.only_directory,
             max_wait=args.batch.max_wait,
             json_mode=report.json_mode,
         )
@@ -411,7 +409,7 @@ def run_renew(
                 refused.sort(key=lambda o: position[_place(o.job)])
                 code = batch_result(report, refused, verb="Checked", failed=bool(problems))
                 return renew_exit_code(code, refused, [])
-            code = EXIT_FAILED if problems else EXIT_OK
+            code = ExitCode.FAILED if problems else ExitCode.OK
             if report.json_mode:
                 report.json({**results_json([], code), "errors": problems})
             elif not args.quiet and not problems:

@@ -28,13 +28,7 @@ from acmecerts.errors import (
 )
 
 from ._args import CommonArgs
-from ._constants import (
-    EXIT_DEFERRED,
-    EXIT_FAILED,
-    EXIT_INPUT,
-    EXIT_INTERRUPTED,
-    STATUS_WORDS,
-)
+from ._constants import STATUS_WORDS, ExitCode
 from ._display import LiveView, NullView, PlainView, QuietView, View
 from ._engine import Board, Deferred, problem_of
 
@@ -77,7 +71,7 @@ class Report:
     def error_line(self, code: int, message: str) -> str:
         """Write the one ``acmecerts: error: ...`` line to stderr; return the message."""
         line = " ".join(message.split())
-        label = "deferred" if code == EXIT_DEFERRED else "error"
+        label = "deferred" if code == ExitCode.DEFERRED else "error"
         sys.stderr.write(f"acmecerts: {label}: {line}\n")
         sys.stderr.flush()
         return line
@@ -197,7 +191,7 @@ def interrupted_code(exc: KeyboardInterrupt) -> tuple[int, str]:
     """``(exit code, message)`` for a stop by a signal: 130 "interrupted" (SIGINT, also a
     plain :class:`KeyboardInterrupt`), 143 "terminated" (SIGTERM)."""
     return (
-        getattr(exc, "exit_code", EXIT_INTERRUPTED),
+        getattr(exc, "exit_code", ExitCode.INTERRUPTED),
         getattr(exc, "message", "interrupted"),
     )
 
@@ -211,16 +205,16 @@ def guarded(report: Report, work: Callable[[], int]) -> int:
         if isinstance(exc, KeyboardInterrupt):
             return report.error(*interrupted_code(exc))
         if isinstance(exc, InvalidInput | StorageError | ExternalAccountRequired):
-            return report.error(EXIT_INPUT, str(exc))
+            return report.error(ExitCode.INPUT, str(exc))
         if isinstance(exc, Deferred):
             return report.error(
-                EXIT_DEFERRED, str(exc), problem_of(exc.error), until=iso(exc.until)
+                ExitCode.DEFERRED, str(exc), problem_of(exc.error), until=iso(exc.until)
             )
         if isinstance(exc, RateLimitDeferred):
             until = exc.retry_after.isoformat() if exc.retry_after else None
-            return report.error(EXIT_DEFERRED, str(exc), until=until)
+            return report.error(ExitCode.DEFERRED, str(exc), until=until)
         if isinstance(exc, AcmeCertsError):
-            return report.error(EXIT_FAILED, str(exc), problem_of(exc))
+            return report.error(ExitCode.FAILED, str(exc), problem_of(exc))
         raise
 
 

@@ -15,7 +15,7 @@ from acmecerts.protocol.keys import PrivateKey, load_private_key
 
 from ._args import CommonArgs
 from ._ca import open_client, plan_ca
-from ._constants import EXIT_OK
+from ._constants import ExitCode
 from ._interrupt import run_interruptible
 from ._records import CertificateRecord
 from ._report import Report, run_guarded
@@ -112,7 +112,7 @@ def run_revoke(target: str, *, reason: str, cert_key: Path | None, common: Commo
             if result["stored_name"]:
                 rows.append(("renewal", "at the next `acmecerts renew` (stored certificate)"))
             report.rows(title, rows)
-        return EXIT_OK
+        return ExitCode.OK
 
     return run_guarded(common, work)
 

@@ -48,11 +48,9 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final, NoReturn
 
-from ._constants import EXIT_INTERRUPTED, EXIT_TERMINATED
+from ._constants import ExitCode
 
 __all__ = [
-    "EXIT_INTERRUPTED",
-    "EXIT_TERMINATED",
     "GRACE_ENV",
     "INTERRUPT_GRACE",
     "READY_ENV",
@@ -88,7 +86,7 @@ _SHOW_CURSOR: Final = b"\x1b[?25h"
 
 def exit_code_for(signum: int) -> int:
     """130 for SIGINT, 143 for SIGTERM (128 + the signal number)."""
-    return EXIT_TERMINATED if signum == signal.SIGTERM else EXIT_INTERRUPTED
+    return ExitCode.TERMINATED if signum == signal.SIGTERM else ExitCode.INTERRUPTED
 
 
 def message_for(signum: int) -> str:

@@ -18,7 +18,7 @@ from acmecerts.retry import AttemptState
 
 from ._args import AccountArgs, CommonArgs
 from ._ca import CaPlan
-from ._constants import EXIT_FAILED, EXIT_OK
+from ._constants import ExitCode
 from ._firstcontact import resolve_directory
 from ._interrupt import run_interruptible
 from ._natural import natural_key
@@ -30,12 +30,12 @@ from ._state import State
 __all__ = ["run_status"]
 
 
-def run_status(*, ari: bool, common: CommonArgs, only_directory: bool = False) -> int:
+def run_status(*, ari: bool, common: CommonArgs) -> int:
     """Run ``acmecerts status``; return the exit code.
 
-    Like ``renew``: every CA of the state directory (``only_directory``: ``--directory``
-    or ``--staging`` was given, and narrows to that CA, which must have state there); a
-    state directory that is missing, a file, unreadable or holds no CA is exit 2.
+    Like ``renew``: every CA of the state directory (``--directory`` or ``--staging``
+    narrows to that CA, which must have state there: :attr:`CommonArgs.only_directory`);
+    a state directory that is missing, a file, unreadable or holds no CA is exit 2.
     """
 
     def work(report: Report) -> int:
@@ -44,7 +44,7 @@ def run_status(*, ari: bool, common: CommonArgs, only_directory: bool = False) -
         root, cas, problems = ca_plans(
             resolved,
             AccountArgs(),
-            only_directory=only_directory,
+            only_directory=common.only_directory,
             max_wait=120.0,
             json_mode=report.json_mode,
             verb="show the certificates",
@@ -73,7 +73,7 @@ def run_status(*, ari: bool, common: CommonArgs, only_directory: bool = False) -
             report.json(document)
         else:
             _print_status(report, document)
-        return EXIT_FAILED if problems else EXIT_OK
+        return ExitCode.FAILED if problems else ExitCode.OK
 
     return run_guarded(common, work)
 
