@@ -11,41 +11,27 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from acmecerts._lazy import import_lazily
-from acmecerts.solvers._base import ChallengeTask, Solver
+from acmecerts.solvers._base import ChallengeTask as ChallengeTask
+from acmecerts.solvers._base import Solver as Solver
 
+# Type checkers read the public names from these imports ("import X as X" re-exports X);
+# ``__all__`` is for run time only, made from ``_LAZY`` below (the solver packages'
+# ``__all__`` lists would otherwise be written here a second time).
 if TYPE_CHECKING:
-    from acmecerts.solvers.dns01 import (
-        DnsError,
-        DnsHookError,
-        DnsHookSolver,
-        DnsPropagationTimeout,
-        DnsRecordLocation,
-        DnsUpdateRefused,
-        DnsZoneNotFound,
-        PropagationCheck,
-        Rfc2136Solver,
-    )
-    from acmecerts.solvers.http01 import Http01Server, Http01Webroot, ListenError, WebrootError
-    from acmecerts.solvers.tlsalpn01 import TlsAlpn01Server
-
-__all__ = [
-    "ChallengeTask",
-    "DnsError",
-    "DnsHookError",
-    "DnsHookSolver",
-    "DnsPropagationTimeout",
-    "DnsRecordLocation",
-    "DnsUpdateRefused",
-    "DnsZoneNotFound",
-    "Http01Server",
-    "Http01Webroot",
-    "ListenError",
-    "PropagationCheck",
-    "Rfc2136Solver",
-    "Solver",
-    "TlsAlpn01Server",
-    "WebrootError",
-]
+    from acmecerts.solvers.dns01 import DnsError as DnsError
+    from acmecerts.solvers.dns01 import DnsHookError as DnsHookError
+    from acmecerts.solvers.dns01 import DnsHookSolver as DnsHookSolver
+    from acmecerts.solvers.dns01 import DnsPropagationTimeout as DnsPropagationTimeout
+    from acmecerts.solvers.dns01 import DnsRecordLocation as DnsRecordLocation
+    from acmecerts.solvers.dns01 import DnsUpdateRefused as DnsUpdateRefused
+    from acmecerts.solvers.dns01 import DnsZoneNotFound as DnsZoneNotFound
+    from acmecerts.solvers.dns01 import PropagationCheck as PropagationCheck
+    from acmecerts.solvers.dns01 import Rfc2136Solver as Rfc2136Solver
+    from acmecerts.solvers.http01 import Http01Server as Http01Server
+    from acmecerts.solvers.http01 import Http01Webroot as Http01Webroot
+    from acmecerts.solvers.http01 import ListenError as ListenError
+    from acmecerts.solvers.http01 import WebrootError as WebrootError
+    from acmecerts.solvers.tlsalpn01 import TlsAlpn01Server as TlsAlpn01Server
 
 #: Where each solver name is defined; the same names as the imports above (a test checks).
 _LAZY: dict[str, str] = {
@@ -67,6 +53,7 @@ _LAZY: dict[str, str] = {
 
 
 if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all attribute
+    __all__ = sorted(["ChallengeTask", "Solver", *_LAZY])
 
     def __getattr__(name: str) -> Any:
         """Import a solver's module on first use of one of its names, and keep the name."""
@@ -75,4 +62,4 @@ if not TYPE_CHECKING:  # type checkers see the imports above, and no catch-all a
 
 def __dir__() -> list[str]:
     """The public names and whatever this package holds so far."""
-    return sorted(set(globals()) | set(__all__))
+    return sorted(set(globals()) | set(_LAZY))
