@@ -24,7 +24,7 @@ from acmecerts.storage.account import (
     save_account_url,
 )
 from acmecerts.storage.filesystem import FileStorage
-from acmecerts.storage.keys import CertificateKeys, KeyLayout
+from acmecerts.storage.keys import CertificateKeys, KeyLayout, LegacyCertificate
 
 __all__ = [
     "ANY_VERSION",
@@ -32,6 +32,7 @@ __all__ = [
     "FileStorage",
     "KeyLayout",
     "Lease",
+    "LegacyCertificate",
     "LockTimeout",
     "Storage",
     "StoredValue",
