@@ -6,6 +6,7 @@
   processes on one machine.
 * :class:`KeyLayout`: the one place that names keys and locks (per CA and account).
 * :func:`load_or_create_account_key`: one account key for every replica sharing a store.
+* :class:`LegacyCertificate`: a certificate as earlier versions stored it (three files).
 """
 
 from __future__ import annotations
