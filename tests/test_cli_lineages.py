@@ -7,6 +7,7 @@ run in-process (``run_main``). A deletion that fails half-way is made with a rea
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,7 @@ from acmecerts.cli._state import State
 from acmecerts.errors import ProblemType, StorageError
 from acmecerts.storage import FileStorage
 from acmecerts.storage._base import ANY_VERSION, _AnyVersion
+from acmecerts.storage.keys import CertificateBundle
 from tests.faults.proxy import FaultProxy, Match, Respond
 
 if TYPE_CHECKING:
@@ -376,3 +378,55 @@ def test_a_deletion_that_fails_half_way_is_seen_and_finished(
     reissued = run_main(capsys, *issue(pebble, state, name))
     assert reissued.returncode == 0, reissued.stderr
     assert one_json(reissued)["certificates"][0]["status"] == "issued"
+
+
+# -- the previous layout of the store ---------------------------------------------------------
+
+
+def test_a_certificate_in_the_previous_layout_is_listed_and_loaded(
+    pebble: PebbleServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``cert.pem``, ``privkey.pem`` and ``meta.json`` (no record) read as the record did."""
+    state = tmp_path / "state"
+    name = "old.layout.test"
+    first = run_main(capsys, *issue(pebble, state, name))
+    assert first.returncode == 0, first.stderr
+
+    async def check() -> None:
+        cli = State(state, pebble.directory_url)
+        try:
+            stored = await cli.load_certificate(name)
+            assert stored is not None
+            keys = cli.layout.certificate(name)
+            record = await cli.storage.load(keys.record)
+            assert record is not None
+            bundle = CertificateBundle.from_bytes(record.data, keys.record)
+            # as an earlier version stored it: key, chain, then meta.json; no record
+            await cli.storage.store(keys.privkey, bundle.private_key_pem.encode(), secret=True)
+            await cli.storage.store(keys.cert, bundle.fullchain_pem.encode())
+            meta = {"name": name, "identifiers": list(bundle.identifiers)}
+            await cli.storage.store(keys.meta, json.dumps(meta).encode())
+            assert await cli.storage.delete(keys.record)
+
+            old = await cli.load_certificate(name)
+            assert old is not None
+            assert (old.name, old.identifiers, old.info, old.key_type) == (
+                stored.name,
+                stored.identifiers,
+                stored.info,
+                stored.key_type,
+            )
+            assert [c.name for c in await cli.list_certificates()] == [name]
+
+            assert await cli.storage.delete(keys.privkey)  # not completely stored: none
+            assert await cli.load_certificate(name) is None
+            await cli.storage.store(keys.privkey, bundle.private_key_pem.encode(), secret=True)
+
+            await cli.storage.store(keys.meta, b"{not json")
+            with pytest.raises(StorageError, match="is not valid JSON") as caught:
+                await cli.load_certificate(name)
+            assert caught.value.path == cli.path_for(keys.meta)  # the file, as before
+        finally:
+            await cli.aclose()
+
+    anyio.run(check)

@@ -60,6 +60,7 @@ from acmecerts.retry import AttemptState
 from acmecerts.storage import (
     FileStorage,
     KeyLayout,
+    LegacyCertificate,
     VersionConflict,
     load_account_url,
     load_or_create_account_key,
@@ -455,17 +456,15 @@ class State:
             identifiers: object = list(bundle.identifiers)
             stored_name = bundle.name
         else:
-            meta = await self._load_json(keys.meta)
-            if meta is None:
+            legacy = await LegacyCertificate.load(
+                self.storage, keys, label=self.path_for(keys.meta)
+            )
+            if legacy is None:
                 return None
-            cert = await self.storage.load(keys.cert)
-            privkey = await self.storage.load(keys.privkey)
-            if cert is None or privkey is None:
-                return None
-            cert_pem, key_pem = cert.data, privkey.data
+            cert_pem, key_pem = legacy.fullchain_pem, legacy.private_key_pem
             path = self.path_for(keys.cert)
-            identifiers = meta.get("identifiers")
-            stored_name = str(meta.get("name", name))
+            identifiers = legacy.meta.get("identifiers")
+            stored_name = str(legacy.meta.get("name", name))
         try:
             chain = parse_pem_chain(cert_pem)
         except AcmeCertsError as exc:

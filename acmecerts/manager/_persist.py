@@ -56,7 +56,14 @@ from acmecerts.protocol.certificate import (
 from acmecerts.protocol.identifiers import Identifier, parse_identifiers
 from acmecerts.protocol.keys import load_private_key
 from acmecerts.retry import AttemptState
-from acmecerts.storage import KeyLayout, Lease, Storage, StoredValue, VersionConflict
+from acmecerts.storage import (
+    KeyLayout,
+    Lease,
+    LegacyCertificate,
+    Storage,
+    StoredValue,
+    VersionConflict,
+)
 from acmecerts.storage._json import decode_json, encode_json
 from acmecerts.storage.keys import CertificateBundle, CertificateKeys, certificate_slug
 
@@ -191,23 +198,19 @@ class CertificateStore:
 
     async def _load_legacy(self, name: str, keys: CertificateKeys) -> IssuedCertificate | None:
         """A certificate in the previous layout (``meta.json`` present: completely saved)."""
-        meta_value = await self.storage.load(keys.meta)
-        if meta_value is None:
+        legacy = await LegacyCertificate.load(self.storage, keys)
+        if legacy is None:
             return None
-        cert_value = await self.storage.load(keys.cert)
-        key_value = await self.storage.load(keys.privkey)
-        if cert_value is None or key_value is None:
-            return None
-        meta = decode_json(meta_value.data, keys.meta)
+        meta = legacy.meta
         try:
             identifiers = parse_identifiers(meta["identifiers"])
-            chain = parse_pem_chain(cert_value.data, url=keys.cert)
-            private_key = load_private_key(key_value.data)
+            chain = parse_pem_chain(legacy.fullchain_pem, url=keys.cert)
+            private_key = load_private_key(legacy.private_key_pem)
             check_certificate_matches(chain, key=private_key, identifiers=identifiers)
             return IssuedCertificate(
                 identifiers=identifiers,
                 chain=chain,
-                private_key_pem=key_value.data.decode("ascii"),
+                private_key_pem=legacy.private_key_pem.decode("ascii"),
                 info=certificate_info(chain.leaf),
                 order_url=str(meta["order_url"]),
                 certificate_url=str(meta["certificate_url"]),

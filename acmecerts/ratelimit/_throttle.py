@@ -37,6 +37,7 @@ token's interval is ``1 / rate`` rounded *up* to a microsecond, never more gener
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import enum
 import math
@@ -76,6 +77,7 @@ class EndpointClass(enum.StrEnum):
     OTHER = "other"
 
 
+@dataclasses.dataclass(frozen=True, slots=True, repr=False)
 class RequestRate:
     """A request rate: ``rate`` tokens per second refill a bucket that holds ``burst``.
 
@@ -88,9 +90,14 @@ class RequestRate:
     requests.
     """
 
-    __slots__ = ("_burst", "_interval_us", "_rate")
+    #: Tokens per second.
+    rate: float
+    #: Tokens in a full bucket.
+    burst: int
+    _interval_us: int = dataclasses.field(init=False, compare=False)
 
-    def __init__(self, rate: float, burst: int) -> None:
+    def __post_init__(self) -> None:
+        rate, burst = self.rate, self.burst
         if (
             isinstance(rate, bool)
             or not isinstance(rate, (int, float))
@@ -103,20 +110,11 @@ class RequestRate:
             )
         if type(burst) is not int or burst < 1:
             raise InvalidInput(f"a request burst must be an int >= 1, got {burst!r}")
-        self._rate = float(rate)
-        self._burst = burst
+        # Frozen: the checked values are set once, here (``rate`` as a float).
+        rate = float(rate)
+        object.__setattr__(self, "rate", rate)
         # ceil: a token never comes back sooner than 1/rate says
-        self._interval_us = max(1, math.ceil(_US_PER_SECOND / self._rate))
-
-    @property
-    def rate(self) -> float:
-        """Tokens per second."""
-        return self._rate
-
-    @property
-    def burst(self) -> int:
-        """Tokens in a full bucket."""
-        return self._burst
+        object.__setattr__(self, "_interval_us", max(1, math.ceil(_US_PER_SECOND / rate)))
 
     @property
     def interval(self) -> _dt.timedelta:
@@ -128,16 +126,8 @@ class RequestRate:
         """:attr:`interval` in whole microseconds."""
         return self._interval_us
 
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, RequestRate):
-            return NotImplemented
-        return (self._rate, self._burst) == (other._rate, other._burst)
-
-    def __hash__(self) -> int:
-        return hash((self._rate, self._burst))
-
     def __repr__(self) -> str:
-        return f"RequestRate({self._rate:g}, burst={self._burst})"
+        return f"RequestRate({self.rate:g}, burst={self.burst})"
 
 
 #: One class's rate as given: a :class:`RequestRate` or a ``(rate per second, burst)`` pair.

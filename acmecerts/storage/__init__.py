@@ -6,6 +6,7 @@
   processes on one machine.
 * :class:`KeyLayout`: the one place that names keys and locks (per CA and account).
 * :func:`load_or_create_account_key`: one account key for every replica sharing a store.
+* :class:`LegacyCertificate`: a certificate as earlier versions stored it (three files).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from acmecerts.storage.account import (
     save_account_url,
 )
 from acmecerts.storage.filesystem import FileStorage
-from acmecerts.storage.keys import CertificateKeys, KeyLayout
+from acmecerts.storage.keys import CertificateKeys, KeyLayout, LegacyCertificate
 
 __all__ = [
     "ANY_VERSION",
@@ -32,6 +33,7 @@ __all__ = [
     "FileStorage",
     "KeyLayout",
     "Lease",
+    "LegacyCertificate",
     "LockTimeout",
     "Storage",
     "StoredValue",

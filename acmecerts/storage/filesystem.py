@@ -73,29 +73,23 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import datetime as _dt
 import logging
 import os
 import secrets
 import stat
 from collections.abc import Callable
-from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 from acmecerts._time import Clock, SystemClock
 from acmecerts.errors import InvalidInput, StorageError
 from acmecerts.storage import _files
-from acmecerts.storage._base import (
-    ANY_VERSION,
-    Lease,
-    StoredValue,
-    _AnyVersion,
-)
+from acmecerts.storage._backend import StoreBase
+from acmecerts.storage._base import StoredValue, _AnyVersion
 from acmecerts.storage._file_lease import FileLeases
 from acmecerts.storage._files import MAX_VALUE_SIZE, os_error
 from acmecerts.storage._lease import LeaseLocks
 from acmecerts.storage._workers import run_sync
-from acmecerts.storage.keys import validate_key, validate_prefix
+from acmecerts.storage.keys import validate_key
 
 __all__ = ["MAX_VALUE_SIZE", "FileStorage"]
 
@@ -104,13 +98,17 @@ log = logging.getLogger("acmecerts.storage")
 _T = TypeVar("_T")
 
 
-class FileStorage:
+class FileStorage(StoreBase):
     """A :class:`~acmecerts.storage.Storage` in a local directory (the default store).
 
     ``root`` is created (0700) on the first write if it does not exist. Several
     :class:`FileStorage` objects, in one process or many on the same machine, may share a
-    root. See the module documentation for the on-disk format and guarantees.
+    root. Every value is written atomically to a file of mode 0600, whatever ``secret``,
+    and is at most :data:`MAX_VALUE_SIZE` bytes. See the module documentation for the
+    on-disk format and guarantees.
     """
+
+    _max_value_size = MAX_VALUE_SIZE
 
     def __init__(self, root: str | os.PathLike[str], *, clock: Clock | None = None) -> None:
         """Store under ``root``; ``clock`` stamps and times leases (default: system)."""
@@ -214,60 +212,21 @@ class FileStorage:
         walk(base, f"{head}/" if head else "")
         return sorted(found)
 
-    async def load(self, key: str) -> StoredValue | None:
-        """Read ``key``; ``None`` if it does not exist; StorageError if corrupt."""
-        validate_key(key)
+    async def _load(self, key: str) -> StoredValue | None:
         return await self._run(self._load_sync, key)
 
-    async def store(
-        self,
-        key: str,
-        data: bytes,
-        *,
-        secret: bool = False,
-        expect_version: str | _AnyVersion | None = ANY_VERSION,
+    async def _store(
+        self, key: str, data: bytes, secret: bool, expect_version: str | _AnyVersion | None
     ) -> str:
-        """Write ``key`` atomically (file mode 0600 whatever ``secret``); return its version."""
-        validate_key(key)
-        if not isinstance(data, bytes | bytearray | memoryview):
-            raise InvalidInput(f"a stored value must be bytes, got {type(data).__name__}")
-        if len(data) > MAX_VALUE_SIZE:
-            raise InvalidInput(f"a stored value must be at most {MAX_VALUE_SIZE} bytes")
-        return await self._run(self._store_sync, key, bytes(data), expect_version)
+        # Every file is 0600, whatever ``secret`` (see the module documentation).
+        return await self._run(self._store_sync, key, data, expect_version)
 
-    async def delete(
-        self, key: str, *, expect_version: str | _AnyVersion | None = ANY_VERSION
-    ) -> bool:
-        """Remove ``key``; ``False`` if it did not exist."""
-        validate_key(key)
+    async def _delete(self, key: str, expect_version: str | _AnyVersion | None) -> bool:
         return await self._run(self._delete_sync, key, expect_version)
 
-    async def list(self, prefix: str) -> builtins.list[str]:
-        """Every key that starts with ``prefix`` (a plain string prefix), sorted."""
-        validate_prefix(prefix)
+    async def _list(self, prefix: str) -> builtins.list[str]:
         return await self._run(self._list_sync, prefix)
-
-    # -- locks ------------------------------------------------------------------------
-
-    def lock(
-        self,
-        name: str,
-        *,
-        lease: float | _dt.timedelta = 60.0,
-        timeout: float | _dt.timedelta | None = None,
-    ) -> AbstractAsyncContextManager[Lease]:
-        """Hold lock ``name`` across processes; see :meth:`Storage.lock`.
-
-        Not re-entrant: a task that already holds ``name`` waits for itself.
-        """
-        return self._locks.hold(name, lease, timeout)
 
     async def aclose(self) -> None:
         """Close the store (idempotent); held locks are released by their ``async with``."""
         self._closed = True
-
-    async def __aenter__(self) -> FileStorage:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()

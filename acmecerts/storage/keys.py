@@ -47,10 +47,13 @@ import hashlib
 import re
 import urllib.parse
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from acmecerts.errors import InvalidInput, StorageError
 from acmecerts.storage._json import decode_json, encode_json
+
+if TYPE_CHECKING:
+    from acmecerts.storage._base import Storage
 
 __all__ = [
     "BUNDLE_FORMAT",
@@ -60,6 +63,7 @@ __all__ = [
     "CertificateBundle",
     "CertificateKeys",
     "KeyLayout",
+    "LegacyCertificate",
     "ca_slug",
     "certificate_slug",
     "validate_key",
@@ -276,6 +280,49 @@ class CertificateBundle:
                 raise StorageError(f"{key}: {field.name} must be a string", path=key)
             fields[field.name] = item
         return cls(**fields)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, repr=False)
+class LegacyCertificate:
+    """A certificate as earlier versions stored it: ``cert.pem``, ``privkey.pem``, ``meta.json``.
+
+    Read it with :meth:`load`; it is the previous layout of :class:`CertificateKeys`
+    (``meta.json`` was written last, as the commit marker). Like :class:`CertificateBundle`
+    it only reads: whether the chain and the key belong together is for the reader to check.
+    """
+
+    #: ``meta.json``: a JSON object (``name``, ``identifiers``, ``order_url``,
+    #: ``certificate_url`` as written; not checked here).
+    meta: dict[str, Any]
+    #: ``cert.pem``: the certificate chain, PEM (leaf first), as stored.
+    fullchain_pem: bytes
+    #: ``privkey.pem``: the certificate's private key, PEM, as stored.
+    private_key_pem: bytes
+
+    def __repr__(self) -> str:
+        return f"LegacyCertificate({self.meta.get('name')!r})"
+
+    @classmethod
+    async def load(
+        cls, storage: Storage, keys: CertificateKeys, *, label: str | None = None
+    ) -> LegacyCertificate | None:
+        """Read ``keys``' three files from ``storage``; ``None`` unless all three are there.
+
+        A certificate with ``meta.json`` missing was not completely saved, and one with
+        ``cert.pem`` or ``privkey.pem`` missing is being removed: neither is one. Raises
+        :class:`~acmecerts.errors.StorageError` when ``meta.json`` is not a JSON object,
+        naming ``label`` (default: the key ``keys.meta``), or when ``storage`` cannot read
+        a file.
+        """
+        meta = await storage.load(keys.meta)
+        if meta is None:
+            return None
+        cert = await storage.load(keys.cert)
+        privkey = await storage.load(keys.privkey)
+        if cert is None or privkey is None:
+            return None
+        document = decode_json(meta.data, keys.meta if label is None else label)
+        return cls(meta=document, fullchain_pem=cert.data, private_key_pem=privkey.data)
 
 
 class KeyLayout:

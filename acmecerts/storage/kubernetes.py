@@ -69,7 +69,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import datetime as _dt
 import logging
 import os
 import secrets
@@ -82,9 +81,9 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Secret
 
 from acmecerts._time import Clock, SystemClock
-from acmecerts.errors import InvalidInput, StorageError
-from acmecerts.storage._base import ANY_VERSION, StoredValue, VersionConflict
-from acmecerts.storage._base import _AnyVersion as _AnyVersionType
+from acmecerts.errors import StorageError
+from acmecerts.storage._backend import StoreBase
+from acmecerts.storage._base import ANY_VERSION, StoredValue, VersionConflict, _AnyVersion
 from acmecerts.storage._kube_client import (
     CERTIFICATE_ANNOTATION,
     KEY_ANNOTATION,
@@ -104,12 +103,10 @@ from acmecerts.storage._kube_client import (
     version_of,
 )
 from acmecerts.storage._kube_lease import KubeLeases
-from acmecerts.storage._lease import LeaseLocks, LockBlock
+from acmecerts.storage._lease import LeaseLocks
 from acmecerts.storage.keys import (
     CertificateBundle,
     certificate_slug,
-    validate_key,
-    validate_prefix,
 )
 
 __all__ = ["KubernetesStorage"]
@@ -117,7 +114,7 @@ __all__ = ["KubernetesStorage"]
 _log = logging.getLogger("acmecerts.storage.kubernetes")
 
 
-class KubernetesStorage:
+class KubernetesStorage(StoreBase):
     """Keys, values and locks in a Kubernetes namespace (see the module docstring).
 
     ``KubernetesStorage(namespace, kubeconfig=..., context=...)`` uses that kubeconfig
@@ -130,7 +127,8 @@ class KubernetesStorage:
     stores with different prefixes share a namespace without seeing each other's keys.
     ``timeout`` bounds each API request (seconds). ``identity`` names this replica in
     Lease holders (default ``<hostname>/<pid>/<random>``). ``clock`` stamps and times
-    leases (default: the system clock).
+    leases (default: the system clock). A lock is a ``Lease`` object, its lease rounded
+    up to whole seconds (``leaseDurationSeconds``).
 
     Raises :class:`~acmecerts.errors.StorageError` when no configuration can be loaded.
     Nothing is sent to the API server until the first call.
@@ -180,12 +178,6 @@ class KubernetesStorage:
         """Close the HTTP connections."""
         await self._api.aclose()
 
-    async def __aenter__(self) -> KubernetesStorage:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
-
     # -- names ---------------------------------------------------------------
 
     def object_name(self, key: str) -> str:
@@ -209,22 +201,6 @@ class KubernetesStorage:
 
     def _tls_name(self, slug: str) -> str:
         return f"{self.name_prefix}-{dns_name(slug) or digest(slug)}-tls"
-
-    # -- locks ----------------------------------------------------------------
-
-    def lock(
-        self,
-        name: str,
-        *,
-        lease: float | _dt.timedelta = 60.0,
-        timeout: float | _dt.timedelta | None = None,
-    ) -> LockBlock:
-        """Hold the lock ``name`` (a ``Lease`` object) for an ``async with`` block.
-
-        The lease is rounded up to whole seconds (``leaseDurationSeconds``). Not
-        re-entrant: a task that already holds ``name`` waits for itself.
-        """
-        return self._locks.hold(name, lease, timeout)
 
     # -- values ----------------------------------------------------------------
 
@@ -278,19 +254,13 @@ class KubernetesStorage:
                 return kind, self._decode(key, obj)
         return None
 
-    async def load(self, key: str) -> StoredValue | None:
-        """Read ``key`` (its ConfigMap or Secret); ``None`` if it does not exist."""
-        validate_key(key)
+    async def _load(self, key: str) -> StoredValue | None:
+        """Read ``key`` (its ConfigMap or Secret)."""
         found = await self._find(key)
         return found[1] if found else None
 
-    async def store(
-        self,
-        key: str,
-        data: bytes,
-        *,
-        secret: bool = False,
-        expect_version: str | _AnyVersionType | None = ANY_VERSION,
+    async def _store(
+        self, key: str, data: bytes, secret: bool, expect_version: str | _AnyVersion | None
     ) -> str:
         """Write ``key`` (one create or update request) and return its resourceVersion.
 
@@ -298,9 +268,6 @@ class KubernetesStorage:
         Writing an existing key with the other ``secret`` moves it (the new object is
         written first, then the old one deleted).
         """
-        validate_key(key)
-        if not isinstance(data, bytes):
-            raise InvalidInput(f"a stored value must be bytes, got {type(data).__name__}")
         kind: Kind = Secret if secret else ConfigMap
         other: Kind = ConfigMap if secret else Secret
         name = self.object_name(key)
@@ -354,14 +321,8 @@ class KubernetesStorage:
         await self._reflect_tls(key)
         return version
 
-    async def delete(
-        self, key: str, *, expect_version: str | _AnyVersionType | None = ANY_VERSION
-    ) -> bool:
-        """Remove ``key``; ``False`` if it did not exist.
-
-        With a version, the delete carries it as a precondition (409 → VersionConflict).
-        """
-        validate_key(key)
+    async def _delete(self, key: str, expect_version: str | _AnyVersion | None) -> bool:
+        """Remove ``key``: with a version, as a precondition (409 → VersionConflict)."""
         if expect_version is None:
             if await self._find(key) is not None:
                 raise VersionConflict(f"key {key!r} exists")
@@ -385,9 +346,8 @@ class KubernetesStorage:
             await self._unreflect_tls(key)
         return deleted
 
-    async def list(self, prefix: str) -> list[str]:
+    async def _list(self, prefix: str) -> list[str]:
         """Every key that starts with ``prefix``, sorted (a label-selected list)."""
-        validate_prefix(prefix)
         labels: LabelSelector = dict(self._api.labels("value"))
         keys: set[str] = set()
 
