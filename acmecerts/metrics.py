@@ -42,18 +42,9 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from acmecerts import manager as mgr
 from acmecerts.client import ClientEvent, ResponseReceived
 from acmecerts.errors import AcmeCertsError, InvalidInput
-from acmecerts.manager import (
-    CertificateCancelled,
-    CertificateDeferred,
-    CertificateEvent,
-    CertificateFailed,
-    CertificateLoaded,
-    CertificateObtained,
-    CertificateObtaining,
-    CertificateRateLimited,
-)
 from acmecerts.ratelimit import RateLimitLedger
 
 if TYPE_CHECKING:
@@ -255,9 +246,9 @@ class PrometheusMetrics:
         """
         await self._refresh_ledger(force=True)
 
-    async def _on_event(self, event: CertificateEvent) -> None:
+    async def _on_event(self, event: mgr.CertificateEvent) -> None:
         self.observe(event)
-        if not isinstance(event, CertificateObtaining):  # it spends nothing yet
+        if not isinstance(event, mgr.CertificateObtaining):  # it spends nothing yet
             await self._refresh_ledger(force=False)
 
     async def _refresh_ledger(self, *, force: bool) -> None:
@@ -295,29 +286,29 @@ class PrometheusMetrics:
             self._directory = _directory_labels(transport.directory_url, current)
         return self._directory
 
-    def observe(self, event: CertificateEvent) -> None:
+    def observe(self, event: mgr.CertificateEvent) -> None:
         """Record one manager event (pure: no I/O; also a :data:`~acmecerts.manager.Subscriber`)."""
-        if isinstance(event, CertificateObtaining):
+        if isinstance(event, mgr.CertificateObtaining):
             self.attempts.labels("renewal" if event.renewal else "issuance").inc()
-        elif isinstance(event, CertificateLoaded):
+        elif isinstance(event, mgr.CertificateLoaded):
             if event.certificate is not None:
                 self.expiry.labels(event.name).set(event.certificate.not_after.timestamp())
             self._set_renewal(event.name, event.renew_at)
-        elif isinstance(event, CertificateObtained):
+        elif isinstance(event, mgr.CertificateObtained):
             self.outcomes.labels("obtained", "").inc()
             if event.certificate is not None:
                 self.expiry.labels(event.name).set(event.certificate.not_after.timestamp())
             # a new certificate: the old plan is stale whether or not a new one is known
             plan = self._manager.renewal_at(event.name) if self._manager is not None else None
             self._set_renewal(event.name, plan)
-        elif isinstance(event, CertificateFailed):
+        elif isinstance(event, mgr.CertificateFailed):
             reason = type(event.error).__name__ if event.error is not None else "unknown"
             self.outcomes.labels("failed", reason).inc()
-        elif isinstance(event, CertificateRateLimited):
+        elif isinstance(event, mgr.CertificateRateLimited):
             self.outcomes.labels("rate_limited", "RateLimited").inc()
-        elif isinstance(event, CertificateDeferred):
+        elif isinstance(event, mgr.CertificateDeferred):
             self.outcomes.labels("deferred", "ledger").inc()
-        elif isinstance(event, CertificateCancelled):
+        elif isinstance(event, mgr.CertificateCancelled):
             self.outcomes.labels("cancelled", "").inc()
             _remove(self.expiry, event.name)
             _remove(self.renewal, event.name)

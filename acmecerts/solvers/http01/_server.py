@@ -119,14 +119,8 @@ class Http01Server(_Http01Solver, _ListeningServer):
 
     # -- Solver ---------------------------------------------------------------
 
-    async def present(self, task: ChallengeTask) -> None:
-        """Serve ``task.key_authorization`` for ``task.token``, starting the server if needed.
-
-        Raises :class:`~acmecerts.errors.UnsupportedChallenge` for a wildcard or a non
-        http-01 task, :class:`~acmecerts.errors.BadServerResponse` for a malformed token,
-        and :class:`ListenError` if a lazy start cannot bind.
-        """
-        self._token(task)
+    async def _answer(self, task: ChallengeTask, token: str) -> None:
+        """Serve the token, starting the server if needed (:class:`ListenError`: cannot bind)."""
         # Registered before the (cancellable) lazy start, so a cleanup() in a finally
         # block always finds what this call added.
         self._holders.add(task)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import abc
 import contextlib
 from typing import TYPE_CHECKING, Final
 
@@ -67,7 +68,7 @@ class _Holders:
         return len(self._by_token)
 
 
-class _Http01Solver:
+class _Http01Solver(abc.ABC):
     """What both http-01 solvers share: the challenge type, the identifiers, the held tokens.
 
     A subclass sets ``_holders`` in its constructor.
@@ -80,6 +81,21 @@ class _Http01Solver:
     def supports(self, identifier: Identifier) -> bool:
         """DNS names and IP addresses, but not wildcard names (RFC 8555 §8.3)."""
         return _supports(identifier)
+
+    async def present(self, task: ChallengeTask) -> None:
+        """Answer ``task.token`` with ``task.key_authorization`` at the well-known path.
+
+        Raises :class:`~acmecerts.errors.UnsupportedChallenge` for a wildcard or a non
+        http-01 task and :class:`~acmecerts.errors.BadServerResponse` for a malformed
+        token, before anything is served; then whatever the solver raises when it cannot
+        serve (:class:`~acmecerts.solvers.http01.ListenError`,
+        :class:`~acmecerts.solvers.http01.WebrootError`).
+        """
+        await self._answer(task, self._token(task))
+
+    @abc.abstractmethod
+    async def _answer(self, task: ChallengeTask, token: str) -> None:
+        """Start answering the (checked) ``token`` for ``task``: each solver's own way."""
 
     def _token(self, task: ChallengeTask) -> str:
         """Refuse a task this solver cannot present; return its (validated) token."""

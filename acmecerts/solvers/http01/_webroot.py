@@ -73,14 +73,8 @@ class Http01Webroot(_Http01Solver):
     def __repr__(self) -> str:
         return f"Http01Webroot({str(self._root)!r})"
 
-    async def present(self, task: ChallengeTask) -> None:
-        """Write the challenge file for ``task``.
-
-        Raises :class:`~acmecerts.errors.UnsupportedChallenge` for a wildcard or a non
-        http-01 task, :class:`~acmecerts.errors.BadServerResponse` for a malformed token,
-        and :class:`WebrootError` when the file cannot be written.
-        """
-        token = self._token(task)
+    async def _answer(self, task: ChallengeTask, token: str) -> None:
+        """Write the challenge file (:class:`WebrootError` when it cannot be written)."""
         async with self._lock:
             # Registered first: the cleanup() that follows every present() undoes it,
             # whatever happened below.
