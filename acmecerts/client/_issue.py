@@ -11,7 +11,7 @@ import anyio
 import httpx
 
 from acmecerts._issued import IssuedCertificate
-from acmecerts._time import as_seconds
+from acmecerts._time import as_seconds, cancel_at
 from acmecerts.client._authorization import _AuthorizationRequests
 from acmecerts.client._certificate import _CertificateRequests
 from acmecerts.client._events import (
@@ -198,7 +198,10 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
             recover_order=recover_order,
             subscribers=tuple(subscribers),
         )
-        with anyio.move_on_after(timeout):
+        # One deadline on one clock: the flow compares it with ``self.clock.now()`` at
+        # every step, and the same instant on the same clock cancels whatever hangs in
+        # between (a solver's present(), a request).
+        with cancel_at(self.clock, deadline):
             order = await self._order_for(attempt)
             return await self._issue_attempt(flow, order, csr_der, attempt)
         # only the deadline's own cancel scope gets here (a solver's TimeoutError does not)
