@@ -22,6 +22,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from requests_seen import on_requests
 
 from acmecerts import (
     AcmeClient,
@@ -478,7 +479,8 @@ async def test_the_attempt_schedule_is_followed_exactly(
             order_times.append(clock.now())
 
     name = "schedule.example.test"
-    async with _client(proxy, pebble, clock=clock, on_request=on_request) as acme:
+    async with _client(proxy, pebble, clock=clock) as acme:
+        acme.subscribe(on_requests(on_request))
         issued = await issue_with_retries(
             acme, [name], schedule=AttemptSchedule(jitter=0), on_state=remember, solver=solver
         )

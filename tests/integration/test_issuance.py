@@ -7,6 +7,7 @@ import datetime as dt
 import anyio
 import pytest
 from cryptography.hazmat.primitives import serialization
+from requests_seen import on_requests
 
 from acmecerts import (
     AcmeClient,
@@ -156,9 +157,8 @@ async def test_attempt_deadline_deactivates_pending_authorizations(
 
 async def test_bad_input_sends_nothing(pebble: PebbleServer, http01: Http01Server) -> None:
     seen: list[str] = []
-    async with AcmeClient(
-        pebble.directory_url, ca_bundle=pebble.ca_bundle, on_request=lambda m, u: seen.append(u)
-    ) as acme:
+    async with AcmeClient(pebble.directory_url, ca_bundle=pebble.ca_bundle) as acme:
+        acme.subscribe(on_requests(lambda m, u: seen.append(u)))
         with pytest.raises(InvalidIdentifier):
             await acme.issue(["bad..name"], solver=http01)
         with pytest.raises(UnsupportedChallenge, match="wildcard"):
@@ -186,12 +186,9 @@ async def test_real_validation_delays_are_polled(pebble_factory) -> None:  # typ
     polls: list[str] = []
     async with (
         Http01Server(host="127.0.0.1", port=server.http_port) as solver,
-        AcmeClient(
-            server.directory_url,
-            ca_bundle=server.ca_bundle,
-            on_request=lambda m, u: polls.append(u),
-        ) as acme,
+        AcmeClient(server.directory_url, ca_bundle=server.ca_bundle) as acme,
     ):
+        acme.subscribe(on_requests(lambda m, u: polls.append(u)))
         start = dt.datetime.now(dt.UTC)
         names = ["slow1.example.test", "slow2.example.test"]
         issued = await acme.issue(names, solver=solver)
