@@ -9,12 +9,13 @@ import anyio
 import pytest
 from requests_seen import on_requests
 
-from acmecerts import AcmeTransport, Http01Server
+from acmecerts import Http01Server
 from acmecerts.manager import IssuedResult, open_manager
 from acmecerts.ratelimit import LETS_ENCRYPT
 from acmecerts.storage import KeyLayout
 from acmecerts.storage.kubernetes import KubernetesStorage
 from acmecerts.testing import PebbleServer
+from acmecerts.transport import AcmeTransport
 
 from .kube import KubeApiServer
 
