@@ -19,13 +19,14 @@ problem text. Both follow one rule, and neither raises for any text: unreadable 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as _dt
 import email.utils
 import math
 import random
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 import anyio
@@ -42,6 +43,7 @@ __all__ = [
     "SystemClock",
     "as_seconds",
     "aware_utc",
+    "cancel_at",
     "duration_seconds",
     "parse_retry_after",
     "poll_until",
@@ -60,6 +62,16 @@ class Clock(Protocol):
     * ``sleep(seconds)`` MUST honour cancellation (anyio cancel scopes) and MUST return
       once the clock's ``now()`` has advanced by at least ``seconds``. A fake clock
       MAY return at once after advancing its own time.
+
+    Deadlines (an issuance attempt's) are instants on this clock, and what waits for
+    something that may never come (a solver, a request) is cancelled when the clock
+    reaches the deadline, through :func:`cancel_at`. A clock MAY provide a method
+    ``cancel_at(deadline)`` returning a context manager that yields an
+    ``anyio.CancelScope`` which it cancels once its ``now()`` reaches ``deadline`` (as
+    :class:`FakeClock` does, whose time moves only when told to). The method is optional
+    and looked up when needed, so a clock without it still fits this protocol: its
+    deadline is then ``deadline - now()`` seconds from the moment the scope is entered,
+    on anyio's own clock, which suits every clock that keeps pace with real time.
     """
 
     def now(self) -> _dt.datetime:
@@ -69,6 +81,34 @@ class Clock(Protocol):
     async def sleep(self, seconds: float) -> None:
         """Wait ``seconds`` (non-positive: return at once, still a checkpoint)."""
         ...
+
+
+@contextlib.contextmanager
+def cancel_at(clock: Clock, deadline: _dt.datetime) -> Iterator[anyio.CancelScope]:
+    """A cancel scope cancelled when ``clock`` reaches ``deadline``: one deadline, one clock.
+
+    The scope's ``cancelled_caught`` tells afterwards whether the deadline cut the body
+    short. A clock with a ``cancel_at(deadline)`` method (see :class:`Clock`) decides
+    when itself; for any other clock the scope's deadline is the time left on ``clock``
+    (``deadline - clock.now()``) from now, on anyio's clock: the two agree for every
+    clock that keeps pace with real time, such as :class:`SystemClock`. A deadline
+    already reached cancels the body at its first checkpoint::
+
+        deadline = clock.now() + timedelta(minutes=30)
+        with cancel_at(clock, deadline) as scope:
+            await something_that_may_hang()
+        if scope.cancelled_caught:
+            raise AttemptTimeout("...")
+    """
+    deadline = aware_utc(deadline, "deadline")
+    own = getattr(clock, "cancel_at", None)
+    if own is not None:
+        with own(deadline) as scope:
+            yield scope
+        return
+    remaining = (deadline - clock.now()).total_seconds()
+    with anyio.CancelScope(deadline=anyio.current_time() + remaining) as scope:
+        yield scope
 
 
 class SystemClock:
@@ -370,6 +410,10 @@ class FakeClock:
 
     Every sleeper advances the one shared time: concurrent sleepers do not overlap
     as they would on a real clock, so it suits code that sleeps in one task at a time.
+
+    A deadline on it (:meth:`cancel_at`, what :func:`cancel_at` uses) is reached when
+    its time is moved (by :meth:`sleep` or :meth:`advance`, from any task) to or past
+    it: an await that hangs (a solver's, a request's) is then cancelled, in fake time.
     """
 
     def __init__(self, start: _dt.datetime | None = None) -> None:
@@ -377,6 +421,8 @@ class FakeClock:
         self._now = utcnow() if start is None else aware_utc(start, "start")
         #: Every ``sleep()`` request, in order, as given (seconds).
         self.sleeps: list[float] = []
+        #: The cancel scopes of :meth:`cancel_at` still open, with their deadlines.
+        self._deadlines: list[tuple[_dt.datetime, anyio.CancelScope]] = []
 
     def now(self) -> _dt.datetime:
         """Return the clock's current instant, timezone-aware UTC."""
@@ -386,7 +432,7 @@ class FakeClock:
         """Record the request, advance the clock by ``seconds``, then checkpoint."""
         self.sleeps.append(seconds)
         if seconds > 0:
-            self._now = _after(self._now, seconds)
+            self._move_to(_after(self._now, seconds))
         await anyio.lowlevel.checkpoint()
 
     def advance(self, seconds: float | _dt.timedelta) -> None:
@@ -394,7 +440,32 @@ class FakeClock:
         amount = as_seconds(seconds)
         if not amount >= 0:
             raise InvalidInput(f"a clock cannot go backward: advance({seconds!r})")
-        self._now = _after(self._now, amount)
+        self._move_to(_after(self._now, amount))
+
+    @contextlib.contextmanager
+    def cancel_at(self, deadline: _dt.datetime) -> Iterator[anyio.CancelScope]:
+        """A cancel scope cancelled once this clock's time reaches ``deadline``.
+
+        A deadline already reached cancels the body at its first checkpoint; otherwise
+        the scope is cancelled by the :meth:`sleep` or :meth:`advance` that moves the
+        time to or past ``deadline`` (whichever task calls it).
+        """
+        deadline = aware_utc(deadline, "deadline")
+        with anyio.CancelScope() as scope:
+            entry = (deadline, scope)
+            self._deadlines.append(entry)
+            try:
+                if deadline <= self._now:
+                    scope.cancel()
+                yield scope
+            finally:
+                self._deadlines.remove(entry)
+
+    def _move_to(self, instant: _dt.datetime) -> None:
+        self._now = instant
+        for deadline, scope in tuple(self._deadlines):
+            if deadline <= instant:
+                scope.cancel()
 
     def __repr__(self) -> str:
         return f"FakeClock({self._now.isoformat()})"

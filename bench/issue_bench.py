@@ -5,7 +5,7 @@ For the side-by-side comparison with peers (certbot acme, aioacme, lego), use
 
 Prints, per N: wall seconds, certificates per second, client CPU (total and per
 certificate), peak RSS of this process, and ACME requests per certificate (counted with
-the client's ``on_request`` hook; the account registration and directory fetch of the
+the client's ``RequestSent`` events; the account registration and directory fetch of the
 warm-up are excluded, so the figure is per certificate with a warm nonce pool).
 
     python bench/issue_bench.py            # N = 1, 50, 200
@@ -24,6 +24,7 @@ from pathlib import Path
 import anyio
 
 from acmecerts import AcmeClient, Http01Server
+from acmecerts.client import ClientEvent, RequestSent
 from acmecerts.testing import PebbleServer
 
 HTTP2 = "--http2" in sys.argv  # httpx's HTTP/2 transport instead of the default pool
@@ -43,19 +44,20 @@ def _peak_rss_mib() -> float:
 async def run(pebble: PebbleServer, n: int, names_per_cert: int, round_no: int) -> dict[str, float]:
     requests = 0
 
-    def count(method: str, url: str) -> None:
+    def count(event: ClientEvent) -> None:
         nonlocal requests
-        requests += 1
+        if isinstance(event, RequestSent):
+            requests += 1
 
     async with (
         Http01Server(host="127.0.0.1", port=pebble.http_port) as solver,
         AcmeClient(
             pebble.directory_url,
             ca_bundle=pebble.ca_bundle,
-            on_request=count,
             http2=HTTP2,
         ) as client,
     ):
+        client.subscribe(count)
         # warm-up: directory, account, one nonce in the pool
         await client.register()
         requests = 0

@@ -20,7 +20,9 @@ from acmecerts._time import (
     Backoff,
     Clock,
     FakeClock,
+    SystemClock,
     aware_utc,
+    cancel_at,
     duration_seconds,
     parse_retry_after,
     poll_until,
@@ -319,6 +321,102 @@ def test_fake_clock_defaults_to_the_real_time_in_utc() -> None:
     now = FakeClock().now()
     assert before <= now <= dt.datetime.now(UTC)
     assert now.tzinfo is UTC
+
+
+# --- cancel_at: one deadline on one clock ----------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_fake_time_reaching_a_deadline_cancels_a_hung_await() -> None:
+    clock = FakeClock(NOW)
+    deadline = NOW + dt.timedelta(minutes=30)
+    waiting = anyio.Event()
+    never = anyio.Event()
+    outcome: list[bool] = []
+
+    async def hang() -> None:
+        with cancel_at(clock, deadline) as scope:
+            waiting.set()
+            await never.wait()  # nothing will ever set it
+        outcome.append(scope.cancelled_caught)
+
+    with within(60, "the fake deadline to cancel the hung await"):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hang)
+            await waiting.wait()
+            clock.advance(dt.timedelta(minutes=29, seconds=59))  # one second early
+            for _ in range(5):
+                await anyio.lowlevel.checkpoint()
+            assert outcome == []  # still waiting
+            await clock.sleep(1)  # reaches the deadline: sleep() moves time too
+    assert outcome == [True]
+    assert clock._deadlines == []  # the scope is forgotten once left
+
+
+@pytest.mark.anyio
+async def test_a_deadline_already_reached_cancels_at_the_first_checkpoint() -> None:
+    clock = FakeClock(NOW)
+    reached = False
+    with cancel_at(clock, NOW) as scope:
+        await anyio.lowlevel.checkpoint()
+        reached = True
+    assert not reached
+    assert scope.cancelled_caught
+
+
+@pytest.mark.anyio
+async def test_a_body_that_ends_before_the_deadline_is_not_cancelled() -> None:
+    clock = FakeClock(NOW)
+    with cancel_at(clock, NOW + dt.timedelta(seconds=1)) as scope:
+        await anyio.lowlevel.checkpoint()
+    clock.advance(3600)  # after the scope is left: nothing to cancel any more
+    assert not scope.cancel_called
+    assert clock._deadlines == []
+
+
+class _PlainClock:
+    """A third-party clock: ``now()`` and ``sleep()`` only, no ``cancel_at``."""
+
+    def __init__(self, now: dt.datetime) -> None:
+        self.instant = now
+        self.calls = 0
+
+    def now(self) -> dt.datetime:
+        self.calls += 1
+        return self.instant
+
+    async def sleep(self, seconds: float) -> None:
+        await anyio.sleep(seconds)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("ahead", [-10.0, 0.0, 30.0, 3600.0])
+async def test_a_clock_without_cancel_at_gets_the_time_left_on_anyios_clock(ahead: float) -> None:
+    clock = _PlainClock(NOW)
+    assert isinstance(clock, Clock)  # the protocol did not grow a required method
+    before = anyio.current_time()
+    with cancel_at(clock, NOW + dt.timedelta(seconds=ahead)) as scope:
+        after = anyio.current_time()
+        # the scope's deadline is the time left on the clock (now() asked once), from now
+        assert before + ahead <= scope.deadline <= after + ahead
+    assert clock.calls == 1
+
+
+@pytest.mark.anyio
+async def test_the_system_clock_deadline_is_the_time_left() -> None:
+    clock = SystemClock()
+    before = anyio.current_time()
+    with cancel_at(clock, clock.now() + dt.timedelta(minutes=30)) as scope:
+        assert scope.deadline - before == pytest.approx(1800, abs=60)
+    assert not scope.cancel_called
+
+
+@pytest.mark.anyio
+async def test_cancel_at_refuses_a_naive_deadline() -> None:
+    clock = FakeClock(NOW)
+    with pytest.raises(InvalidInput, match="deadline"), cancel_at(clock, dt.datetime(2026, 1, 1)):
+        await clock.sleep(1)  # pragma: no cover
+    assert clock.sleeps == []
 
 
 # --- durations and instants ---------------------------------------------------------------

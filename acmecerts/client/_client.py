@@ -59,9 +59,9 @@ class AcmeClient(_Issuance, _RenewalInfoRequests):
             (default 30 minutes).
         poll: Polling policy for authorizations and orders.
         transport: A ready transport (otherwise one is made from the arguments above).
-        on_request: Called with ``(method, url)`` for every HTTP request (deprecated:
-            :meth:`subscribe` to :class:`~acmecerts.transport.RequestSent` instead; kept
-            as an adapter onto it).
+        on_request: Called with ``(method, url)`` for every HTTP request. Deprecated
+            (emits a ``DeprecationWarning``): :meth:`subscribe` to
+            :class:`~acmecerts.transport.RequestSent` instead; kept as an adapter onto it.
         ledger: A :class:`~acmecerts.ratelimit.RateLimitLedger` of the CA's rate limits:
             an order or a new account that would exceed one is not sent
             (:class:`RateLimitDeferred`; see :meth:`register`), and orders, certificates,

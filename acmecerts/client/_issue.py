@@ -11,7 +11,7 @@ import anyio
 import httpx
 
 from acmecerts._issued import IssuedCertificate
-from acmecerts._time import as_seconds
+from acmecerts._time import as_seconds, cancel_at
 from acmecerts.client._authorization import _AuthorizationRequests
 from acmecerts.client._certificate import _CertificateRequests
 from acmecerts.client._events import (
@@ -36,6 +36,7 @@ from acmecerts.errors import (
     InvalidInput,
     OrderNotReady,
     UnsupportedChallenge,
+    _warn_deprecated,
 )
 from acmecerts.protocol._flow import (
     Answer,
@@ -143,11 +144,13 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
                 intent at :class:`OrderRequested` (so that a process that dies before
                 the order is recorded knows to pass ``recover_order`` when it restarts)
                 and the order at :class:`OrderCreated`, so that it can be resumed.
-            on_order: Deprecated: ``events`` (:class:`OrderCreated`). Awaited with the
-                order and the certificate key right after a new order is created (or an
-                unrecorded one found), before anything else is sent.
-            before_order: Deprecated: ``events`` (:class:`OrderRequested`). Awaited
-                with the certificate key right before ``newOrder`` is sent.
+            on_order: Deprecated (emits a ``DeprecationWarning``): ``events``
+                (:class:`OrderCreated`). Awaited with the order and the certificate key
+                right after a new order is created (or an unrecorded one found), before
+                anything else is sent.
+            before_order: Deprecated (emits a ``DeprecationWarning``): ``events``
+                (:class:`OrderRequested`). Awaited with the certificate key right
+                before ``newOrder`` is sent.
             recover_order: A previous attempt may have created an order it never
                 recorded (it died between ``newOrder`` and :class:`OrderCreated`): before
                 ordering, look for it with :meth:`find_unfinished_order`.
@@ -198,7 +201,10 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
             recover_order=recover_order,
             subscribers=tuple(subscribers),
         )
-        with anyio.move_on_after(timeout):
+        # One deadline on one clock: the flow compares it with ``self.clock.now()`` at
+        # every step, and the same instant on the same clock cancels whatever hangs in
+        # between (a solver's present(), a request).
+        with cancel_at(self.clock, deadline):
             order = await self._order_for(attempt)
             return await self._issue_attempt(flow, order, csr_der, attempt)
         # only the deadline's own cancel scope gets here (a solver's TimeoutError does not)
@@ -450,6 +456,15 @@ def _order_hooks(
     """The deprecated ``on_order``/``before_order`` hooks of ``issue()`` as a subscriber."""
     if on_order is None and before_order is None:
         return []
+    given = " and ".join(
+        f"{name}="
+        for name, hook in (("on_order", on_order), ("before_order", before_order))
+        if hook is not None
+    )
+    _warn_deprecated(
+        f"issue({given}) is deprecated: pass events= a subscriber of OrderCreated "
+        "(for on_order) and OrderRequested (for before_order) events instead"
+    )
 
     async def adapter(event: IssuanceEvent) -> None:
         if isinstance(event, OrderRequested) and before_order is not None:

@@ -67,7 +67,8 @@ class ClientOptions(TypedDict, total=False):
     Each means what it means to :class:`~acmecerts.AcmeClient`. ``clock`` is shared by
     the client, the ledger and the manager. ``contact`` and ``eab`` are used when the
     account is registered (a stored account is not changed: see
-    :meth:`~acmecerts.AcmeClient.update_contact`).
+    :meth:`~acmecerts.AcmeClient.update_contact`). ``on_request`` is deprecated (it
+    emits a ``DeprecationWarning``): subscribe to the manager's client instead.
     """
 
     contact: Sequence[str]

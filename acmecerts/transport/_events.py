@@ -25,6 +25,8 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Generic, Protocol, TypeVar
 
+from acmecerts.errors import _warn_deprecated
+
 __all__ = [
     "EventSubscribers",
     "Observable",
@@ -132,6 +134,13 @@ RequestHook = Callable[[str, str], None]
 ResponseHook = Callable[[str, str, int], None]
 
 
+#: The warning of the deprecated ``on_request`` hook (the transport's and the client's).
+_ON_REQUEST_DEPRECATED = (
+    "on_request is deprecated: subscribe() to RequestSent events instead "
+    "(AcmeClient.subscribe(...) or AcmeTransport.subscribe(...))"
+)
+
+
 class Observable:
     """The events of a transport: :meth:`subscribe`, and the deprecated hooks on it."""
 
@@ -139,7 +148,9 @@ class Observable:
         #: Subscribers of :class:`RequestSent` and :class:`ResponseReceived`.
         self._events: EventSubscribers[TransportEvent] = EventSubscribers()
         self._on_request: tuple[RequestHook, Callable[[], None]] | None = None
-        self.on_request = on_request
+        if on_request is not None:
+            _warn_deprecated(_ON_REQUEST_DEPRECATED)
+            self._set_request_hook(on_request)
 
     def subscribe(self, subscriber: Subscriber[TransportEvent]) -> Callable[[], None]:
         """Call ``subscriber`` with a :class:`RequestSent` before every HTTP request and a
@@ -153,12 +164,23 @@ class Observable:
 
     @property
     def on_request(self) -> RequestHook | None:
-        """Called with ``(method, url)`` for every request sent (deprecated: an adapter
-        onto :meth:`subscribe`, kept for compatibility; its exceptions propagate)."""
+        """Called with ``(method, url)`` for every request sent.
+
+        Deprecated (setting a hook emits a ``DeprecationWarning``): :meth:`subscribe` to
+        :class:`RequestSent` instead. An adapter onto :meth:`subscribe`, kept for
+        compatibility; its exceptions propagate. Setting ``None`` removes the adapter
+        (no warning).
+        """
         return self._on_request[0] if self._on_request is not None else None
 
     @on_request.setter
     def on_request(self, hook: RequestHook | None) -> None:
+        if hook is not None:
+            _warn_deprecated(_ON_REQUEST_DEPRECATED)
+        self._set_request_hook(hook)
+
+    def _set_request_hook(self, hook: RequestHook | None) -> None:
+        """Replace the adapter of the deprecated ``on_request`` hook (no warning)."""
         if self._on_request is not None:
             self._on_request[1]()  # unsubscribe the adapter of the hook it replaces
             self._on_request = None
@@ -173,9 +195,14 @@ class Observable:
     def add_response_hook(self, hook: ResponseHook) -> None:
         """Call ``hook(method, url, status)`` after every request (status 0: no answer).
 
-        Deprecated: an adapter onto :meth:`subscribe` (:class:`ResponseReceived`), kept
-        for compatibility; as before, an exception of ``hook`` is logged, never raised.
+        Deprecated (emits a ``DeprecationWarning``): :meth:`subscribe` to
+        :class:`ResponseReceived` instead. An adapter onto :meth:`subscribe`, kept for
+        compatibility; as before, an exception of ``hook`` is logged, never raised.
         """
+        _warn_deprecated(
+            "add_response_hook() is deprecated: subscribe() to ResponseReceived events "
+            "instead (transport.subscribe(...) or AcmeClient.subscribe(...))"
+        )
 
         def adapter(event: TransportEvent) -> None:
             if isinstance(event, ResponseReceived):

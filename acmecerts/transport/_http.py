@@ -119,8 +119,9 @@ class AcmeTransport(Observable):
             request still takes the transport's one path (URL policy, throttle, nonces,
             retries, error mapping). The transport does not close what it did not
             create.
-        on_request: Called with ``(method, url)`` for every request sent (deprecated:
-            ``subscribe`` to :class:`RequestSent` instead; kept as an adapter onto it).
+        on_request: Called with ``(method, url)`` for every request sent. Deprecated
+            (emits a ``DeprecationWarning``): ``subscribe`` to :class:`RequestSent`
+            instead; kept as an adapter onto it.
         url_policy: Which URLs the CA may send the client to (:class:`UrlPolicy`); the
             default allows only the directory URL's origin, https. Every URL is checked
             before a request is sent to it; a refused one raises :class:`UnsafeUrl`.

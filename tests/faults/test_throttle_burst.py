@@ -7,8 +7,9 @@ at once and the other requests at about 200 per second). Every certificate must 
 requests must keep to the rates twice over:
 
 * **as the throttle granted them**, exactly: the client's clock reads a monotonic time
-  and remembers the instant it last handed out, which is, when ``on_request`` runs (no
-  await between the throttle's grant and the hook), the instant the token was taken.
+  and remembers the instant it last handed out, which is, when its ``RequestSent``
+  subscriber runs (no await between the throttle's grant and the event), the instant
+  the token was taken.
   In any window of ``W`` seconds a class must have at most ``burst + W / interval``
   grants, with no tolerance at all.
 * **as the proxy received them** (what a CA would count): the proxy stamps a request when
@@ -34,6 +35,7 @@ from collections.abc import Sequence
 
 import anyio
 import pytest
+from requests_seen import on_requests
 
 from acmecerts import AcmeClient, Http01Server, PollPolicy
 from acmecerts.ratelimit import NO_LIMITS, EndpointClass, RateLimitLedger, RequestRates
@@ -125,9 +127,13 @@ async def test_a_500_certificate_burst_keeps_to_the_rates_and_completes(
             ca_bundle=pebble.ca_bundle,
             clock=clock,
             request_rates=RATES,
-            on_request=lambda method, url: granted[client.transport.endpoint_class(url)].append(
-                us(clock.last)  # the instant the throttle took this request's token
-            ),
+        )
+        client.subscribe(
+            on_requests(
+                lambda method, url: granted[client.transport.endpoint_class(url)].append(
+                    us(clock.last)  # the instant the throttle took this request's token
+                )
+            )
         )
         issued: list[str] = []
         async with Http01Server(host="127.0.0.1", port=pebble.http_port) as solver, client:

@@ -38,6 +38,7 @@ from acmecerts.storage import (
     load_or_create_account_key,
     save_account_url,
 )
+from acmecerts.transport import RequestSent, ResponseReceived
 
 CRASH_ENV = "ACMECERTS_TEST_CRASH_AT"
 
@@ -199,6 +200,12 @@ async def issue(
         if posted and 200 <= status < 300:
             crash(step or "")
 
+    def crash_at_step(event: object) -> None:
+        if isinstance(event, RequestSent):
+            on_request(event.method, event.url)
+        elif isinstance(event, ResponseReceived):
+            on_response(event.method, event.url, event.status)
+
     solver = DnsHookSolver(set_record, clear_record, propagation=None)
     layout = KeyLayout(directory)
     store: Any
@@ -216,10 +223,9 @@ async def issue(
             ca_bundle=ca_bundle,
             account_key=key,
             account_url=url,
-            on_request=on_request if step else None,
         ) as client:
             if step:
-                client.transport.add_response_hook(on_response)
+                client.subscribe(crash_at_step)
             if url is None:
                 await client.register()
                 assert client.account_url is not None

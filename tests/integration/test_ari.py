@@ -22,6 +22,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from requests_seen import on_requests
 
 from acmecerts import (
     AcmeClient,
@@ -193,11 +194,8 @@ async def test_renewal_info_for_an_unknown_certificate(a2c_client: AcmeClient) -
 
 async def test_renewal_info_without_ari_is_invalid_input(pebble: PebbleServer) -> None:
     seen: list[tuple[str, str]] = []
-    async with AcmeClient(
-        pebble.directory_url,
-        ca_bundle=pebble.ca_bundle,
-        on_request=lambda method, url: seen.append((method, url)),
-    ) as acme:
+    async with AcmeClient(pebble.directory_url, ca_bundle=pebble.ca_bundle) as acme:
+        acme.subscribe(on_requests(lambda method, url: seen.append((method, url))))
         with pytest.raises(InvalidInput, match="renewalInfo"):
             await acme.renewal_info(_self_signed_with_aki())
     assert seen == [("GET", pebble.directory_url)]  # nothing but the directory
@@ -205,7 +203,7 @@ async def test_renewal_info_without_ari_is_invalid_input(pebble: PebbleServer) -
 
 async def test_certificate_without_aki_is_invalid_input(a2c_client: AcmeClient) -> None:
     seen: list[str] = []
-    a2c_client.transport.on_request = lambda method, url: seen.append(url)
+    a2c_client.transport.subscribe(on_requests(lambda method, url: seen.append(url)))
     with pytest.raises(InvalidInput, match="Authority Key Identifier"):
         await a2c_client.renewal_info(_self_signed_with_aki(aki=False))
     assert seen == []

@@ -266,14 +266,21 @@ async def test_the_deprecated_order_hooks_adapt_onto_the_events(
     async def on_order(order: Order, k: PrivateKey) -> None:
         calls.append(("on", (k is key, sent[-1].endswith("/order-plz"))))
 
-    issued = await client.issue(
-        ["hooks.events.example.test"],
-        solver=http01,
-        private_key=key,
-        before_order=before_order,
-        on_order=on_order,
-    )
+    with pytest.warns(DeprecationWarning, match=r"issue\(on_order= and before_order=\)") as caught:
+        issued = await client.issue(
+            ["hooks.events.example.test"],
+            solver=http01,
+            private_key=key,
+            before_order=before_order,
+            on_order=on_order,
+        )
     assert calls == [("before", (True, False)), ("on", (True, True))]
+    [warning] = caught
+    assert "events=" in str(warning.message)
+    assert warning.filename == __file__  # it points at the caller's line
+    with pytest.warns(DeprecationWarning, match=r"issue\(before_order=\)"):
+        await client.issue(["hooks2.events.example.test"], solver=http01, before_order=before_order)
+    assert [c[0] for c in calls] == ["before", "on", "before"]
     assert issued.order_url
 
 
@@ -282,22 +289,40 @@ async def test_the_deprecated_request_hooks_adapt_onto_the_events(
 ) -> None:
     requests: list[tuple[str, str]] = []
     responses: list[int] = []
-    async with AcmeClient(
-        pebble.directory_url,
-        ca_bundle=pebble.ca_bundle,
-        on_request=lambda method, url: requests.append((method, url)),
-    ) as client:
-        client.transport.add_response_hook(lambda method, url, status: responses.append(status))
+    with pytest.warns(DeprecationWarning, match="on_request is deprecated") as caught:
+        client = AcmeClient(
+            pebble.directory_url,
+            ca_bundle=pebble.ca_bundle,
+            on_request=lambda method, url: requests.append((method, url)),
+        )
+    [warning] = caught
+    assert "subscribe()" in str(warning.message)
+    assert "RequestSent" in str(warning.message)
+    assert warning.filename == __file__  # the caller's line, not the transport's
+    async with client:
+        with pytest.warns(DeprecationWarning, match="add_response_hook") as caught:
+            client.transport.add_response_hook(lambda method, url, status: responses.append(status))
+        [warning] = caught
+        assert "ResponseReceived" in str(warning.message)
+        assert warning.filename == __file__
 
         def broken(method: str, url: str, status: int) -> None:
             raise ZeroDivisionError("an observer's bug: logged only, as before")
 
-        client.transport.add_response_hook(broken)
+        with pytest.warns(DeprecationWarning, match="add_response_hook"):
+            client.transport.add_response_hook(broken)
         await client.register()
         assert len(requests) == len(responses) == client.transport.request_count > 0
-        client.transport.on_request = None  # the adapter is unsubscribed
+        client.transport.on_request = None  # the adapter is unsubscribed (no warning)
         await client.transport.directory(refresh=True)
         assert len(requests) == len(responses) - 1
+        again: list[str] = []
+        with pytest.warns(DeprecationWarning, match="on_request is deprecated") as caught:
+            client.transport.on_request = lambda method, url: again.append(url)
+        [warning] = caught
+        assert warning.filename == __file__
+        await client.transport.directory(refresh=True)
+        assert again == [pebble.directory_url]
 
 
 async def test_polling_waits_as_the_poll_policy_says(pebble: PebbleServer) -> None:

@@ -7,6 +7,7 @@ import datetime as dt
 import anyio
 import pytest
 from cryptography.hazmat.primitives import serialization
+from requests_seen import on_requests
 
 from acmecerts import (
     AcmeClient,
@@ -14,11 +15,13 @@ from acmecerts import (
     AttemptTimeout,
     AuthorizationFailed,
     ChallengeTask,
+    FakeClock,
     Http01Server,
     InvalidIdentifier,
     KeyType,
     UnsupportedChallenge,
 )
+from acmecerts.client import AttemptEnded, ChallengePresented, ClientEvent, RequestSent
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.testing import PebbleServer
 
@@ -139,7 +142,9 @@ async def test_attempt_deadline_deactivates_pending_authorizations(
 ) -> None:
     solver = _StuckSolver()
     seen: list[str] = []
-    client.transport.on_request = lambda method, url: seen.append(url)
+    client.subscribe(
+        lambda event: seen.append(event.url) if isinstance(event, RequestSent) else None
+    )
     with pytest.raises(AttemptTimeout):
         # long enough for the order to be created on a loaded machine; then present() hangs
         await client.issue(["stuck.example.test"], solver=solver, attempt_timeout=6)
@@ -152,9 +157,8 @@ async def test_attempt_deadline_deactivates_pending_authorizations(
 
 async def test_bad_input_sends_nothing(pebble: PebbleServer, http01: Http01Server) -> None:
     seen: list[str] = []
-    async with AcmeClient(
-        pebble.directory_url, ca_bundle=pebble.ca_bundle, on_request=lambda m, u: seen.append(u)
-    ) as acme:
+    async with AcmeClient(pebble.directory_url, ca_bundle=pebble.ca_bundle) as acme:
+        acme.subscribe(on_requests(lambda m, u: seen.append(u)))
         with pytest.raises(InvalidIdentifier):
             await acme.issue(["bad..name"], solver=http01)
         with pytest.raises(UnsupportedChallenge, match="wildcard"):
@@ -182,12 +186,9 @@ async def test_real_validation_delays_are_polled(pebble_factory) -> None:  # typ
     polls: list[str] = []
     async with (
         Http01Server(host="127.0.0.1", port=server.http_port) as solver,
-        AcmeClient(
-            server.directory_url,
-            ca_bundle=server.ca_bundle,
-            on_request=lambda m, u: polls.append(u),
-        ) as acme,
+        AcmeClient(server.directory_url, ca_bundle=server.ca_bundle) as acme,
     ):
+        acme.subscribe(on_requests(lambda m, u: polls.append(u)))
         start = dt.datetime.now(dt.UTC)
         names = ["slow1.example.test", "slow2.example.test"]
         issued = await acme.issue(names, solver=solver)
@@ -196,3 +197,60 @@ async def test_real_validation_delays_are_polled(pebble_factory) -> None:  # typ
     order_polls = [u for u in polls if "/my-order/" in u]
     # polling grows its interval: far fewer polls than seconds waited at 0.25 s each
     assert len(order_polls) <= 4 + elapsed / 2
+
+
+class _HangingSolver(_SilentSolver):
+    """A present() that awaits an event nobody sets; its calls are counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.presented = 0
+        self.presenting = anyio.Event()
+        self._never = anyio.Event()
+
+    async def present(self, task: ChallengeTask) -> None:
+        self.presented += 1
+        self.presenting.set()
+        await self._never.wait()
+
+
+async def test_the_attempt_deadline_is_on_the_injected_clock(pebble: PebbleServer) -> None:
+    """One deadline on one clock: fake time reaching it cancels a hung present()."""
+    clock = FakeClock()
+    solver = _HangingSolver()
+    seen: list[ClientEvent] = []
+    errors: list[BaseException] = []
+    async with AcmeClient(
+        pebble.directory_url,
+        ca_bundle=pebble.ca_bundle,
+        clock=clock,
+        attempt_timeout=dt.timedelta(minutes=30),
+    ) as client:
+        client.subscribe(seen.append)
+        await client.register()
+
+        async def issue() -> None:
+            try:
+                await client.issue(["hung.fake-deadline.example.test"], solver=solver)
+            except AttemptTimeout as exc:
+                errors.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(issue)
+            await solver.presenting.wait()
+            clock.advance(dt.timedelta(minutes=29, seconds=59))  # one second early
+            for _ in range(10):
+                await anyio.lowlevel.checkpoint()
+            assert not errors
+            assert not [e for e in seen if isinstance(e, AttemptEnded)]
+            clock.advance(1)  # the deadline: another task moves the fake time there
+        [error] = errors
+        assert "within 1800 s" in str(error)
+        assert solver.presented == 1
+        assert len(solver.cleaned) == 1  # cleanup ran after the deadline
+        assert not [e for e in seen if isinstance(e, ChallengePresented)]  # never finished
+        [ended] = [e for e in seen if isinstance(e, AttemptEnded)]
+        assert ended.error is not None  # the deadline's cancellation, seen from inside
+        authz_urls = [e.url for e in seen if isinstance(e, RequestSent) and "/authZ/" in e.url]
+        assert authz_urls
+        assert (await client.get_authorization(authz_urls[0])).status == "deactivated"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from requests_seen import on_requests
 
 from acmecerts import AcmeClient, AttemptTimeout, AuthorizationFailed, ChallengeTask, Http01Server
 from acmecerts._time import FakeClock
@@ -106,11 +107,8 @@ async def test_concurrent_issue_many_for_the_same_certificate_orders_once(
     pebble: PebbleServer, http01: Http01Server
 ) -> None:
     orders: list[str] = []
-    async with AcmeClient(
-        pebble.directory_url,
-        ca_bundle=pebble.ca_bundle,
-        on_request=lambda m, u: orders.append(u) if u.endswith("/order-plz") else None,
-    ) as client:
+    async with AcmeClient(pebble.directory_url, ca_bundle=pebble.ca_bundle) as client:
+        client.subscribe(on_requests(lambda m, u: orders.append(u) if "/order-plz" in u else None))
         manager = CertificateManager(client, solvers=[http01])
         spec = CertificateSpec.of("same", ["same.single.example.test"])
         alias = CertificateSpec.of("alias", ["same.single.example.test"])
@@ -136,9 +134,8 @@ async def test_unmanage_during_validation_stops_everything_and_deactivates(
     pebble: PebbleServer, routing: RoutingSolver
 ) -> None:
     seen: list[str] = []
-    async with AcmeClient(
-        pebble.directory_url, ca_bundle=pebble.ca_bundle, on_request=lambda m, u: seen.append(u)
-    ) as client:
+    async with AcmeClient(pebble.directory_url, ca_bundle=pebble.ca_bundle) as client:
+        client.subscribe(on_requests(lambda m, u: seen.append(u)))
         async with CertificateManager(client, solvers=[routing]) as manager:
             events: list[CertificateEvent] = []
             reasons: list[tuple[str, str]] = []
@@ -174,8 +171,8 @@ async def test_owner_gone_prevents_the_renewal_order(
         pebble.directory_url,
         ca_bundle=pebble.ca_bundle,
         clock=clock,
-        on_request=lambda m, u: orders.append(u) if u.endswith("/order-plz") else None,
     ) as client:
+        client.subscribe(on_requests(lambda m, u: orders.append(u) if "/order-plz" in u else None))
         manager = CertificateManager(client, solvers=[http01], schedule=AttemptSchedule(jitter=0))
         cancelled = anyio.Event()
         manager.on_cancel(lambda name, reason: cancelled.set())

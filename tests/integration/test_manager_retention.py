@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 import pytest
+from requests_seen import on_requests
 
 from acmecerts import AcmeClient, Http01Server
 from acmecerts._time import FakeClock
@@ -90,9 +91,8 @@ class Orders:
 async def client_for(
     pebble: PebbleServer, clock: FakeClock, orders: Callable[[str, str], None]
 ) -> AsyncIterator[AcmeClient]:
-    async with AcmeClient(
-        pebble.directory_url, ca_bundle=pebble.ca_bundle, clock=clock, on_request=orders
-    ) as client:
+    async with AcmeClient(pebble.directory_url, ca_bundle=pebble.ca_bundle, clock=clock) as client:
+        client.subscribe(on_requests(orders))
         yield client
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from requests_seen import on_requests
 
 from acmecerts import AcmeClient, Http01Server
 from acmecerts._time import FakeClock
@@ -85,8 +86,8 @@ async def test_invalid_input_and_a_failing_owner_guard_never_spin(
         pebble.directory_url,
         ca_bundle=pebble.ca_bundle,
         clock=clock,
-        on_request=lambda m, u: orders.append(u) if u.endswith("/order-plz") else None,
     ) as client:
+        client.subscribe(on_requests(lambda m, u: orders.append(u) if "/order-plz" in u else None))
         manager = CertificateManager(client, solvers=[http01], clock=clock)
         [ok] = await manager.issue_many(["ok.schedule.example.test"])  # a real issuance first
         assert isinstance(ok, IssuedResult)

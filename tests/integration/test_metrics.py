@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from prometheus_client.parser import text_string_to_metric_families
+from requests_seen import on_requests
 
 from acmecerts import (
     AcmeClient,
@@ -339,8 +340,10 @@ async def test_after_a_restart_the_gauges_are_restored_from_the_store(
             pebble.directory_url,
             ca_bundle=pebble.ca_bundle,
             ledger=ledger,
-            on_request=lambda m, u: orders.append(u) if u.endswith("/order-plz") else None,
         ) as client:
+            client.subscribe(
+                on_requests(lambda m, u: orders.append(u) if "/order-plz" in u else None)
+            )
             restarted = CertificateManager(client, solvers=[http01], storage=storage)
             metrics = PrometheusMetrics()
             metrics.attach(restarted)

@@ -12,6 +12,7 @@ from typing import Any
 
 import anyio
 import pytest
+from requests_seen import on_requests
 
 from acmecerts import AcmeClient, Http01Server, InvalidInput, RateLimited
 from acmecerts.errors import RateLimitDeferred
@@ -219,9 +220,8 @@ async def test_an_open_cancelled_while_registering_closes_the_client_and_frees_t
         if method == "POST" and url.endswith(NEW_ACCOUNT):
             registering.set()
 
-    transport = CountingTransport(
-        proxy.directory_url, ca_bundle=pebble.ca_bundle, on_request=on_request
-    )
+    transport = CountingTransport(proxy.directory_url, ca_bundle=pebble.ca_bundle)
+    transport.subscribe(on_requests(on_request))
     async with FileStorage(tmp_path) as storage, Http01Server(port=0) as solver:
         with anyio.CancelScope() as scope:
 
@@ -279,6 +279,9 @@ async def test_a_failing_block_stops_the_manager_and_closes_the_client(
         ({"storage": "/var/lib/acmecerts"}, "Storage"),
     ],
 )
+# ``on_request`` (deprecated, still a ClientOptions key) watches for any request; the client
+# is made, and warns, only for the arguments checked after it (concurrency=0...)
+@pytest.mark.filterwarnings("ignore:on_request is deprecated:DeprecationWarning")
 async def test_bad_arguments_are_invalid_input_and_touch_nothing(
     tmp_path: Path, arguments: dict[str, Any], message: str
 ) -> None:

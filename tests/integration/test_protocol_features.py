@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 from cryptography import x509
+from requests_seen import on_requests
 
 from acmecerts import (
     AccountDoesNotExist,
@@ -215,7 +216,7 @@ async def test_key_rollover_to_a_key_of_another_account_is_refused(
     async with AcmeClient(pebble.directory_url, ca_bundle=pebble.ca_bundle) as other:
         await other.register()
         seen: list[str] = []
-        client.transport.on_request = lambda method, url: seen.append(url)
+        client.transport.subscribe(on_requests(lambda method, url: seen.append(url)))
         with pytest.raises(AcmeProblem, match="already in use") as info:
             await client.change_key(other.account_key)
     # RFC 8555 §7.3.5 says 409 Conflict; Pebble 2.4 answers 500 serverInternal. A 5xx
@@ -283,7 +284,7 @@ async def test_the_default_chain_leads_to_root_0_without_fetching_alternates(
 ) -> None:
     acme, solver = chains
     seen: list[str] = []
-    acme.transport.on_request = lambda method, url: seen.append(url)
+    acme.transport.subscribe(on_requests(lambda method, url: seen.append(url)))
     issued = await acme.issue(["default-chain.example.test"], solver=solver)
     assert_valid_chain(issued, chains_pebble, ["default-chain.example.test"])
     assert_chains_to(issued, management_pem(chains_pebble, "/roots/0"))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from requests_seen import on_requests
 
 from acmecerts import (
     AcmeClient,
@@ -244,11 +245,8 @@ async def test_the_real_pebble_flow_passes_the_default_policy(
 ) -> None:
     """Every URL Pebble hands out shares its directory's origin: issuance just works."""
     sent: list[str] = []
-    async with AcmeClient(
-        pebble.directory_url,
-        ca_bundle=pebble.ca_bundle,
-        on_request=lambda method, url: sent.append(url),
-    ) as client:
+    async with AcmeClient(pebble.directory_url, ca_bundle=pebble.ca_bundle) as client:
+        client.subscribe(on_requests(lambda method, url: sent.append(url)))
         issued = await client.issue(["policy.example.test"], solver=http01)
         policy = client.transport.url_policy
     assert issued.names == ("policy.example.test",)
@@ -276,8 +274,8 @@ async def test_a_subclass_narrowing_the_policy_is_obeyed_by_the_transport(
         pebble.directory_url,
         ca_bundle=pebble.ca_bundle,
         url_policy=_NoCertificates(),
-        on_request=lambda method, url: sent.append(url),
     ) as client:
+        client.subscribe(on_requests(lambda method, url: sent.append(url)))
         with pytest.raises(UnsafeUrl, match="no downloads"):
             await client.issue(["narrow.example.test"], solver=http01)
     assert any("/finalize-order/" in url for url in sent)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import anyio
 import pytest
+from requests_seen import on_requests
 
 from acmecerts import Http01Server
 from acmecerts.manager import IssuedResult, open_manager
@@ -14,6 +15,7 @@ from acmecerts.ratelimit import LETS_ENCRYPT
 from acmecerts.storage import KeyLayout
 from acmecerts.storage.kubernetes import KubernetesStorage
 from acmecerts.testing import PebbleServer
+from acmecerts.transport import AcmeTransport
 
 from .kube import KubeApiServer
 
@@ -34,6 +36,13 @@ async def test_two_replicas_open_one_account_and_one_ledger_in_kubernetes(
             new_account.append(url)
 
     async def replica(solver: Http01Server) -> None:
+        # the account is registered while the manager opens: watch its transport from the start
+        transport = AcmeTransport(
+            pebble.directory_url,
+            ca_bundle=pebble.ca_bundle,
+            request_rates=LETS_ENCRYPT.request_rates,  # what the client took from the ledger
+        )
+        transport.subscribe(on_requests(on_request))
         async with (
             KubernetesStorage(namespace, kubeconfig=str(kube_api.kubeconfig)) as storage,
             open_manager(
@@ -41,8 +50,7 @@ async def test_two_replicas_open_one_account_and_one_ledger_in_kubernetes(
                 pebble.directory_url,
                 solvers=[solver],
                 rate_limits=LETS_ENCRYPT,
-                ca_bundle=pebble.ca_bundle,
-                on_request=on_request,
+                transport=transport,
             ) as manager,
         ):
             account_urls.append(manager.client.account_url)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from requests_seen import on_requests
 
 from acmecerts import AcmeClient, Http01Server
 from acmecerts._time import FakeClock
@@ -50,12 +51,9 @@ async def test_two_replicas_take_back_and_purge_on_every_store(
     store_b = await store_factory()
 
     def client() -> AcmeClient:
-        return AcmeClient(
-            pebble.directory_url,
-            ca_bundle=pebble.ca_bundle,
-            clock=clock,
-            on_request=lambda method, url: sent.append(url) if "/order-plz" in url else None,
-        )
+        made = AcmeClient(pebble.directory_url, ca_bundle=pebble.ca_bundle, clock=clock)
+        made.subscribe(on_requests(lambda m, u: sent.append(u) if "/order-plz" in u else None))
+        return made
 
     async with (
         Http01Server(host="127.0.0.1", port=pebble.http_port) as solver,
