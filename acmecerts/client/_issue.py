@@ -75,7 +75,7 @@ _CLEANUP_SECONDS = 15.0
 _AUTHORIZED = frozenset({"ready", "processing", "valid"})
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+@dataclasses.dataclass(slots=True, kw_only=True)
 class _Attempt:
     """One call of :meth:`_Issuance.issue`: how it gets its order, who hears its events."""
 
@@ -84,6 +84,20 @@ class _Attempt:
     recover_order: bool
     #: The subscribers of this issuance only (before the client's).
     subscribers: tuple[Subscriber[IssuanceEvent], ...]
+    #: What the attempt fails with when its deadline cuts it short (also the ``error``
+    #: of its :class:`AttemptEnded`, not the cancellation that did the cutting).
+    timed_out: AttemptTimeout
+    #: The attempt's deadline scope (set when it is entered).
+    deadline_scope: anyio.CancelScope | None = None
+
+    def cut_by_deadline(self, error: BaseException | None) -> bool:
+        """Whether ``error`` is the cancellation of this attempt's own deadline."""
+        scope = self.deadline_scope
+        return (
+            scope is not None
+            and scope.cancel_called
+            and isinstance(error, anyio.get_cancelled_exc_class())
+        )
 
     @property
     def identifiers(self) -> tuple[Identifier, ...]:
@@ -200,18 +214,19 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
             resume_order_url=resume_order_url,
             recover_order=recover_order,
             subscribers=tuple(subscribers),
+            timed_out=AttemptTimeout(
+                f"issuance for {', '.join(i.value for i in identifiers)} did not finish "
+                f"within {timeout:g} s"
+            ),
         )
         # One deadline on one clock: the flow compares it with ``self.clock.now()`` at
         # every step, and the same instant on the same clock cancels whatever hangs in
         # between (a solver's present(), a request).
-        with cancel_at(self.clock, deadline):
+        with cancel_at(self.clock, deadline) as attempt.deadline_scope:
             order = await self._order_for(attempt)
             return await self._issue_attempt(flow, order, csr_der, attempt)
         # only the deadline's own cancel scope gets here (a solver's TimeoutError does not)
-        raise AttemptTimeout(
-            f"issuance for {', '.join(i.value for i in identifiers)} did not finish "
-            f"within {timeout:g} s"
-        )
+        raise attempt.timed_out
 
     async def _order_for(self, attempt: _Attempt) -> Order:
         """The order to continue (resumed, or recovered) or a new one, with its events."""
@@ -254,7 +269,7 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
             await self._emit(attempt, downloaded)
             return issued
         except BaseException as exc:
-            outcome = exc
+            outcome = attempt.timed_out if attempt.cut_by_deadline(exc) else exc
             raise
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CLEANUP_SECONDS):
