@@ -778,28 +778,22 @@ def before_targets(table: list[dict[str, Any]]) -> list[tuple[str, str, bool | N
     return out
 
 
+def _target_lines(title: str, found: list[tuple[str, str, bool | None]]) -> list[str]:
+    """A titled block of targets, one line each: met, NOT met, or ? (not measurable)."""
+    if not found:
+        return []
+    lines = [f"\n{title}:"]
+    for name, measured, met in found:
+        mark = "met" if met else ("NOT met" if met is not None else "?")
+        lines.append(f"  {mark:8} {name}: {measured}")
+    return lines
+
+
 def format_targets(table: list[dict[str, Any]]) -> str:
-    lines = []
-    found_before = before_targets(table)
-    if found_before:
-        lines.append("\nAgainst the tree before (--before):")
-        for name, measured, met in found_before:
-            mark = "met" if met else "NOT met"
-            lines.append(f"  {mark:8} {name}: {measured}")
-    found_paths = path_targets(table)
-    if found_paths:
-        lines.append("\nTargets for the manager and the CLI:")
-        for name, measured, met in found_paths:
-            mark = "met" if met else "NOT met"
-            lines.append(f"  {mark:8} {name}: {measured}")
+    lines = _target_lines("Against the tree before (--before)", before_targets(table))
+    lines += _target_lines("Targets for the manager and the CLI", path_targets(table))
     for client in ("acmecerts", "acmecerts-h2"):
-        found = targets(table, client)
-        if not found:
-            continue
-        lines.append(f"\nTargets for {client}:")
-        for name, measured, met in found:
-            mark = "met" if met else ("NOT met" if met is not None else "?")
-            lines.append(f"  {mark:8} {name}: {measured}")
+        lines += _target_lines(f"Targets for {client}", targets(table, client))
     return "\n".join(lines)
 
 
