@@ -291,3 +291,65 @@ def test_only_the_program_freezes_its_objects_for_the_collector(code: str, froze
     program = f"import gc; from acmecerts.cli import main; {code}; print(gc.get_freeze_count())"
     result = python_in_repo(["-c", program], check=True)
     assert (int(result.stdout.splitlines()[-1]) > 0) is frozen, result.stdout
+
+
+#: Counts the collector's runs from the moment ``main`` is called, and whether it is on at
+#: exit; ``acmecerts.cli._gc.settle`` is wrapped to count those before and after it.
+#: Then ``main`` as the program (``sys.argv``) or in-process (``main(argv)``).
+COLLECTIONS = """
+import atexit, gc, sys
+from acmecerts.cli import _gc, main
+runs = {"before settle": 0, "after settle": 0}
+phase = ["before settle"]
+def count(step, info):
+    if step == "start":
+        runs[phase[0]] += 1
+settled = _gc.settle
+def settle():
+    settled()
+    phase[0] = "after settle"
+_gc.settle = settle
+atexit.register(lambda: print(runs["before settle"], runs["after settle"], gc.isenabled()))
+gc.collect()  # a fresh count: what follows is main's own
+gc.callbacks.append(count)
+"""
+
+
+@pytest.mark.parametrize("program", [True, False], ids=["program", "in-process"])
+def test_only_the_program_imports_with_the_collector_off(program: bool, tmp_path: Path) -> None:
+    """``acmecerts.cli._gc``: no collections while the command's modules load (program only).
+
+    ``status`` on a state directory that does not exist imports the library (httpx,
+    cryptography, the client: ~120 collections when the collector is on) and stops with
+    exit 2 before any async work, so before :func:`~acmecerts.cli._gc.settle`.
+    """
+    args = ["status", "--state-dir", str(tmp_path / "missing")]
+    call = f"sys.argv = ['acmecerts', *{args!r}]; main()" if program else f"main({args!r})"
+    result = python_in_repo(["-c", COLLECTIONS + call])
+    assert "does not exist" in result.stderr, result.stderr[-2000:]
+    before, after, enabled = result.stdout.split()
+    assert after == "0"  # never settled
+    if program:
+        assert (before, enabled) == ("0", "False")
+    else:
+        assert int(before) > 0  # what the program avoids
+        assert enabled == "True"
+
+
+@pytest.mark.timeout(120)
+def test_the_program_collects_again_once_settled(pebble: PebbleServer, tmp_path: Path) -> None:
+    """A whole ``issue`` as the program: no collections before ``settle``, some after."""
+    args = [
+        "issue",
+        *ca_args(pebble, tmp_path / "state"),
+        *("--out", str(tmp_path / "out")),
+        *http01_args(pebble),
+        "collector.example.test",
+    ]
+    code = COLLECTIONS + f"sys.argv = ['acmecerts', *{args!r}]; main()"
+    result = python_in_repo(["-c", code], timeout=90)
+    assert (tmp_path / "out" / "fullchain.pem").is_file(), result.stderr[-2000:]
+    before, after, enabled = result.stdout.split()[-3:]
+    assert before == "0"
+    assert int(after) > 0
+    assert enabled == "True"

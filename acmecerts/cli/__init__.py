@@ -22,10 +22,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     so (see :mod:`acmecerts.cli._gc`).
     """
     from acmecerts.cli import _gc
-    from acmecerts.cli._signals import guard_signals, json_requested
 
     if argv is None:
-        _gc.run_as_program()
+        _gc.run_as_program()  # before any other import: they all run without collections
+    from acmecerts.cli._signals import guard_signals, json_requested
+
     args = list(sys.argv[1:] if argv is None else argv)
     with guard_signals(json_mode=json_requested(args)):
         try:
