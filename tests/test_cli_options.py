@@ -13,7 +13,7 @@ import typer
 
 from acmecerts.cli._app import app
 from acmecerts.cli._args import AccountArgs, CommonArgs
-from acmecerts.cli._options import COMMON, shared
+from acmecerts.cli._groups import COMMON, shared
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -4,10 +4,10 @@ Commands: ``issue`` (one certificate, or one per line of ``--from-file``, in par
 ``renew``, ``revoke``, ``delete``, ``status`` and ``account show|create|rollover|deactivate``. Each
 validates all of its input before anything is sent to the CA or written, so bad input
 costs nothing (exit 2, one line); every command has ``--json`` (exactly one JSON object on
-stdout, whatever happens). The commands are defined in ``_commands``, the options they
-share in ``_options`` (each declared once); the work itself is in ``_issue``, ``_renew``,
-``_revoke``, ``_delete``, ``_status`` and ``_account`` (shared parts in ``_batch``,
-``_ca`` and ``_report``).
+stdout, whatever happens). The commands are defined in ``_commands``, their options in
+``_options`` (each declared once) and the groups of shared ones in ``_groups``; the work
+itself is in ``_issue``, ``_renew``, ``_revoke``, ``_delete``, ``_status`` and ``_account``
+(shared parts in ``_batch``, ``_ca`` and ``_report``).
 
 Options come from the command line, ``ACMECERTS_*`` environment variables and a TOML file,
 in that order of precedence (see :mod:`acmecerts.cli._config`).

@@ -2,7 +2,7 @@
 
 Every option is declared in :mod:`acmecerts.cli._options` (a command's own ones as
 ``Annotated`` types); a command takes a group of the shared ones as one keyword-only
-parameter typed with its dataclass (see :func:`~acmecerts.cli._options.shared`).
+parameter typed with its dataclass (see :func:`~acmecerts.cli._groups.shared`).
 :mod:`acmecerts.cli._app` makes these functions the ``acmecerts`` commands. Each imports
 the work it runs inside its body: ``acmecerts COMMAND --help`` must not import the
 library (``tests/test_cli_start.py``).
@@ -15,8 +15,8 @@ from typing import Annotated, Final
 import typer
 
 from ._args import AccountArgs, BatchArgs, ChallengeOptions, CommonArgs, HookArgs
+from ._groups import CHALLENGE, shared
 from ._options import (
-    CHALLENGE,
     Ari,
     CertKey,
     CertKeyType,
@@ -37,7 +37,6 @@ from ._options import (
     RolloverKeyType,
     StatusDirectory,
     Yes,
-    shared,
 )
 
 __all__ = [
