@@ -51,7 +51,7 @@ LAYERS = [
     ("acmecerts nonce pool", r"\(acmecerts/transport/_nonces\.py"),
     ("acmecerts client", r"\(acmecerts/client/"),
     ("acmecerts issuance flow", r"\(acmecerts/protocol/_(flow|polling)\.py"),
-    ("acmecerts time", r"\(acmecerts/_time\.py"),
+    ("acmecerts time", r"\(acmecerts/_time/"),
     ("acmecerts other", r"\(acmecerts/"),
     ("json", r"\(json/"),
     ("josepy (outside signing)", r"\(josepy/"),
