@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import anyio
 import httpx
 import pytest
+from no_reuse import deactivate_valid_authorizations
 from test_cli_support import (
     CLI,
     NEW_ACCOUNT,
@@ -431,7 +432,9 @@ def test_webroot_issues_through_a_running_web_server_and_renew_uses_it(
         assert list((root / ".well-known" / "acme-challenge").iterdir()) == []
         first_serial = serial_of(out)
 
-        # renew, without --webroot (nothing could listen on the port: the server has it)
+        # renew, without --webroot (nothing could listen on the port: the server has it),
+        # validated for real (tests/no_reuse.py: Pebble's 1 % reuse at PEBBLE_AUTHZREUSE=0)
+        assert deactivate_valid_authorizations(ca_server, state) == 2
         fetched = challenge_fetches(log)
         renewed = run_cli(
             "renew", "--force", "--json", *ca_args(ca_server, state), env=env, timeout=90

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 import pytest
+from no_reuse import deactivate_valid_authorizations
 from test_cli_challenges import dns_hook
 from test_cli_support import (
     NEW_ORDER,
@@ -162,6 +163,8 @@ def test_bare_renew_answers_each_certificate_with_its_own_challenge_and_flags_ov
     before = {"http": http_validations(ca, HTTP_NAME), "dns": presented(hook_log)}
     serials = {n: serial_of(tmp_path / n) for n in ("http", "dns", "alpn")}
 
+    # every renewal below is validated for real (tests/no_reuse.py: Pebble's 1 % reuse)
+    assert deactivate_valid_authorizations(ca, state) == 4
     # cron's renew: no --directory, no --ca-bundle, no challenge option at all
     bare = run_main(capsys, "renew", "--force", "--json", "--state-dir", str(state))
 
@@ -184,6 +187,7 @@ def test_bare_renew_answers_each_certificate_with_its_own_challenge_and_flags_ov
         record, challenge=dataclasses.replace(record.challenge, http_01_listen=dead)
     )
     save_record(state, ca.directory_url, moved)
+    assert deactivate_valid_authorizations(ca, state) == 4
     stored_used = run_main(
         capsys,
         "renew",
@@ -200,6 +204,7 @@ def test_bare_renew_answers_each_certificate_with_its_own_challenge_and_flags_ov
     assert entry["status"] == "failed"
 
     # ... and --http-01-listen given to renew replaces it, for this run only.
+    deactivate_valid_authorizations(ca, state)
     overridden = run_main(
         capsys, "renew", HTTP_NAME, "--force", "--json", "--state-dir", str(state), *http01_args(ca)
     )
@@ -209,6 +214,7 @@ def test_bare_renew_answers_each_certificate_with_its_own_challenge_and_flags_ov
     assert record_of(state, ca.directory_url, HTTP_NAME).challenge == moved.challenge
     # The environment counts as given too; the dns-01 certificate keeps its own settings.
     monkeypatch.setenv("ACMECERTS_HTTP_01_LISTEN", f"127.0.0.1:{ca.http_port}")
+    assert deactivate_valid_authorizations(ca, state) == 1
     hooks_before = presented(hook_log)
     from_env = run_main(capsys, "renew", "--force", "--json", "--state-dir", str(state))
     assert from_env.returncode == 0, from_env.stderr
