@@ -26,10 +26,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
+import kopf
 import pytest
 import yaml
 from cryptography import x509
 
+from acmecerts import AcmeClient, Http01Server
+from acmecerts.manager import CertificateManager
+from acmecerts.storage import FileStorage, StoredValue
 from acmecerts.testing import PebbleServer
 from tests.storage.kube import KubeApiServer, KubeSetupError
 
@@ -265,3 +270,65 @@ def test_operator_issues_renews_and_cancels_on_deletion(
     )
     keys = [c["metadata"]["annotations"]["acmecerts.io/key"] for c in configmaps["items"]]
     assert any(key.endswith("/account.json") for key in keys), json.dumps(keys)
+
+
+class HeldLoad(FileStorage):
+    """A real FileStorage whose next read, once ``armed``, waits for ``release``."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.armed = False
+        self.held = anyio.Event()
+        self.release = anyio.Event()
+
+    async def load(self, key: str) -> StoredValue | None:
+        if self.armed:
+            self.armed = False
+            self.held.set()
+            await self.release.wait()
+        return await super().load(key)
+
+
+@pytest.mark.anyio
+@pytest.mark.timeout(60)
+async def test_a_resource_applied_again_while_the_old_one_is_unmanaged_keeps_its_owner(
+    pebble: PebbleServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """kopf handles the old object's DELETED event and the new object on their own.
+
+    While ``deleted_anywhere`` waits for the manager to unmanage the old resource, the
+    new one of the same name is managed (its owner recorded); the old handler must not
+    forget the new owner afterwards, else the new certificate never reaches its Secret.
+    """
+    spec = importlib.util.spec_from_file_location("kopf_operator_example", OPERATOR / "operator.py")
+    assert spec is not None
+    assert spec.loader is not None
+    example = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, example)  # its dataclasses look it up
+    spec.loader.exec_module(example)
+    async with (
+        HeldLoad(tmp_path) as storage,
+        AcmeClient(pebble.directory_url, ca_bundle=pebble.ca_bundle) as client,
+    ):
+        # never started: nothing is issued here (the manager's scheduler does not run)
+        manager = CertificateManager(client, solvers=[Http01Server(port=0)], storage=storage)
+        operator = example.Operator(kube=None, manager=manager)
+        memo = kopf.Memo(operator=operator)
+        cert_name = example.certificate_name("ns", "web")
+        old = example.Owner("ns", "web", "uid-old", "web-tls")
+        operator.owners[cert_name] = old
+        manager.manage(cert_name, ["web.example.test"])
+        gone = {"type": "DELETED", "object": {"metadata": {"name": "web", "uid": "uid-old"}}}
+        storage.armed = True  # the retirement's first read waits
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(
+                lambda: example.deleted_anywhere(event=gone, name="web", namespace="ns", memo=memo)
+            )
+            with anyio.fail_after(10):
+                await storage.held.wait()
+            new = example.Owner("ns", "web", "uid-new", "web-tls")
+            operator.owners[cert_name] = new  # what manage() does for the new resource
+            manager.manage(cert_name, ["web.example.test"])
+            storage.release.set()
+        assert operator.owners.get(cert_name) is new
+        assert [s.name for s in manager.managed()] == [cert_name]

@@ -263,7 +263,8 @@ class CertificateManager(Attempts):
         """
         entry = self._entries.get(name)
         await self.cancel(name, reason="unmanaged")
-        self._entries.pop(name, None)
+        if self._entries.get(name) is entry:  # not a new entry managed while cancelling
+            self._entries.pop(name, None)
         await self._stored.retire(name, entry)
 
     async def cancel(self, name: str, *, reason: str = "cancelled") -> None:

@@ -54,6 +54,8 @@ class StoredEntries:
     retention: dataclasses.InitVar[float | None]
     #: Certificates no longer managed, kept for ``retention`` (see ``_retention.py``).
     retired: RetiredCertificates | None = dataclasses.field(init=False, default=None)
+    #: The names whose retirement is being recorded now, each set when it is recorded.
+    _retiring: dict[str, anyio.Event] = dataclasses.field(init=False, default_factory=dict)
 
     def __post_init__(self, retention: float | None) -> None:
         if self.store is not None:
@@ -72,6 +74,9 @@ class StoredEntries:
             return
         name = entry.spec.name
         if not entry.loaded and self.retired is not None:
+            # a retirement of the previous entry still being recorded is cancelled after
+            # it, not before (else it is recorded again for a name in use)
+            await self._after_retirements(name)
             await self.retired.reclaim(name, entry.spec.identifier_set)  # managed again
         stored = await store.load_certificate(name)
         loaded: IssuedCertificate | None = None
@@ -138,10 +143,22 @@ class StoredEntries:
         identifiers = entry.spec.identifiers if entry is not None else None
         # recorded even when the caller is being cancelled: else the files stay forever
         with anyio.CancelScope(shield=True), anyio.move_on_after(_RETIRE_TIMEOUT):
+            await self._after_retirements(name)
+            if self._is_managed(name):
+                return  # managed again meanwhile (a new entry): its files are in use
+            done = self._retiring[name] = anyio.Event()
             try:
                 await self.retired.retire(name, identifiers)
             except AcmeCertsError as exc:
                 log.warning("%s: cannot record its retirement (its files stay): %s", name, exc)
+            finally:
+                del self._retiring[name]
+                done.set()
+
+    async def _after_retirements(self, name: str) -> None:
+        """Wait until no retirement of ``name`` is being recorded."""
+        while (pending := self._retiring.get(name)) is not None:
+            await pending.wait()
 
     async def adopt(self, entry: Entry) -> None:
         """Take over a retired certificate with exactly ``entry``'s identifiers, if any.

@@ -336,10 +336,11 @@ async def unmanage(spec: kopf.Spec, name: str, namespace: str, memo: kopf.Memo, 
     operator: Operator = memo.operator
     assert operator.manager is not None
     cert_name = certificate_name(namespace, name)
+    owner = operator.owners.get(cert_name)
     # cancels in-flight work (pending authorizations are deactivated at the CA);
     # when it returns, nothing more is sent for this certificate
     await operator.manager.unmanage(cert_name)
-    operator.owners.pop(cert_name, None)
+    forget_owner(operator, cert_name, owner)
     try:  # the owner reference does this too where a GC runs
         await operator.kube.delete(
             Secret, spec.get("secretName") or f"{name}-tls", namespace=namespace
@@ -367,7 +368,18 @@ async def deleted_anywhere(
         owner = operator.owners.get(cert_name)
         if owner is None or owner.uid == meta.get("uid"):  # not a newer one of that name
             await operator.manager.unmanage(cert_name)
-            operator.owners.pop(cert_name, None)
+            forget_owner(operator, cert_name, owner)
+
+
+def forget_owner(operator: Operator, cert_name: str, owner: Owner | None) -> None:
+    """Forget ``owner`` once its certificate is unmanaged, unless it was replaced meanwhile.
+
+    A resource of that name created again while the manager was unmanaging the old one
+    has its own owner by now (kopf handles each object on its own): it stays, else its
+    certificate would never reach its Secret.
+    """
+    if operator.owners.get(cert_name) is owner:
+        operator.owners.pop(cert_name, None)
 
 
 # --8<-- [end:handlers]

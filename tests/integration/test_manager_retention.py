@@ -33,7 +33,7 @@ from acmecerts.manager import (
 from acmecerts.manager._persist import CertificateStore
 from acmecerts.manager._records import OrderRecord
 from acmecerts.retry import AttemptState
-from acmecerts.storage import FileStorage, KeyLayout, Storage
+from acmecerts.storage import FileStorage, KeyLayout, Storage, StoredValue
 from acmecerts.storage.keys import certificate_slug
 from acmecerts.testing import PebbleServer
 
@@ -215,6 +215,60 @@ async def test_a_name_managed_again_before_the_purge_keeps_its_certificate(
     assert retired_records(tmp_path) == []  # the retirement was cancelled
     assert len(orders) == 1
     assert not any(isinstance(e, CertificateObtaining) for e in events)
+
+
+class HeldRetiredRead(FileStorage):
+    """A real FileStorage whose next read of a retired record, once ``armed``, waits."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.armed = False
+        self.held = anyio.Event()
+        self.release = anyio.Event()
+
+    async def load(self, key: str) -> StoredValue | None:
+        if self.armed and "/retired/" in f"/{key}":
+            self.armed = False
+            self.held.set()
+            await self.release.wait()
+        return await super().load(key)
+
+
+@pytest.mark.timeout(60)
+async def test_managed_again_while_its_retirement_is_recorded_the_retirement_is_cancelled(
+    pebble: PebbleServer, http01: Http01Server, tmp_path: Path
+) -> None:
+    """A resource deleted and applied again at once: its entry comes back mid-retirement.
+
+    The retirement of the old entry is still being written when the new entry reads its
+    state; the new entry cancels it after it is written, never before (a retirement
+    recorded for a name in use would have its files purged from under it).
+    """
+    clock = FakeClock(START)
+    orders = Orders()
+    events: list[CertificateEvent] = []
+    name = "again.example.test"
+    async with HeldRetiredRead(tmp_path) as storage, client_for(pebble, clock, orders) as client:
+        manager = manager_for(client, http01, storage)
+        first = await issue(manager, name, [name])
+        manager.subscribe(events.append)
+        storage.armed = True
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(manager.unmanage, name)
+            with anyio.fail_after(10):
+                await storage.held.wait()  # the retirement is being recorded
+            manager.manage(name, [name])  # applied again meanwhile
+            async with manager:
+                await anyio.sleep(0.2)  # the new entry's state is read (or waits) meanwhile
+                storage.release.set()
+                await wait_until(lambda: manager.get(name) is not None, "the load")
+        assert [s.name for s in manager.managed()] == [name]
+        assert retired_records(tmp_path) == []  # recorded, then cancelled: in this order
+    loaded = [e for e in events if isinstance(e, CertificateLoaded)]
+    assert [(e.name, e.certificate.serial if e.certificate else None) for e in loaded] == [
+        (name, first.certificate.serial)
+    ]
+    assert len(orders) == 1
 
 
 async def test_a_name_another_replica_manages_again_is_not_purged_by_the_one_that_retired_it(
