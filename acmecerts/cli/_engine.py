@@ -234,7 +234,7 @@ class TrackingClient(AcmeClient):
         self.board = board
         self._names = {frozenset(ids): name for name, ids in certificates}
         if self._tracking is None:
-            self._tracking = self.subscribe(self._on_event)
+            self._tracking = self.subscribe(self._on_event, requests=False)
 
     def track_hooks(self, runner: HookRunner, hooks: dict[str, Hooks]) -> None:
         """Run each certificate's pre-hook (via ``runner``) before its first order."""

@@ -163,7 +163,9 @@ class AcmeClient(_Issuance, _RenewalInfoRequests):
         #: When the last implicit registration was deferred, and how (see ``_kid``).
         self._account_deferred: tuple[_dt.datetime, RateLimitDeferred] | None = None
 
-    def subscribe(self, subscriber: Subscriber[ClientEvent]) -> Callable[[], None]:
+    def subscribe(
+        self, subscriber: Subscriber[ClientEvent], *, requests: bool = True
+    ) -> Callable[[], None]:
         """Call ``subscriber`` with every event of this client; returns an unsubscribe.
 
         The events of every issuance (:mod:`acmecerts.client`: :class:`OrderRequested`
@@ -176,8 +178,13 @@ class AcmeClient(_Issuance, _RenewalInfoRequests):
         (except for events that report an outcome: :class:`OrderRefused`,
         :class:`AttemptEnded` and a failed request's ``ResponseReceived``, where it is
         logged). A subscriber of one issuance only: ``issue(..., events=...)``.
+
+        With ``requests=False`` it hears the issuance events only: no request event is
+        made or dispatched for it (a progress display need not pay for every request).
         """
         stop_issuance = self._issuance_events.add(subscriber)
+        if not requests:
+            return stop_issuance
         stop_requests = self.transport.subscribe(subscriber)
 
         def unsubscribe() -> None:

@@ -121,6 +121,24 @@ async def test_issue_events_come_first_and_carry_no_request_events(
             assert order[index + 1] == ("client", kind)
 
 
+async def test_a_subscriber_without_requests_hears_the_issuance_only(
+    pebble: PebbleServer, client: AcmeClient, http01: Http01Server
+) -> None:
+    everything: list[ClientEvent] = []
+    issuance: list[ClientEvent] = []
+    client.subscribe(everything.append)
+    stop = client.subscribe(issuance.append, requests=False)
+
+    await client.issue(["quiet.events.example.test"], solver=http01)
+
+    assert issuance == [e for e in everything if not isinstance(e, _TRANSPORT)]
+    assert len(issuance) == 8
+    assert len(everything) > len(issuance)  # the requests were there to hear
+    stop()
+    await client.issue(["quiet2.events.example.test"], solver=http01)
+    assert len(issuance) == 8  # unsubscribed
+
+
 async def test_an_awaited_subscriber_holds_the_client_until_it_returns(
     pebble: PebbleServer, client: AcmeClient, http01: Http01Server
 ) -> None:
