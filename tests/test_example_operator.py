@@ -34,8 +34,8 @@ from cryptography import x509
 
 from acmecerts import AcmeClient, Http01Server
 from acmecerts.manager import CertificateManager
-from acmecerts.storage import FileStorage, StoredValue
 from acmecerts.testing import PebbleServer
+from tests.held_storage import HeldLoad
 from tests.storage.kube import KubeApiServer, KubeSetupError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -270,23 +270,6 @@ def test_operator_issues_renews_and_cancels_on_deletion(
     )
     keys = [c["metadata"]["annotations"]["acmecerts.io/key"] for c in configmaps["items"]]
     assert any(key.endswith("/account.json") for key in keys), json.dumps(keys)
-
-
-class HeldLoad(FileStorage):
-    """A real FileStorage whose next read, once ``armed``, waits for ``release``."""
-
-    def __init__(self, root: Path) -> None:
-        super().__init__(root)
-        self.armed = False
-        self.held = anyio.Event()
-        self.release = anyio.Event()
-
-    async def load(self, key: str) -> StoredValue | None:
-        if self.armed:
-            self.armed = False
-            self.held.set()
-            await self.release.wait()
-        return await super().load(key)
 
 
 @pytest.mark.anyio

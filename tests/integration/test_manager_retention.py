@@ -33,9 +33,10 @@ from acmecerts.manager import (
 from acmecerts.manager._persist import CertificateStore
 from acmecerts.manager._records import OrderRecord
 from acmecerts.retry import AttemptState
-from acmecerts.storage import FileStorage, KeyLayout, Storage, StoredValue
+from acmecerts.storage import FileStorage, KeyLayout, Storage
 from acmecerts.storage.keys import certificate_slug
 from acmecerts.testing import PebbleServer
+from tests.held_storage import HeldLoad
 
 pytestmark = pytest.mark.anyio
 
@@ -217,23 +218,6 @@ async def test_a_name_managed_again_before_the_purge_keeps_its_certificate(
     assert not any(isinstance(e, CertificateObtaining) for e in events)
 
 
-class HeldRetiredRead(FileStorage):
-    """A real FileStorage whose next read of a retired record, once ``armed``, waits."""
-
-    def __init__(self, root: Path) -> None:
-        super().__init__(root)
-        self.armed = False
-        self.held = anyio.Event()
-        self.release = anyio.Event()
-
-    async def load(self, key: str) -> StoredValue | None:
-        if self.armed and "/retired/" in f"/{key}":
-            self.armed = False
-            self.held.set()
-            await self.release.wait()
-        return await super().load(key)
-
-
 @pytest.mark.timeout(60)
 async def test_managed_again_while_its_retirement_is_recorded_the_retirement_is_cancelled(
     pebble: PebbleServer, http01: Http01Server, tmp_path: Path
@@ -248,7 +232,10 @@ async def test_managed_again_while_its_retirement_is_recorded_the_retirement_is_
     orders = Orders()
     events: list[CertificateEvent] = []
     name = "again.example.test"
-    async with HeldRetiredRead(tmp_path) as storage, client_for(pebble, clock, orders) as client:
+    async with (
+        HeldLoad(tmp_path, matching="/retired/") as storage,
+        client_for(pebble, clock, orders) as client,
+    ):
         manager = manager_for(client, http01, storage)
         first = await issue(manager, name, [name])
         manager.subscribe(events.append)
