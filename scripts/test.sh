@@ -3,8 +3,12 @@
 #
 # On a fresh Debian bookworm machine (as root, or with sudo) it installs what the tests need
 # and runs pytest in a project virtualenv:
-#   1. the Debian package `pebble` (pebble + pebble-challtestsrv) if /usr/bin/pebble is absent,
-#      and `tinyproxy` (the real HTTP proxy of the egress-proxy tests) if it is absent;
+#   1. the Debian package `pebble` (pebble + pebble-challtestsrv 2.4) if /usr/bin/pebble is
+#      absent, and `tinyproxy` (the real HTTP proxy of the egress-proxy tests) if it is absent;
+#   1c. Pebble 2.10 (profiles, ARI, replaces checks, dns-account-01, dns-persist-01), the CA of
+#      most tests: scripts/pebble-2.10.sh downloads Debian sid's `pebble` package with a
+#      private apt state (the system's apt sources are untouched) and unpacks it into
+#      ${ACMECERTS_CACHE:-~/.cache/acmecerts}/pebble-2.10.0; later runs find it there;
 #   2. a virtualenv in .venv (python3 -m venv) if absent or broken;
 #   3. `pip install -e '.[test,kubernetes]'` into it (skipped when pyproject.toml is unchanged
 #      since the last successful install; set ACMECERTS_REINSTALL=1 to force it);
@@ -58,6 +62,9 @@ fi
 if [ ! -x /usr/sbin/named ] || [ ! -x /usr/bin/nsupdate ]; then
     apt_install bind9 bind9-utils bind9-dnsutils
 fi
+
+# 1c. Pebble 2.10 from Debian sid, unpacked into the cache (needs only glibc >= 2.34).
+bash scripts/pebble-2.10.sh >/dev/null
 
 # 1d. systemd-analyze, which verifies the systemd units in examples/ops/ (Debian's systemd).
 if ! command -v systemd-analyze >/dev/null 2>&1; then

@@ -1,14 +1,19 @@
 """Shared fixtures: the anyio backend and real Pebble servers.
 
 * ``anyio_backend``: ``"asyncio"``, so ``@pytest.mark.anyio`` tests run on asyncio.
-* ``pebble``: one :class:`~acmecerts.testing.PebbleServer` for the whole session
-  (``PEBBLE_VA_NOSLEEP=1``, no nonce rejection). Do not reconfigure or stop it. Before
+* ``pebble``: one :class:`~acmecerts.testing.PebbleServer` for the whole session: Pebble
+  **2.10** with Let's Encrypt's three profiles (an order that names none gets one at random,
+  as upstream Pebble does), ``PEBBLE_VA_NOSLEEP=1``, no nonce rejection. Do not reconfigure
+  or stop it. Before
   each test that uses it, :func:`_session_pebble_answers` checks that it still answers a
   ``newOrder`` and replaces it when it does not: Pebble 2.4 can deadlock (an
   authorization deactivated while its validation is in flight, heavy concurrency), and
   one stuck server must not fail every test after the one that broke it.
+* ``pebble_2_4``: the compatibility CA for the session, Debian bookworm's Pebble 2.4 (no
+  profiles, no ARI, no ``Retry-After``): a small set of tests keeps running against it.
 * ``pebble_factory``: ``pebble_factory(**kwargs)`` starts a dedicated server with the given
-  :class:`~acmecerts.testing.PebbleServer` options; all are stopped when the test ends.
+  :class:`~acmecerts.testing.PebbleServer` options (2.10 unless ``release="2.4"``); all
+  are stopped when the test ends.
 * ``proxy_factory``: ``proxy_factory(**kwargs)`` starts a real HTTP proxy (Debian's
   ``tinyproxy``, :class:`tests.servers.tinyproxy.TinyProxy`) on loopback; stopped when the
   test ends.
@@ -34,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pytest
 from pebble_health import PebbleProbe
 
-from acmecerts.testing import PebbleServer
+from acmecerts.testing import PebbleNotFound, PebbleServer, find_pebble
 from tests.faults.proxy import FaultProxy, make_proxy
 from tests.servers.tinyproxy import TinyProxy
 
@@ -69,14 +74,11 @@ class PebbleFactory(Protocol):
     def __call__(self, **kwargs: Any) -> PebbleServer: ...
 
 
-def _require_pebble() -> None:
-    missing = [b for b in ("pebble", "pebble-challtestsrv") if shutil.which(b) is None]
-    if missing:
-        pytest.fail(
-            f"{', '.join(missing)} not found on PATH. The tests need a real Pebble: run "
-            "`bash scripts/test.sh` (installs it) or `apt-get install -y pebble`.",
-            pytrace=False,
-        )
+def _require_pebble(release: str = "2.10") -> None:
+    try:
+        find_pebble("2.4" if release == "2.4" else "2.10")
+    except PebbleNotFound as exc:
+        pytest.fail(f"The tests need a real Pebble: {exc}", pytrace=False)
 
 
 @pytest.fixture(scope="session")
@@ -87,10 +89,24 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="session")
 def pebble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PebbleServer]:
-    """A Pebble shared by the session: no VA sleeps, no nonce rejection."""
-    _require_pebble()
+    """Pebble 2.10 shared by the session: three profiles, no VA sleeps, no nonce rejection."""
+    _require_pebble("2.10")
     server = PebbleServer(
-        tmp_path_factory.mktemp("pebble"), va_nosleep=True, nonce_reject_percent=0
+        tmp_path_factory.mktemp("pebble"), va_nosleep=True, nonce_reject_percent=0, release="2.10"
+    )
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def pebble_2_4(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PebbleServer]:
+    """Debian bookworm's Pebble 2.4 for the session: a CA without profiles, ARI or waits."""
+    _require_pebble("2.4")
+    server = PebbleServer(
+        tmp_path_factory.mktemp("pebble-2.4"), va_nosleep=True, nonce_reject_percent=0, release="2.4"
     )
     server.start()
     try:
@@ -166,10 +182,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 @pytest.fixture
 def pebble_factory(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PebbleFactory]:
     """Start custom Pebbles, e.g. ``pebble_factory(nonce_reject_percent=30)``; stopped after."""
-    _require_pebble()
     servers: list[PebbleServer] = []
 
     def start(**kwargs: Any) -> PebbleServer:
+        _require_pebble(kwargs.get("release") or "2.10")
         server = PebbleServer(tmp_path_factory.mktemp("pebble-custom"), **kwargs)
         servers.append(server)
         server.start()

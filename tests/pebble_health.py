@@ -76,7 +76,9 @@ class PebbleProbe:
     ) -> tuple[str, Any, str]:
         """``(Replay-Nonce, JSON body or None, Location)``; a status >= 400 raises."""
         path = url.split("/", 3)[3] if url.startswith("https://") else url.lstrip("/")
-        headers = {"Content-Type": "application/jose+json"} if body is not None else {}
+        headers = {"User-Agent": "acmecerts-tests"}  # Pebble 2.10 refuses requests without
+        if body is not None:
+            headers["Content-Type"] = "application/jose+json"
         conn.request(method, "/" + path, body=body, headers=headers)
         response = conn.getresponse()
         data = response.read()

@@ -20,6 +20,11 @@ What the harness sets up, and why:
   Pebble validates http-01 against whatever listens on ``127.0.0.1:``:attr:`~PebbleServer.http_port`
   and tls-alpn-01 against ``127.0.0.1:``:attr:`~PebbleServer.tls_port`: your solver. TXT records
   for dns-01 are set with :meth:`PebbleServer.set_txt`.
+* Which Pebble: 2.10 (Debian sid's package, unpacked by ``scripts/test.sh``) unless *release*
+  says ``"2.4"`` (Debian bookworm's ``/usr/bin/pebble``); see :func:`find_pebble`. 2.10 is
+  started with Let's Encrypt's three profiles (:data:`LETS_ENCRYPT_PROFILES`: ``classic``
+  90 days, ``tlsserver`` 45 days, ``shortlived`` 160 hours) and, when asked, ``retryAfter``
+  on its polls. Like Pebble upstream, an order that names no profile gets one **at random**.
 * The environment is explicit: every inherited ``PEBBLE_*`` variable is dropped, then
   ``PEBBLE_VA_NOSLEEP``, ``PEBBLE_WFE_NONCEREJECT`` (always, since Pebble's default is 5 %) and
   ``PEBBLE_AUTHZREUSE`` are set from the constructor, then ``extra_env`` is applied.
@@ -36,9 +41,19 @@ import os
 import re
 import shutil
 import ssl
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from acmecerts.testing._binaries import (
+    PebbleBinaries,
+    PebbleNotFound,
+    Release,
+    _release_of,
+    find_pebble,
+)
 from acmecerts.testing._process import (
     ManagedServer,
     _free_ports,
@@ -49,11 +64,32 @@ from acmecerts.testing._process import (
 from acmecerts.testing._tls import _write_tls_material
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping, Sequence
+    from collections.abc import Callable, Sequence
 
-__all__ = ["PebbleServer"]
+__all__ = ["LETS_ENCRYPT_PROFILES", "PebbleServer", "Profile"]
 
 _PROBE_TIMEOUT = 1.0
+
+_HOUR = 3600
+_DAY = 24 * _HOUR
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A Pebble 2.10 certificate profile: its description and validity period (seconds)."""
+
+    description: str
+    validity_seconds: int
+
+
+#: Let's Encrypt's profiles as of 2026 (https://letsencrypt.org/docs/profiles/), by name.
+LETS_ENCRYPT_PROFILES: Mapping[str, Profile] = MappingProxyType(
+    {
+        "classic": Profile("Let's Encrypt's default: 90-day certificates", 90 * _DAY),
+        "tlsserver": Profile("TLS server authentication only, 45-day certificates", 45 * _DAY),
+        "shortlived": Profile("160-hour certificates; IP addresses allowed", 160 * _HOUR),
+    }
+)
 
 # Pebble logs each request as "Pebble 2024/01/01 00:00:00 GET /dir -> calling handler()".
 _REQUEST_LINE = re.compile(r"\s([A-Z]+) (\S+) -> calling handler\(\)")
@@ -78,7 +114,17 @@ class PebbleServer(ManagedServer):
         dns_server: ``"HOST:PORT"`` of an external DNS server Pebble resolves through; when
             given, ``pebble-challtestsrv`` is not started (and :meth:`set_txt` is unavailable).
         extra_env: Extra environment variables for ``pebble``, applied last.
-        pebble_binary: The ``pebble`` executable (name on ``PATH`` or path).
+        release: ``"2.10"`` or ``"2.4"``; ``None`` takes the first Pebble
+            :func:`find_pebble` finds (2.10 when ``scripts/test.sh`` installed it).
+        profiles: The certificate profiles of a 2.10 Pebble, by name; ``None`` gives
+            :data:`LETS_ENCRYPT_PROFILES`. Ignored by 2.4, which has none.
+        retry_after_authz: Seconds of ``Retry-After`` a 2.10 Pebble sends on an
+            authorization whose challenge is being validated (0: none).
+        retry_after_order: Seconds of ``Retry-After`` a 2.10 Pebble sends with a
+            ``processing`` order, finalize's answer included (0: none). Pebble sends it as
+            a number or as an HTTP-date, at random.
+        pebble_binary: The ``pebble`` executable (name on ``PATH`` or path); overrides
+            *release*.
         challtestsrv_binary: The ``pebble-challtestsrv`` executable.
     """
 
@@ -96,10 +142,16 @@ class PebbleServer(ManagedServer):
         eab_mac_keys: Mapping[str, str] | None = None,
         dns_server: str | None = None,
         extra_env: Mapping[str, str] | None = None,
-        pebble_binary: str = "pebble",
-        challtestsrv_binary: str = "pebble-challtestsrv",
+        release: Release | None = None,
+        profiles: Mapping[str, Profile] | None = None,
+        retry_after_authz: int = 0,
+        retry_after_order: int = 0,
+        pebble_binary: str | None = None,
+        challtestsrv_binary: str | None = None,
     ) -> None:
         _check_percent("nonce_reject_percent", nonce_reject_percent)
+        if retry_after_authz < 0 or retry_after_order < 0:
+            raise ValueError("retry_after_authz and retry_after_order must be >= 0")
         if authz_reuse_percent is not None:
             _check_percent("authz_reuse_percent", authz_reuse_percent)
         super().__init__(workdir)
@@ -110,8 +162,25 @@ class PebbleServer(ManagedServer):
         self.eab_mac_keys: dict[str, str] = dict(eab_mac_keys or {})
         self.dns_server = dns_server
         self.extra_env: dict[str, str] = dict(extra_env or {})
-        self.pebble_binary = pebble_binary
-        self.challtestsrv_binary = challtestsrv_binary
+        self.retry_after_authz = retry_after_authz
+        self.retry_after_order = retry_after_order
+        self._not_found: str | None = None
+        binaries = _binaries(release, pebble_binary, challtestsrv_binary)
+        if isinstance(binaries, str):
+            self._not_found = binaries
+            binaries = PebbleBinaries(
+                pebble_binary or "pebble", challtestsrv_binary or "pebble-challtestsrv", "2.4"
+            )
+        #: The binaries this server runs, and their release.
+        self.binaries: PebbleBinaries = binaries
+        self.pebble_binary = binaries.pebble
+        self.challtestsrv_binary = binaries.challtestsrv
+        #: The profiles the CA offers, by name (empty for 2.4, which has none).
+        self.profiles: dict[str, Profile] = (
+            dict(LETS_ENCRYPT_PROFILES if profiles is None else profiles)
+            if binaries.modern
+            else {}
+        )
 
         #: PEM of the throwaway CA that signed Pebble's HTTPS certificate; clients trust this.
         self.ca_bundle: Path = self.workdir / "pebble-https-ca.pem"
@@ -135,6 +204,11 @@ class PebbleServer(ManagedServer):
         self._ssl_context: ssl.SSLContext | None = None
 
     # -- addresses ---------------------------------------------------------------------------
+
+    @property
+    def release(self) -> Release:
+        """``"2.10"`` or ``"2.4"``: which Pebble this is."""
+        return self.binaries.release
 
     @property
     def directory_url(self) -> str:
@@ -245,13 +319,13 @@ class PebbleServer(ManagedServer):
     # -- internals ---------------------------------------------------------------------------
 
     def _missing(self) -> str | None:
+        if self._not_found is not None:
+            return self._not_found
         for binary in (self.pebble_binary, self.challtestsrv_binary):
             if binary == self.challtestsrv_binary and self.dns_server is not None:
                 continue
             if shutil.which(binary) is None:
-                return (
-                    f"{binary!r} not found; install the Debian package: apt-get install -y pebble"
-                )
+                return f"{binary!r} not found; run `bash scripts/test.sh`, which installs Pebble"
         return None
 
     def _prepare(self) -> None:
@@ -277,8 +351,9 @@ class PebbleServer(ManagedServer):
                     self.challtestsrv_binary,
                     "-management",
                     f"127.0.0.1:{self._challtestsrv_port}",
-                    "-dns01",
+                    "-dnsserver" if self.binaries.modern else "-dns01",
                     dns,
+                    *(("-doh", "") if self.binaries.modern else ()),
                     "-http01",
                     "",
                     "-https01",
@@ -336,6 +411,15 @@ class PebbleServer(ManagedServer):
                 "externalAccountMACKeys": self.eab_mac_keys,
             }
         }
+        if self.binaries.modern:
+            config["pebble"]["profiles"] = {
+                name: {"description": p.description, "validityPeriod": p.validity_seconds}
+                for name, p in self.profiles.items()
+            }
+            config["pebble"]["retryAfter"] = {
+                "authz": self.retry_after_authz,
+                "order": self.retry_after_order,
+            }
         self.config_path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")
 
     def _probe(self, port: int, path: str) -> bool:
@@ -361,6 +445,24 @@ class PebbleServer(ManagedServer):
             conn.close()
         if resp.status != 200:
             raise RuntimeError(f"challtestsrv POST {path} answered {resp.status}: {body!r}")
+
+
+def _binaries(
+    release: Release | None, pebble: str | None, challtestsrv: str | None
+) -> PebbleBinaries | str:
+    """The binaries to run, or why there are none (reported when the server starts)."""
+    if pebble is not None or challtestsrv is not None:
+        found = find_pebble(release) if release else None
+        pebble = pebble or (found.pebble if found else "pebble")
+        challtestsrv = challtestsrv or (found.challtestsrv if found else "pebble-challtestsrv")
+        path = shutil.which(challtestsrv)
+        if release is None:
+            release = _release_of(path) if path else "2.4"
+        return PebbleBinaries(pebble, challtestsrv, release)
+    try:
+        return find_pebble(release)
+    except PebbleNotFound as exc:
+        return str(exc)
 
 
 def _started(port: int | None) -> int:

@@ -303,7 +303,8 @@ def _https_get(
     """``GET https://127.0.0.1:{port}{path}`` (no proxy): the status and the body."""
     conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=timeout)
     try:
-        conn.request("GET", path)
+        # Pebble 2.10 refuses a request without a User-Agent (RFC 8555 section 6.1).
+        conn.request("GET", path, headers={"User-Agent": "acmecerts-testing"})
         resp = conn.getresponse()
         return resp.status, resp.read()
     finally:
