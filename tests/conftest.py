@@ -106,7 +106,10 @@ def pebble_2_4(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PebbleServe
     """Debian bookworm's Pebble 2.4 for the session: a CA without profiles, ARI or waits."""
     _require_pebble("2.4")
     server = PebbleServer(
-        tmp_path_factory.mktemp("pebble-2.4"), va_nosleep=True, nonce_reject_percent=0, release="2.4"
+        tmp_path_factory.mktemp("pebble-2.4"),
+        va_nosleep=True,
+        nonce_reject_percent=0,
+        release="2.4",
     )
     server.start()
     try:

@@ -66,9 +66,7 @@ def _cached_2_10() -> Path:
 @functools.cache
 def _release_of(challtestsrv: str) -> Release:
     try:
-        shown = subprocess.run(
-            [challtestsrv, "-h"], capture_output=True, timeout=10, check=False
-        )
+        shown = subprocess.run([challtestsrv, "-h"], capture_output=True, timeout=10, check=False)
     except OSError as exc:
         raise PebbleNotFound(f"cannot run {challtestsrv!r}: {exc}") from exc
     text = (shown.stdout + shown.stderr).decode("utf-8", "replace")

@@ -177,9 +177,7 @@ class PebbleServer(ManagedServer):
         self.challtestsrv_binary = binaries.challtestsrv
         #: The profiles the CA offers, by name (empty for 2.4, which has none).
         self.profiles: dict[str, Profile] = (
-            dict(LETS_ENCRYPT_PROFILES if profiles is None else profiles)
-            if binaries.modern
-            else {}
+            dict(LETS_ENCRYPT_PROFILES if profiles is None else profiles) if binaries.modern else {}
         )
 
         #: PEM of the throwaway CA that signed Pebble's HTTPS certificate; clients trust this.
