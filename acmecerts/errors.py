@@ -417,10 +417,13 @@ class AuthorizationFailed(IssuanceError):
         *,
         authorization_url: str,
         order_url: str | None = None,
+        note: str = "",
     ) -> None:
         detail = str(problem) if problem else "authorization became invalid"
         super().__init__(
-            f"validation of {identifier} failed: {detail}", order_url=order_url, problem=problem
+            f"validation of {identifier} failed" + (f" {note}" if note else "") + f": {detail}",
+            order_url=order_url,
+            problem=problem,
         )
         self.identifier = identifier
         self.authorization_url = authorization_url

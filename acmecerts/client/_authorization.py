@@ -19,8 +19,12 @@ class _AuthorizationRequests(_AccountRequests):
 
     async def get_authorization(self, url: str) -> Authorization:
         """Fetch an authorization (POST-as-GET)."""
+        return (await self._fetch_authorization(url))[0]
+
+    async def _fetch_authorization(self, url: str) -> tuple[Authorization, _dt.datetime | None]:
+        """:meth:`get_authorization`, with the answer's ``Retry-After`` (when to ask again)."""
         response = await self._post(url, None)
-        return parse_authorization(response.json(), url=url)
+        return parse_authorization(response.json(), url=url), response.retry_after
 
     async def answer_challenge(self, challenge: Challenge) -> Challenge:
         """Tell the CA the challenge is ready to be validated (§7.5.1)."""

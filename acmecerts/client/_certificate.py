@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as _dt
 from collections.abc import Mapping
 
 from acmecerts.client._account import _AccountRequests
@@ -36,10 +37,14 @@ class _CertificateRequests(_AccountRequests):
 
     async def finalize(self, order: Order, csr_der: bytes) -> Order:
         """Send the CSR (§7.4); the order moves to ``processing`` or ``valid``."""
+        return (await self._finalize(order, csr_der))[0]
+
+    async def _finalize(self, order: Order, csr_der: bytes) -> tuple[Order, _dt.datetime | None]:
+        """:meth:`finalize`, with the answer's ``Retry-After`` (when to poll first)."""
         from acmecerts.protocol.challenges import b64url
 
         response = await self._post(order.finalize, {"csr": b64url(csr_der)})
-        return parse_order(response.json(), url=order.url)
+        return parse_order(response.json(), url=order.url), response.retry_after
 
     async def download_certificate(self, url: str) -> tuple[CertificateChain, list[str]]:
         """Download a chain (§7.4.2); returns it and the URLs of alternate chains."""

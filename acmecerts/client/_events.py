@@ -13,6 +13,7 @@ The events of one issuance, in order (those in brackets only when they happen)::
 
     OrderRequested -> OrderCreated          (or OrderResumed, or OrderCreated(found=True))
     [ChallengePresented -> ChallengeAnswered]   per authorization still pending
+    [ChallengeRetried -> ChallengeAnswered]     per failed validation the CA retries (§8.2)
     OrderAuthorized -> [OrderFinalized] -> CertificateDownloaded
     AttemptEnded                            however the attempt ended, once it had an order
 
@@ -36,6 +37,7 @@ __all__ = [
     "CertificateDownloaded",
     "ChallengeAnswered",
     "ChallengePresented",
+    "ChallengeRetried",
     "ClientEvent",
     "IssuanceEvent",
     "OrderAuthorized",
@@ -120,9 +122,22 @@ class ChallengeAnswered:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ChallengeRetried:
+    """A validation failed and the CA put the challenge back to ``pending`` (RFC 8555
+    §8.2): it is answered again now. ``challenge.error`` is the CA's reason; ``attempt``
+    the number of this answer (at most :attr:`PollPolicy.challenge_answers`)."""
+
+    identifiers: tuple[Identifier, ...]
+    authorization_url: str
+    challenge: Challenge
+    attempt: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class OrderAuthorized(_OrderState):
     """Every authorization of ``order`` is valid: it is ``ready`` (finalized next), or
-    ``processing``/``valid`` already."""
+    ``processing``/``valid`` already (or still ``pending`` as last polled, when a look at
+    its authorizations found them all valid: finalized next, RFC 8555 §7.4)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -163,6 +178,7 @@ IssuanceEvent = (
     | OrderResumed
     | ChallengePresented
     | ChallengeAnswered
+    | ChallengeRetried
     | OrderAuthorized
     | OrderFinalized
     | CertificateDownloaded

@@ -19,6 +19,7 @@ from acmecerts.client._events import (
     CertificateDownloaded,
     ChallengeAnswered,
     ChallengePresented,
+    ChallengeRetried,
     IssuanceEvent,
     OrderAuthorized,
     OrderCreated,
@@ -269,7 +270,10 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
             await self._emit(attempt, downloaded)
             return issued
         except BaseException as exc:
-            outcome = attempt.timed_out if attempt.cut_by_deadline(exc) else exc
+            outcome = exc
+            if attempt.cut_by_deadline(exc):
+                # names the CA's reason when a challenge it kept failing ran out the clock
+                outcome = attempt.timed_out = flow.timeout_error(attempt.timed_out)
             raise
         finally:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CLEANUP_SECONDS):
@@ -289,13 +293,17 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
         """Do what ``flow`` says until it says :class:`Finish` (or fails: raised)."""
         authorized = False
         while True:
+            action = flow.next_action(self.clock.now())
             order = flow.order
-            if not authorized and order is not None and order.status in _AUTHORIZED:
+            if (
+                not authorized
+                and order is not None
+                and (order.status in _AUTHORIZED or isinstance(action, Finalize))
+            ):
                 authorized = True
                 await self._emit(
                     attempt, OrderAuthorized(identifiers=attempt.identifiers, order=order)
                 )
-            action = flow.next_action(self.clock.now())
             if isinstance(action, Poll):
                 await self.clock.sleep(action.after)
                 response = await self._post(action.url, None)
@@ -305,8 +313,8 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
                 await self._authorize(flow, action.urls, attempt)
                 flow.authorized()
             elif isinstance(action, Finalize):
-                finalized = await self._finalize_once(action.order, csr_der)
-                flow.order_received(finalized)
+                finalized, retry_after = await self._finalize_once(action.order, csr_der)
+                flow.order_received(finalized, retry_after=retry_after)
                 finished = OrderFinalized(identifiers=attempt.identifiers, order=finalized)
                 await self._emit(attempt, finished)
             elif isinstance(action, Download):
@@ -340,7 +348,10 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
                 if isinstance(step, Poll):
                     if step.after > 0:
                         await self.clock.sleep(step.after)
-                    step = flow.authorization_received(await self.get_authorization(url))
+                    authz, retry_after = await self._fetch_authorization(url)
+                    step = flow.authorization_received(
+                        authz, retry_after=retry_after, now=self.clock.now()
+                    )
                 elif isinstance(step, Present):
                     await step.solver.present(step.task)
                     presented = ChallengePresented(
@@ -349,6 +360,8 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
                     await self._emit(attempt, presented)
                     step = flow.presented(url)
                 elif isinstance(step, Answer):
+                    if step.attempt > 1:
+                        await self._answer_again(step, attempt)
                     answered = await self._answer_challenge_once(step.challenge, url)
                     told = ChallengeAnswered(
                         identifiers=identifiers, authorization_url=url, challenge=answered
@@ -382,24 +395,50 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
         log.info("resuming order %s (%s)", url, order.status)
         return order
 
-    async def _finalize_once(self, order: Order, csr_der: bytes) -> Order:
-        """Finalize ``order``; a refusal because it is already finalized is no failure.
+    async def _answer_again(self, step: Answer, attempt: _Attempt) -> None:
+        """Say why a challenge is answered again (the CA's reason), then wait as asked."""
+        problem = step.challenge.error
+        log.warning(
+            "the CA could not validate %s (%s); answering the challenge again (%d of %d)",
+            ", ".join(i.value for i in attempt.identifiers),
+            problem,
+            step.attempt,
+            self.poll.challenge_answers,
+        )
+        retried = ChallengeRetried(
+            identifiers=attempt.identifiers,
+            authorization_url=step.authorization_url,
+            challenge=step.challenge,
+            attempt=step.attempt,
+        )
+        await self._emit(attempt, retried)
+        if step.after > 0:
+            await self.clock.sleep(step.after)
+
+    async def _finalize_once(
+        self, order: Order, csr_der: bytes
+    ) -> tuple[Order, _dt.datetime | None]:
+        """Finalize ``order`` (with the answer's ``Retry-After``); a refusal because it is
+        already finalized is no failure.
 
         The transport replays a finalize whose answer was lost; the first copy may have
         got through, and the CA then refuses the replay (``orderNotReady``: the order is
         ``processing`` or ``valid`` already). The order's state decides.
         """
         try:
-            return await self.finalize(order, csr_der)
+            return await self._finalize(order, csr_der)
         except OrderNotReady as exc:
             try:
                 current = await self.get_order(order.url)
             except AcmeCertsError:
                 raise exc from None
+            if current.status == "ready":
+                # finalized on the authorizations' word before the order said ready
+                return await self._finalize(current, csr_der)
             if not finalize_refusal_settled(current):
                 raise
             log.info("order %s was finalized already (%s)", order.url, current.status)
-            return current
+            return current, None
 
     async def _answer_challenge_once(self, challenge: Challenge, authz_url: str) -> Challenge:
         """Answer ``challenge``; a refusal because it was answered already is no failure.

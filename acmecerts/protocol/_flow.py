@@ -19,6 +19,17 @@ first action (``Poll`` the authorization now), and each answer
 ``Fail``, or ``None`` once that authorization needs nothing more. However the attempt
 ends, :meth:`IssuanceFlow.cleanup` says what to undo (``CleanUp``).
 
+Polling (RFC 8555 §7.5.1, §7.4): once the challenges are answered the order is polled;
+the CA's ``Retry-After`` (on an order poll, the finalize answer, or an authorization)
+sets the next wait, within :class:`PollPolicy` and the deadline. While the order stays
+``pending``, every :attr:`PollPolicy.authorization_look`-th poll is an ``Authorize`` of
+the authorizations still being validated instead: each is fetched once (after the wait
+the order poll would have had); a challenge the CA put back to ``pending`` with an
+``error`` (§8.2) is answered again (``Answer`` with ``attempt`` > 1), up to
+:attr:`PollPolicy.challenge_answers` answers; then order polling goes on, or, when every
+authorization is valid, ``Finalize`` follows at once (§7.4: the client believes the
+order is ready; no extra poll).
+
 The order's states (RFC 8555 §7.1.6)::
 
     pending --(authorizations valid)--> ready --(finalize)--> processing --> valid
@@ -38,10 +49,28 @@ from collections.abc import Sequence
 from acmecerts.errors import (
     AcmeCertsError,
     AcmeProblem,
+    AttemptTimeout,
     AuthorizationFailed,
     BadServerResponse,
     OrderFailed,
     UnsupportedChallenge,
+)
+from acmecerts.protocol._actions import (
+    Action,
+    Answer,
+    AuthorizationAction,
+    Authorize,
+    CleanUp,
+    Diagnose,
+    Download,
+    DownloadAlternates,
+    Finalize,
+    Finish,
+    Present,
+    answer_refusal_settled,
+    finalize_refusal_settled,
+    needs_deactivation,
+    order_resumable,
 )
 from acmecerts.protocol._polling import Fail, Poll, PollPolicy, next_poll
 from acmecerts.protocol._solver import ChallengeTask, Solver
@@ -76,134 +105,6 @@ __all__ = [
 #: Order states the RFC gives an order (§7.1.6); any other is a failure.
 _ORDER_STATES = frozenset({"pending", "ready", "processing", "valid", "invalid"})
 _AUTHORIZED = frozenset({"ready", "processing", "valid"})
-_FINALIZED = frozenset({"processing", "valid"})
-#: Orders that can no longer lead to a certificate (a resumed one is ordered anew).
-_DEAD_ORDER = frozenset({"invalid", "expired", "deactivated", "revoked"})
-
-
-# -- actions -------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Authorize:
-    """Run the machine of each of these authorizations, all at once (see the module)."""
-
-    urls: tuple[str, ...]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Present:
-    """Have ``solver`` make ``task`` visible to the CA (then :meth:`IssuanceFlow.presented`)."""
-
-    authorization_url: str
-    solver: Solver
-    task: ChallengeTask
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Answer:
-    """Tell the CA ``challenge`` is ready (§7.5.1; then :meth:`IssuanceFlow.challenge_answered`)."""
-
-    authorization_url: str
-    challenge: Challenge
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Finalize:
-    """Send the CSR to ``order``'s finalize URL (§7.4), then report the order."""
-
-    order: Order
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Diagnose:
-    """The order became invalid: fetch these authorizations in turn (skipping any that
-    cannot be read) and report each to :meth:`IssuanceFlow.diagnose` until it says stop."""
-
-    order: Order
-    urls: tuple[str, ...]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Download:
-    """Download the certificate chain at ``url`` (§7.4.2), then report it."""
-
-    url: str
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class DownloadAlternates:
-    """Download the alternate chains (``Link: rel="alternate"``) in turn, skipping any that
-    fail, then report those obtained to :meth:`IssuanceFlow.alternates_received`."""
-
-    urls: tuple[str, ...]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Finish:
-    """The certificate is issued: ``chain`` is the one chosen, ``alternates`` the others."""
-
-    order: Order
-    chain: CertificateChain
-    alternates: tuple[CertificateChain, ...]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CleanUp:
-    """Undo the attempt: clean up every task presented (in this order, each even if
-    another fails), then deactivate each authorization that is still pending (§7.5.2):
-    fetch it and ask :func:`needs_deactivation`."""
-
-    tasks: tuple[tuple[Solver, ChallengeTask], ...]
-    deactivate: tuple[str, ...]
-
-
-#: What :meth:`IssuanceFlow.next_action` may say.
-Action = Authorize | Poll | Finalize | Diagnose | Download | DownloadAlternates | Finish | Fail
-#: What an authorization's machine may say (``None``: nothing more to do for it).
-AuthorizationAction = Poll | Present | Answer | Fail | None
-
-
-# -- pure decisions shared by the driver's helpers ------------------------------------
-
-
-def order_resumable(
-    order: Order, identifiers: Sequence[Identifier], now: _dt.datetime
-) -> str | None:
-    """Why ``order`` cannot be resumed for ``identifiers`` (``None``: it can)."""
-    if order.status in _DEAD_ORDER:
-        return f"it is {order.status}"
-    if set(order.identifiers) != set(identifiers):
-        return "it is for other identifiers"
-    if order.expires is not None and order.expires <= now:
-        return "it has expired"
-    return None
-
-
-def finalize_refusal_settled(current: Order) -> bool:
-    """Whether a finalize the CA refused (``orderNotReady``) had got through already.
-
-    The transport replays a finalize whose answer was lost; the CA refuses the replay of
-    one that arrived. The order's state decides: ``processing`` or ``valid``.
-    """
-    return current.status in _FINALIZED
-
-
-def answer_refusal_settled(challenge: Challenge, current: Authorization) -> Challenge | None:
-    """The challenge's state when a refused answer had got through already, else ``None``.
-
-    A challenge no longer ``pending`` (or in an authorization already ``valid``) was
-    answered by an earlier copy of the request.
-    """
-    state = current.challenge(challenge.type) or challenge
-    if current.status != "valid" and state.status == "pending":
-        return None
-    return state
-
-
-def needs_deactivation(authorization: Authorization) -> bool:
-    """Whether cleanup deactivates ``authorization`` (§7.5.2): only a pending one."""
-    return authorization.status == "pending"
 
 
 def _pick_chain(chains: Sequence[CertificateChain], issuer: str) -> CertificateChain | None:
@@ -238,6 +139,7 @@ class _Phase(enum.Enum):
     START = "start"  # no order yet
     AUTHORIZE = "authorize"  # pending order: solve its authorizations
     AWAIT_AUTHORIZED = "await-authorized"  # poll until ready/processing/valid
+    LOOK = "look"  # a poll of the pending order's authorizations instead of the order
     FINALIZE = "finalize"
     AWAIT_ISSUED = "await-issued"  # poll until valid
     DIAGNOSE = "diagnose"  # invalid after authorizing: find the authorization to blame
@@ -252,6 +154,7 @@ class _Step(enum.Enum):
     PRESENT = "present"
     ANSWER = "answer"
     AWAIT_ANSWER = "await-answer"
+    ANSWERED = "answered"  # the CA validates: looked at while the order stays pending
     DONE = "done"
 
 
@@ -262,6 +165,8 @@ class _AuthzState:
     challenge: Challenge | None = None
     solver: Solver | None = None
     task: ChallengeTask | None = None
+    #: How many times the challenge was answered.
+    answers: int = 0
 
 
 class IssuanceFlow:
@@ -299,6 +204,12 @@ class IssuanceFlow:
         self._failure: AcmeCertsError | None = None
         self._attempt = 0
         self._retry_after: _dt.datetime | None = None
+        #: The authorizations of the current look, its wait, the latest Retry-After seen.
+        self._looking: tuple[str, ...] = ()
+        self._look_wait = 0.0
+        self._look_retry_after: _dt.datetime | None = None
+        #: The identifier and problem of the CA's latest failed validation, if any.
+        self._last_problem: tuple[str, AcmeProblem] | None = None
         self._authz: dict[str, _AuthzState] = {}
         self._presented: list[tuple[Solver, ChallengeTask]] = []
         #: Authorizations that may be left pending if the attempt ends early.
@@ -316,11 +227,17 @@ class IssuanceFlow:
         """Whether the certificate was obtained (:class:`Finish` was said)."""
         return self._phase is _Phase.FINISHED
 
+    @property
+    def validation_problem(self) -> tuple[str, AcmeProblem] | None:
+        """The identifier and the CA's reason of the latest failed validation that was
+        answered again (RFC 8555 §8.2), if any; a timeout's error names it."""
+        return self._last_problem
+
     # -- the order ----------------------------------------------------------------------
 
     def order_received(self, order: Order, *, retry_after: _dt.datetime | None = None) -> None:
-        """Report the order: as created or resumed, polled (with the answer's
-        ``Retry-After``, if any), or as the finalize request answered."""
+        """Report the order: as created or resumed, polled, or as the finalize request
+        answered (each with the answer's ``Retry-After``, if any: it paces the polls)."""
         self.order = order
         phase = self._phase
         if phase in (_Phase.FINISHED, _Phase.FAILED):
@@ -344,24 +261,25 @@ class IssuanceFlow:
                 self._phase = _Phase.DIAGNOSE
             elif order.status in _AUTHORIZED:
                 self._pending.clear()
-                self._after_authorized(order)
+                self._after_authorized(order, retry_after)
             else:
                 self._retry_after = retry_after
         elif phase is _Phase.FINALIZE:
-            self._await_issued(order)
+            # §7.4: a "processing" answer's Retry-After says when to poll first
+            self._await_issued(order, retry_after)
         elif phase is _Phase.AWAIT_ISSUED:
             if order.status in ("valid", "invalid"):
                 self._await_issued(order)
             else:
                 self._retry_after = retry_after
 
-    def _after_authorized(self, order: Order) -> None:
+    def _after_authorized(self, order: Order, retry_after: _dt.datetime | None = None) -> None:
         if order.status == "ready":
             self._phase = _Phase.FINALIZE
         else:
-            self._await_issued(order)
+            self._await_issued(order, retry_after)
 
-    def _await_issued(self, order: Order) -> None:
+    def _await_issued(self, order: Order, retry_after: _dt.datetime | None = None) -> None:
         if order.status == "valid" and order.certificate is not None:
             self._phase = _Phase.DOWNLOAD
         elif order.status in ("valid", "invalid"):
@@ -369,14 +287,25 @@ class IssuanceFlow:
         else:
             self._phase = _Phase.AWAIT_ISSUED
             self._attempt = 0
-            self._retry_after = None
+            self._retry_after = retry_after
 
     def authorized(self) -> None:
-        """Every authorization's machine has ended without failing: wait for the order."""
+        """Every authorization's machine (of an ``Authorize``) has ended without failing:
+        wait for the order."""
         if self._phase is _Phase.AUTHORIZE:
             self._phase = _Phase.AWAIT_AUTHORIZED
             self._attempt = 0
             self._retry_after = None
+        elif self._phase is _Phase.LOOK:
+            if any(s.step is _Step.ANSWERED for s in self._authz.values()):
+                # the look stood for one poll of the order: the count goes on
+                self._phase = _Phase.AWAIT_AUTHORIZED
+                self._retry_after = self._look_retry_after
+            else:
+                # every authorization is valid: §7.4 lets a client finalize once it
+                # believes the order is ready, so no extra poll of the order
+                self._pending.clear()
+                self._phase = _Phase.FINALIZE
 
     def next_action(self, now: _dt.datetime) -> Action:
         """What to do next, ``now`` being the driver's clock's time."""
@@ -392,20 +321,10 @@ class IssuanceFlow:
             raise RuntimeError("IssuanceFlow.next_action() before order_received()")
         if phase is _Phase.AUTHORIZE:
             return Authorize(order.authorizations)
+        if phase is _Phase.LOOK:
+            return Authorize(self._looking)
         if phase in (_Phase.AWAIT_AUTHORIZED, _Phase.AWAIT_ISSUED):
-            self._attempt += 1
-            decision = next_poll(
-                self.poll,
-                resource="order",
-                url=order.url,
-                attempt=self._attempt,
-                retry_after=self._retry_after,
-                now=now,
-                deadline=self.deadline,
-            )
-            if isinstance(decision, Fail):
-                self._fail(decision.error)
-            return decision
+            return self._next_poll(order, now)
         if phase is _Phase.FINALIZE:
             return Finalize(order)
         if phase is _Phase.DIAGNOSE:
@@ -415,6 +334,48 @@ class IssuanceFlow:
             return Download(order.certificate)
         assert phase is _Phase.ALTERNATES
         return DownloadAlternates(self._alternate_urls)
+
+    def _next_poll(self, order: Order, now: _dt.datetime) -> Poll | Fail | Authorize:
+        self._attempt += 1
+        decision = next_poll(
+            self.poll,
+            resource="order",
+            url=order.url,
+            attempt=self._attempt,
+            retry_after=self._retry_after,
+            now=now,
+            deadline=self.deadline,
+        )
+        if isinstance(decision, Fail):
+            error = decision.error
+            if self._last_problem is not None and isinstance(error, AttemptTimeout):
+                error = self.timeout_error(error)
+            self._fail(error)
+            return Fail(error)
+        if (
+            self._phase is _Phase.AWAIT_AUTHORIZED
+            and self._attempt % self.poll.authorization_look == 0
+        ):
+            looking = tuple(u for u, s in self._authz.items() if s.step is _Step.ANSWERED)
+            if looking:
+                self._phase = _Phase.LOOK
+                self._looking = looking
+                self._look_wait = decision.after
+                self._look_retry_after = None
+                return Authorize(looking)
+        return decision
+
+    def timeout_error(self, error: AttemptTimeout) -> AttemptTimeout:
+        """``error``, naming the CA's reason of the latest failed validation if there was
+        one (a challenge answered again that the deadline cut short)."""
+        if self._last_problem is None:
+            return error
+        name, problem = self._last_problem
+        return AttemptTimeout(
+            f"{error}; the CA's last validation error for {name}: {problem}",
+            order_url=self.order.url if self.order is not None else None,
+            problem=problem,
+        )
 
     def diagnose(self, authorization: Authorization) -> bool:
         """Report an authorization of an invalid order; ``True``: it explains the failure
@@ -467,15 +428,28 @@ class IssuanceFlow:
     # -- each authorization ----------------------------------------------------------------
 
     def authorization_start(self, url: str) -> AuthorizationAction:
-        """The first action of the machine of authorization ``url`` (fetch it now)."""
-        if url not in self._authz:
+        """The first action of the machine of authorization ``url``: fetch it (now, or in
+        a look after the wait the order's poll would have had)."""
+        state = self._authz.get(url)
+        if state is None:
             raise KeyError(f"{url} is not an authorization of the order")
+        if self._phase is _Phase.LOOK and state.step is _Step.ANSWERED:
+            return Poll("authorization", url, self._look_wait)
         return Poll("authorization", url, 0.0)
 
-    def authorization_received(self, authorization: Authorization) -> AuthorizationAction:
-        """Report a fetched authorization; says to present a challenge, or fail, or nothing
-        (``None``: it is valid already)."""
+    def authorization_received(
+        self,
+        authorization: Authorization,
+        *,
+        retry_after: _dt.datetime | None = None,
+        now: _dt.datetime | None = None,
+    ) -> AuthorizationAction:
+        """Report a fetched authorization (with the answer's ``Retry-After`` and the
+        time, if known); says to present a challenge, to answer one again, or fail, or
+        nothing (``None``: it is valid already, or still being validated)."""
         state = self._authz[authorization.url]
+        if state.step is _Step.ANSWERED:
+            return self._looked_at(state, authorization, retry_after, now)
         state.authorization = authorization
         if authorization.status == "valid":
             state.step = _Step.DONE
@@ -521,17 +495,21 @@ class IssuanceFlow:
         if state.step is not _Step.PRESENT or state.challenge is None:
             return None
         if state.challenge.status != "pending":
-            state.step = _Step.DONE  # processing or valid already (e.g. a resumed order)
+            # processing or valid already (e.g. a resumed order)
+            processing = state.challenge.status == "processing"
+            state.step = _Step.ANSWERED if processing else _Step.DONE
             return None
         state.step = _Step.AWAIT_ANSWER
+        state.answers += 1
         return Answer(url, state.challenge)
 
     def challenge_answered(self, url: str, challenge: Challenge) -> AuthorizationAction:
         """Report the challenge as the CA answered it."""
         state = self._authz[url]
-        state.step = _Step.DONE
+        state.step = _Step.DONE if challenge.status == "valid" else _Step.ANSWERED
         if challenge.status != "invalid":
             return None
+        state.step = _Step.DONE
         # A CA that validates inside the challenge POST (acme2certifier) may answer
         # "invalid" and leave the order "pending" for good: decide from the challenge
         # instead of polling the order until the deadline.
@@ -541,14 +519,59 @@ class IssuanceFlow:
         problem = challenge.error or (sent.error if sent is not None else None)
         return Fail(self._authorization_failed(state.authorization, problem))
 
+    def _looked_at(
+        self,
+        state: _AuthzState,
+        authorization: Authorization,
+        retry_after: _dt.datetime | None,
+        now: _dt.datetime | None,
+    ) -> AuthorizationAction:
+        """An authorization being validated, fetched in a look (see the module)."""
+        state.authorization = authorization
+        if authorization.status == "valid":
+            state.step = _Step.DONE
+            return None
+        sent = state.challenge
+        current = authorization.challenge(sent.type) if sent is not None else None
+        if authorization.status != "pending":
+            problem = (current.error if current is not None else None) or authorization.error
+            return Fail(self._authorization_failed(authorization, problem))
+        if current is None or current.status != "pending" or current.error is None:
+            # still being validated: back to polling the order, at the authorization's
+            # own pace if the CA gave one (the latest Retry-After of the look wins)
+            if retry_after is not None and (
+                self._look_retry_after is None or retry_after > self._look_retry_after
+            ):
+                self._look_retry_after = retry_after
+            return None
+        # §8.2: the validation failed and the CA waits to be asked to try again
+        problem = current.error
+        self._last_problem = (authorization.dns_name, problem)
+        if state.answers >= self.poll.challenge_answers:
+            return Fail(
+                self._authorization_failed(
+                    authorization, problem, note=f"after {state.answers} answers"
+                )
+            )
+        after = 0.0
+        if retry_after is not None and now is not None:
+            left = (self.deadline - now).total_seconds()
+            wanted = (retry_after - now).total_seconds()
+            after = max(0.0, min(wanted, self.poll.max_retry_after, left))
+        state.step = _Step.AWAIT_ANSWER
+        state.challenge = current
+        state.answers += 1
+        return Answer(authorization.url, current, after=after, attempt=state.answers)
+
     def _authorization_failed(
-        self, authorization: Authorization, problem: AcmeProblem | None
+        self, authorization: Authorization, problem: AcmeProblem | None, *, note: str = ""
     ) -> AuthorizationFailed:
         return AuthorizationFailed(
             authorization.dns_name,
             problem,
             authorization_url=authorization.url,
             order_url=self.order.url if self.order is not None else None,
+            note=note,
         )
 
     # -- the end ------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 
-from acmecerts.errors import AcmeCertsError, AttemptTimeout
+from acmecerts.errors import AcmeCertsError, AttemptTimeout, InvalidInput
 
 __all__ = ["Fail", "Poll", "PollPolicy", "next_poll"]
 
@@ -19,9 +19,16 @@ __all__ = ["Fail", "Poll", "PollPolicy", "next_poll"]
 class PollPolicy:
     """How to poll an order or authorization that is still being processed.
 
-    The server's ``Retry-After`` wins when it gives one (bounded by ``max_interval``
-    scaled up to ``max_retry_after``); otherwise the interval starts at ``initial`` and
-    grows by ``multiplier`` up to ``max_interval``. Never below ``floor``.
+    The server's ``Retry-After`` wins when it gives one (up to ``max_retry_after``);
+    otherwise the interval starts at ``initial`` and grows by ``multiplier`` up to
+    ``max_interval``. Never below ``floor``, and never past the attempt's deadline.
+
+    While the order stays ``pending`` after its challenges were answered, every
+    ``authorization_look``-th poll fetches the authorizations still being validated
+    instead of the order: a challenge the CA put back to ``pending`` with an ``error``
+    (RFC 8555 §8.2: the CA retries only when asked) is answered again, until it was
+    answered ``challenge_answers`` times in all; then the attempt fails with the CA's
+    error. An order that is ready at the first poll costs no such look.
     """
 
     initial: float = 0.25
@@ -30,6 +37,16 @@ class PollPolicy:
     floor: float = 0.05
     #: The longest server ``Retry-After`` honoured for a poll (a longer one is capped).
     max_retry_after: float = 600.0
+    #: How many times one challenge is answered in all (the first answer included).
+    challenge_answers: int = 3
+    #: Every this-many-th poll of a pending order looks at its authorizations instead.
+    authorization_look: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("challenge_answers", "authorization_look"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidInput(f"PollPolicy.{name} must be an integer >= 1, got {value!r}")
 
     def interval(self, attempt: int, retry_after: float | None) -> float:
         """Seconds to wait before poll number ``attempt`` (1-based)."""
@@ -41,7 +58,8 @@ class PollPolicy:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Poll:
-    """Wait ``after`` seconds, then fetch ``url`` (POST-as-GET) and report what it says.
+    """Wait ``after`` seconds, then fetch ``url`` (POST-as-GET) and report what it says
+    (with the answer's ``Retry-After``).
 
     ``resource`` says what ``url`` is: ``"order"`` or ``"authorization"``.
     """

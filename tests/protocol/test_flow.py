@@ -231,8 +231,8 @@ def test_polling_after_the_authorizations(status: str, retry_after: float | None
     elif status == "ready":
         assert action == Finalize(order("ready"))
     elif status == "processing":
-        # a new wait starts: its first poll ignores the last answer's Retry-After
-        assert action == Poll("order", ORDER_URL, POLICY.interval(1, None))
+        # a new wait starts, paced by the processing order's Retry-After (§7.4)
+        assert action == Poll("order", ORDER_URL, POLICY.interval(1, retry_after))
     elif status == "valid":
         assert action == Download("https://ca.test/cert/1")
     elif status == "invalid":
@@ -307,16 +307,21 @@ def test_the_deadline_bounds_every_wait(retry_after: float | None, left: float) 
 
 @pytest.mark.parametrize("status", ORDER_STATUSES + ODD_ORDER_STATUSES)
 @pytest.mark.parametrize("certificate", [None, "https://ca.test/cert/1"])
-def test_the_answer_to_finalize(status: str, certificate: str | None) -> None:
+@pytest.mark.parametrize("retry_after", [None, 0.0, 30.0])
+def test_the_answer_to_finalize(
+    status: str, certificate: str | None, retry_after: float | None
+) -> None:
     f = flow()
     f.order_received(order("ready"))
     assert f.next_action(NOW) == Finalize(order("ready"))
-    f.order_received(order(status, certificate=certificate), retry_after=NOW)
+    hint = None if retry_after is None else NOW + dt.timedelta(seconds=retry_after)
+    f.order_received(order(status, certificate=certificate), retry_after=hint)
     action = f.next_action(NOW)
     if status == "valid" and certificate is not None:
         assert action == Download(certificate)
     elif status in ("pending", "ready", "processing"):
-        assert action == Poll("order", ORDER_URL, POLICY.interval(1, None))
+        # §7.4: the answer's Retry-After is waited out before the first poll
+        assert action == Poll("order", ORDER_URL, POLICY.interval(1, retry_after))
     else:
         error = fail_error(action)
         assert isinstance(error, OrderFailed)
