@@ -19,8 +19,9 @@ tests, asyncio and trio, and never blocks the loop of the test. Every request is
 Faults: :class:`Respond` (answer without forwarding, e.g. 429/503 with ``Retry-After``),
 :class:`BadNonce`, :class:`Reset` (RST without answering), :class:`Stall` (wait, then forward),
 :class:`Truncate` (a body shorter than its ``Content-Length``, then close),
-:class:`SlowBody` (dribble the body), :class:`Hold` (wait for the test's go, then forward)
-and :class:`AriAnswer` (a RenewalInfo object).
+:class:`SlowBody` (dribble the body), :class:`Hold` (wait for the test's go, then forward),
+:class:`Rewrite` (forward, then change the answer's headers or JSON body) and
+:class:`AriAnswer` (a RenewalInfo object).
 
 A :class:`Match` can also look into the request: ``Match("/order-plz", "POST",
 payload_has="replaces")`` matches only the ``newOrder`` requests whose JWS payload has a
@@ -76,6 +77,7 @@ __all__ = [
     "RecordedRequest",
     "Reset",
     "Respond",
+    "Rewrite",
     "Rule",
     "SlowBody",
     "Stall",
@@ -231,6 +233,17 @@ class Hold(Fault):
 class Truncate(Fault):
     """Forward, but send only part of the body under a ``Content-Length`` promising more,
     then close the connection."""
+
+
+@dataclass(frozen=True)
+class Rewrite(Fault):
+    """Forward, then change the upstream's answer before sending it on: ``headers`` are
+    set (replacing any of the same name, e.g. ``Retry-After``), and ``body``, if given,
+    maps the answer's JSON body to the one sent (e.g. a challenge put back to
+    ``pending`` with an ``error``). An answer whose body is not JSON keeps its body."""
+
+    headers: dict[str, str] = field(default_factory=dict)
+    body: Callable[[Any], Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -729,6 +742,8 @@ class FaultProxy:
             await self._hold(fault)
 
         upstream = await self._forward(head, target, body)
+        if isinstance(fault, Rewrite):
+            upstream = _rewritten(upstream, fault)
         if method == "GET" and path == self._directory_path:
             upstream = self._with_renewal_info(upstream, entry)
         if isinstance(fault, Truncate):
@@ -984,6 +999,22 @@ class FaultProxy:
         writer.close()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(writer.wait_closed(), 5.0)
+
+
+def _rewritten(upstream: _Upstream, fault: Rewrite) -> _Upstream:
+    """``upstream`` with ``fault``'s headers set and its body mapped (see :class:`Rewrite`)."""
+    replaced = {k.lower().encode("latin-1") for k in fault.headers}
+    headers = [(k, v) for k, v in upstream.headers if k.lower() not in replaced]
+    headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in fault.headers.items()]
+    body = upstream.body
+    if fault.body is not None:
+        try:
+            document = json.loads(body)
+        except ValueError:
+            pass
+        else:
+            body = json.dumps(fault.body(document)).encode()
+    return _Upstream(upstream.status, headers, body)
 
 
 def _quiet_exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
