@@ -400,9 +400,14 @@ async def test_stalled_validation_hits_the_attempt_deadline(
         assert waited == dt.timedelta(minutes=30)
         # polling slowed down to its cap and stayed there: a bounded number of polls
         polls = proxy.requests_to("/my-order/")
-        # one poll after each pause but the last: that one ends at the deadline, where the
-        # attempt is cancelled on the same (fake) clock, with no poll after it
-        assert len(polls) == len(clock.sleeps) - 1
+        # every third poll looks at the authorization instead (then cleanup fetches and
+        # deactivates it)
+        [answer, *_] = proxy.requests_to("/chalZ/")
+        looks = [r for r in proxy.requests_to("/authZ/") if r.arrival > answer.arrival][:-2]
+        assert len(looks) == (len(polls) + len(looks)) // policy.authorization_look
+        # one poll or look after each pause but the last: that one ends at the deadline,
+        # where the attempt is cancelled on the same (fake) clock, with nothing after it
+        assert len(polls) + len(looks) == len(clock.sleeps) - 1
         assert sum(clock.sleeps) == pytest.approx(30 * 60)
         assert clock.sleeps[:-1] == sorted(clock.sleeps[:-1])
         assert max(clock.sleeps) == policy.max_interval
