@@ -323,7 +323,10 @@ class PebbleServer(ManagedServer):
             if binary == self.challtestsrv_binary and self.dns_server is not None:
                 continue
             if shutil.which(binary) is None:
-                return f"{binary!r} not found; run `bash scripts/test.sh`, which installs Pebble"
+                return (
+                    f"{binary!r} not found; run `bash scripts/pebble-2.10.sh` for Pebble 2.10, "
+                    "or apt-get install -y pebble for Debian's 2.4"
+                )
         return None
 
     def _prepare(self) -> None:
