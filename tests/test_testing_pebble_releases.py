@@ -91,7 +91,7 @@ def test_a_pebble_dir_without_the_binaries_is_refused(
 def test_a_missing_2_10_says_how_to_get_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ACMECERTS_CACHE", str(tmp_path))
     monkeypatch.setenv("PATH", "/nonexistent")
-    with pytest.raises(PebbleNotFound, match="pebble-2.10.sh|scripts/test.sh"):
+    with pytest.raises(PebbleNotFound, match=r"pebble-2\.10\.sh"):
         find_pebble("2.10")
     server = PebbleServer(tmp_path / "w")
     with pytest.raises(RuntimeError, match="Pebble not found"):
