@@ -109,6 +109,7 @@ def _serve(release: str | None, retry_after: int, env_file: Path | None) -> int:
         stop.set()
 
     previous = signal.signal(signal.SIGTERM, on_signal)
+    previous_int = signal.getsignal(signal.SIGINT)
     try:
         with tempfile.TemporaryDirectory(prefix="acmecerts-pebble-") as workdir:
             server = PebbleServer(
@@ -136,9 +137,13 @@ def _serve(release: str | None, retry_after: int, env_file: Path | None) -> int:
                             return 1
                 except KeyboardInterrupt:
                     pass
+                # a second Ctrl-C (or the terminal's signal to the whole group) must not
+                # cut the clean-up short and leave Pebble running
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
                 print("stopping Pebble", file=sys.stderr, flush=True)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
     return 0
 
 
