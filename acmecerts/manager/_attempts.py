@@ -88,7 +88,7 @@ class Attempts:
     solvers: list[Solver]
     schedule: AttemptSchedule
     error_backoff: AttemptSchedule
-    renewal_fraction: float
+    renewal_fraction: float | None
     clock: Clock
     _rng: random.Random
     _limiter: anyio.CapacityLimiter
