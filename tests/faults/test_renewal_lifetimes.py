@@ -8,7 +8,8 @@ tests check that it was asked and refused. Then:
   (90-day) one at two thirds of it, and a given ``renewal_fraction`` overrides both;
 * with ARI (straight to Pebble) the CA's window wins, whatever the fraction;
 * a ``shortlived`` renewal that keeps failing never waits past a quarter of the time its
-  certificate has left (the daily step would), run on a fake clock over simulated days.
+  certificate has left (the daily step would), run on a fake clock over simulated days,
+  in the manager and in ``issue_with_retries(expires_at=...)``.
 
 The policy alone (the 10-day boundary, the floor, Retry-After) is in
 ``tests/test_renewal_timing.py`` and ``tests/protocol/test_ari.py``.
@@ -24,6 +25,7 @@ import anyio
 import pytest
 
 from acmecerts import AcmeClient, FakeClock, Http01Server, IssuedCertificate
+from acmecerts.attempts import issue_with_retries
 from acmecerts.manager import (
     CertificateEvent,
     CertificateFailed,
@@ -31,6 +33,7 @@ from acmecerts.manager import (
     CertificateSpec,
     IssuedResult,
 )
+from acmecerts.retry import AttemptSchedule, AttemptState
 from acmecerts.testing import PebbleServer
 from tests.faults.proxy import FaultProxy, Match, Respond
 
@@ -192,3 +195,41 @@ async def test_a_failing_shortlived_renewal_never_waits_past_a_quarter_of_what_i
     for earlier, later in itertools.pairwise(failures):
         assert earlier.next_attempt_at is not None
         assert later.at - earlier.next_attempt_at < MINUTE
+
+
+async def test_issue_with_retries_cuts_its_waits_for_a_renewal(
+    proxy: FaultProxy, pebble: PebbleServer, http01: Http01Server
+) -> None:
+    """``issue_with_retries(expires_at=...)``: the certificate being replaced has 30 h left.
+
+    Three failures are behind it (its next step is a day); two more orders are refused.
+    Each wait is a quarter of what is left then (7.5 h, then 5 h 37.5 min), not a day.
+    """
+    clock = FakeClock()
+    refuse = proxy.add_rule(
+        Match(NEW_ORDER, "POST"),
+        Respond(403, "urn:ietf:params:acme:error:unauthorized", "not yet"),
+        times=2,
+    )
+    expires_at = clock.now() + 30 * HOUR
+    waits: list[tuple[dt.timedelta, dt.timedelta]] = []
+
+    async def on_state(state: AttemptState) -> None:
+        if state.next_attempt_at is not None:
+            waits.append((state.next_attempt_at - clock.now(), expires_at - clock.now()))
+
+    async with AcmeClient(proxy.directory_url, ca_bundle=pebble.ca_bundle, clock=clock) as client:
+        certificate = await issue_with_retries(
+            client,
+            ["cut.retries.example.test"],
+            schedule=AttemptSchedule(jitter=0),
+            state=AttemptState(attempts=3),
+            on_state=on_state,
+            expires_at=expires_at,
+            solver=http01,
+            profile="shortlived",
+        )
+    assert refuse.hits == 2
+    assert list(certificate.names) == ["cut.retries.example.test"]
+    assert [wait for wait, _ in waits] == [7.5 * HOUR, 5.625 * HOUR]
+    assert all(wait == left / 4 for wait, left in waits)
