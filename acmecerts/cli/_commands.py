@@ -145,15 +145,16 @@ def renew_command(
     """Renew the certificates in the state directory that are due, at every CA.
 
     Each certificate is renewed at the CA it was issued from, with that CA's account.
-    Due means inside the CA's ARI renewal window, or a third of the lifetime left when the
-    CA has no ARI (and a revoked certificate); --force renews now. A certificate that was
-    asked for but not issued (deferred by rate limits, failed, interrupted) is issued. The
-    files are written where the certificate's files were written before, and the hooks
-    stored with it run (hooks given here replace them for this run). Its challenges are
-    answered as at issue (the challenge options are stored with it; the TSIG secret is
-    not: give it to every run); a challenge option given here (flag, environment or
-    config file) replaces the stored one for this run. A missing, empty or unreadable
-    state directory is an error (exit 2), never "nothing to do".
+    Due means inside the CA's ARI renewal window, or a third of the lifetime left (half of
+    it for a certificate of under 10 days) when the CA has no ARI (and a revoked
+    certificate); --force renews now. A certificate that was asked for but not issued
+    (deferred by rate limits, failed, interrupted) is issued. The files are written
+    where the certificate's files were written before, and the hooks stored with it run
+    (hooks given here replace them for this run). Its challenges are answered as at
+    issue (the challenge options are stored with it; the TSIG secret is not: give it to
+    every run); a challenge option given here (flag, environment or config file)
+    replaces the stored one for this run. A missing, empty or unreadable state
+    directory is an error (exit 2), never "nothing to do".
     """
     from ._renew import RenewArgs, run_renew
 

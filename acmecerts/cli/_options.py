@@ -550,7 +550,7 @@ Ari = Annotated[
     opt(
         "ari",
         help="Ask the CA for each certificate's renewal window (ARI) instead of assuming "
-        "a third of the lifetime.",
+        "a third of the lifetime (half under 10 days).",
     ),
 ]
 

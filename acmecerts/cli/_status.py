@@ -98,7 +98,8 @@ async def _ca_status(ca: CaPlan, now: _dt.datetime, *, ari: bool) -> dict[str, A
             )
             if (await client.directory()).renewal_info is None:
                 log.warning(
-                    "%s has no renewalInfo (ARI): renewal when a third of the lifetime is left",
+                    "%s has no renewalInfo (ARI): renewal when a third of the lifetime is left "
+                    "(half under 10 days)",
                     ca.directory,
                 )
                 client = None

@@ -88,7 +88,7 @@ class Attempts:
     solvers: list[Solver]
     schedule: AttemptSchedule
     error_backoff: AttemptSchedule
-    renewal_fraction: float
+    renewal_fraction: float | None
     clock: Clock
     _rng: random.Random
     _limiter: anyio.CapacityLimiter
@@ -354,8 +354,14 @@ class Attempts:
                 last_error_kind=error.kind.value,
             )
         else:
+            # a renewal never waits past a part of the time its certificate has left
+            held = entry.certificate
             entry.state = self.schedule.after_failure(
-                entry.state, error, now=self.clock.now(), rng=self._rng
+                entry.state,
+                error,
+                now=self.clock.now(),
+                rng=self._rng,
+                expires_at=held.not_after if held is not None else None,
             )
         next_at = entry.state.next_attempt_at
         if error.kind is ErrorKind.RATE_LIMITED and next_at is not None:

@@ -6,7 +6,8 @@
   :data:`MAX_LOADS` stored states being read at a time.
 * :class:`BudgetGate`: priority reserves the rate-limit budget: a certificate on its way
   to an order waits while certificates of higher priority would take what it needs.
-* :func:`plan_renewal`: the renewal instant, from ARI (RFC 9773) or the lifetime fraction.
+* :func:`plan_renewal`: the renewal instant, from ARI (RFC 9773) or the lifetime fraction
+  (:func:`~acmecerts.protocol.ari.fallback_renewal_time`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from acmecerts.errors import AcmeCertsError
 from acmecerts.manager._entry import AT_ONCE, Entry, current, leaf, parked, queue_time
 from acmecerts.manager._ledger import RateLimitLedger
 from acmecerts.manager._retention import RetiredCertificates
-from acmecerts.protocol.ari import cert_id, choose_renewal_time
+from acmecerts.protocol.ari import cert_id, choose_renewal_time, fallback_renewal_time
 from acmecerts.ratelimit import IssuanceRequest
 from acmecerts.retry import AttemptSchedule
 
@@ -290,18 +291,28 @@ def replaces_id(entry: Entry) -> str | None:
 
 
 async def plan_renewal(
-    entry: Entry, client: AcmeClient, *, fraction: float, clock: Clock, rng: random.Random
+    entry: Entry,
+    client: AcmeClient,
+    *,
+    fraction: float | None,
+    clock: Clock,
+    rng: random.Random,
 ) -> None:
     """Set ``renew_at``: from ARI when the CA has it, else at the lifetime fraction.
 
     RFC 9773 §4.2: a uniformly random instant in the suggested window, re-checked at
-    the CA's ``Retry-After`` (six hours by default). Without ``renewalInfo`` the
-    certificate is renewed when ``fraction`` of its lifetime remains.
+    the CA's ``Retry-After`` (six hours by default). Without ``renewalInfo`` (or when
+    asking fails) the certificate is renewed when ``fraction`` of its lifetime remains;
+    ``None`` is a third, or half under 10 days of lifetime (``fallback_renewal_time``).
     """
     certificate = entry.certificate
     assert certificate is not None
-    lifetime = certificate.not_after - certificate.not_before
-    entry.renew_at = certificate.not_after - lifetime * fraction
+    if certificate.not_after > certificate.not_before:
+        entry.renew_at = fallback_renewal_time(
+            certificate.not_before, certificate.not_after, fraction=fraction
+        )
+    else:  # no lifetime to take a fraction of (no CA issues such a thing): at expiry
+        entry.renew_at = certificate.not_after
     entry.ari_recheck_at = None
     try:
         directory = await client.directory()

@@ -8,8 +8,10 @@ this module, which says *what* it means:
 * :func:`ari_retry_after` turns the answer's ``Retry-After`` into the instant of the next
   fetch, bounded as §4.3.2 recommends and defaulting as §4.3.3 does;
 * :func:`choose_renewal_time` picks the renewal instant in the suggested window (§4.2);
-* :func:`fallback_renewal_time` is the schedule when the CA has no ARI: one third of the
-  lifetime before expiry;
+* :func:`fallback_renewal_time` is the schedule when the CA has no ARI: when a third of
+  the lifetime is left, or half of it for a certificate of under 10 days
+  (:func:`renewal_fraction_for`, as Let's Encrypt's integration guide, certbot 4 and lego's
+  ``--dynamic`` do);
 * :func:`decide_renewal` combines them into a :class:`RenewalDecision`.
 
 Instants are timezone-aware UTC ``datetime`` objects; randomness comes from an injected
@@ -34,14 +36,17 @@ __all__ = [
     "ARI_DEFAULT_RETRY",
     "ARI_MAX_RETRY",
     "ARI_MIN_RETRY",
+    "SHORT_LIFETIME",
     "RenewalDecision",
     "RenewalInfoResult",
     "ari_retry_after",
     "cert_id",
+    "certificate_lifetime",
     "choose_renewal_time",
     "decide_renewal",
     "fallback_renewal_time",
     "load_certificate",
+    "renewal_fraction_for",
     "renewal_info_url",
 ]
 
@@ -51,6 +56,13 @@ ARI_MIN_RETRY = _dt.timedelta(minutes=1)
 ARI_MAX_RETRY = _dt.timedelta(days=1)
 #: RFC 9773 §4.3.3: with no (valid) ``Retry-After``, fetch again after six hours.
 ARI_DEFAULT_RETRY = _dt.timedelta(hours=6)
+
+#: A certificate valid for less than this is short-lived: renewed with half its lifetime
+#: left instead of a third (:func:`renewal_fraction_for`).
+SHORT_LIFETIME = _dt.timedelta(days=10)
+#: RFC 5280 §4.1.2.5: the validity period includes both notBefore and notAfter, so a
+#: CA's "10-day" certificate has notAfter = notBefore + 10 days - 1 second.
+_LAST_SECOND = _dt.timedelta(seconds=1)
 
 _SYSTEM_RANDOM = random.SystemRandom()
 
@@ -154,14 +166,58 @@ def choose_renewal_time(
     return chosen if chosen > now else now
 
 
-def fallback_renewal_time(not_before: _dt.datetime, not_after: _dt.datetime) -> _dt.datetime:
-    """When one third of the certificate's lifetime remains (no ARI to ask).
+def certificate_lifetime(not_before: _dt.datetime, not_after: _dt.datetime) -> _dt.timedelta:
+    """The validity period from ``not_before`` to ``not_after``, both included.
 
-    For a 90-day certificate that is 30 days before expiry.
+    RFC 5280 §4.1.2.5 counts the notAfter second itself, so Let's Encrypt's (and
+    Pebble's) 160-hour certificate, whose notAfter is notBefore + 160 h - 1 s, lasts
+    exactly 160 hours here.
+
+    Raises:
+        InvalidInput: ``not_after`` is not after ``not_before``.
     """
     if not_after <= not_before:
         raise InvalidInput(f"not_after {not_after} is not after not_before {not_before}")
-    return not_after - (not_after - not_before) / 3
+    return not_after - not_before + _LAST_SECOND
+
+
+def renewal_fraction_for(lifetime: _dt.timedelta) -> float:
+    """The part of its lifetime a certificate has left when it is renewed without ARI.
+
+    One third (a 90-day certificate: 30 days before expiry; 45 days: 15 days before),
+    or one half when the lifetime is under :data:`SHORT_LIFETIME` (10 days; a 160-hour
+    certificate: 80 hours before expiry). This is Let's Encrypt's integration guide,
+    certbot 4's default and lego's ``--dynamic``. A lifetime of exactly 10 days gets a
+    third. Use :func:`certificate_lifetime` for a certificate's ``lifetime``.
+
+    Raises:
+        InvalidInput: ``lifetime`` is not positive.
+    """
+    if lifetime <= _dt.timedelta(0):
+        raise InvalidInput(f"a certificate's lifetime must be positive, got {lifetime}")
+    return 1 / 2 if lifetime < SHORT_LIFETIME else 1 / 3
+
+
+def fallback_renewal_time(
+    not_before: _dt.datetime, not_after: _dt.datetime, *, fraction: float | None = None
+) -> _dt.datetime:
+    """When the certificate is renewed without ARI: ``fraction`` of its lifetime left.
+
+    ``fraction`` ``None`` (the default) is :func:`renewal_fraction_for` of the lifetime: a
+    90-day certificate is renewed 30 days before expiry, a 160-hour one 80 hours before.
+    A ``fraction`` given (``CertificateManager(renewal_fraction=...)``) applies to every
+    lifetime. The instant is ``not_after - (not_after - not_before) * fraction``.
+
+    Raises:
+        InvalidInput: ``not_after`` is not after ``not_before``, or ``fraction`` is not
+            strictly between 0 and 1.
+    """
+    lifetime = certificate_lifetime(not_before, not_after)
+    if fraction is None:
+        fraction = renewal_fraction_for(lifetime)
+    elif not 0 < fraction < 1:
+        raise InvalidInput(f"fraction must be between 0 and 1 (exclusive), got {fraction!r}")
+    return not_after - (not_after - not_before) * fraction
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -208,7 +264,7 @@ class RenewalDecision:
     renew_at: _dt.datetime
     #: When to fetch renewalInfo again (``None``: the CA has no ARI).
     recheck_at: _dt.datetime | None
-    #: ``"ari"`` (chosen in the CA's window) or ``"fallback"`` (a third of the lifetime left).
+    #: ``"ari"`` (chosen in the CA's window) or ``"fallback"`` (:func:`fallback_renewal_time`).
     source: Literal["ari", "fallback"]
     #: The CA's explanation of the window, if any.
     explanation_url: str | None = None
@@ -225,14 +281,17 @@ def decide_renewal(
     now: _dt.datetime,
     renewal_info: RenewalInfoResult | None = None,
     rng: random.Random | None = None,
+    fraction: float | None = None,
 ) -> RenewalDecision:
     """Decide when to renew a certificate valid from ``not_before`` to ``not_after``.
 
     With the CA's ``renewal_info`` the renewal instant is chosen in its window (RFC 9773
     §4.2) and the next check is its ``retry_after``; a scheduler that wakes at
     ``recheck_at`` fetches again and decides anew (the window may move). Without it
-    (the CA has no ``renewalInfo``, or fetching failed) the fallback is when a third of
-    the lifetime remains.
+    (the CA has no ``renewalInfo``, or fetching failed) the fallback is
+    :func:`fallback_renewal_time`: a third of the lifetime left, half of it under 10
+    days, or ``fraction`` of it when one is given. The CA's window always wins over
+    both: ``fraction`` only applies without ARI.
     """
     if renewal_info is not None:
         return RenewalDecision(
@@ -241,7 +300,7 @@ def decide_renewal(
             source="ari",
             explanation_url=renewal_info.explanation_url,
         )
-    fallback = fallback_renewal_time(not_before, not_after)
+    fallback = fallback_renewal_time(not_before, not_after, fraction=fraction)
     return RenewalDecision(
         renew_at=fallback if fallback > now else now, recheck_at=None, source="fallback"
     )
