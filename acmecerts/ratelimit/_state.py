@@ -329,18 +329,19 @@ class LedgerState:
         """Whether a new account may be created from ``source`` now."""
         worst = 0
         worst_limit: str | None = None
+        worst_key = source
         for limit in model.for_event(Event.NEW_ACCOUNT):
             for key in source_keys(limit.scope, source):
                 earliest = self.not_before(limit, key, now)
                 if earliest is not None and earliest > worst:
-                    worst, worst_limit = earliest, limit.name
+                    worst, worst_limit, worst_key = earliest, limit.name, key
         for name, bucket in self.blocks.items():
             scope = known_scope(name)[0]
             until = bucket.get(source)
             if scope is Scope.SOURCE_ADDRESS and until is not None and until > max(now, worst):
-                worst, worst_limit = until, name
+                worst, worst_limit, worst_key = until, name, source
         if worst_limit is not None:
-            return Decision(False, from_us(worst), worst_limit, source)
+            return Decision(False, from_us(worst), worst_limit, worst_key)
         return Decision(True)
 
     def account_charges(self, model: RateLimitModel, source: str) -> tuple[tuple[str, str], ...]:
