@@ -9,6 +9,7 @@ with ``raise Ours(...) from exc``.
     AcmeCertsError
     ├── InvalidInput                     bad input from the caller (ValueError too)
     │   ├── InvalidIdentifier            a malformed domain name or IP address
+    │   ├── ProfileRefused               a profile the CA does not offer, or whose rules it breaks
     │   └── UnsupportedChallenge         e.g. a wildcard with http-01
     ├── TransportError                   the CA could not be reached or did not answer in time
     │   ├── ConnectError
@@ -74,6 +75,7 @@ __all__ = [
     "OrderFailed",
     "OrderNotReady",
     "ProblemType",
+    "ProfileRefused",
     "ProxyError",
     "RateLimitDeferred",
     "RateLimited",
@@ -168,6 +170,16 @@ class InvalidIdentifier(InvalidInput):
         super().__init__(f"invalid identifier {identifier!r}: {reason}")
         self.identifier = identifier
         self.reason = reason
+
+
+class ProfileRefused(InvalidInput):
+    """Refused before ordering: a required profile the CA does not offer, or an order that
+    breaks its profile's rules at that CA (too many names, an IP identifier where none is
+    allowed). Nothing was sent; ``profile`` is the profile's name."""
+
+    def __init__(self, message: str, *, profile: str | None) -> None:
+        super().__init__(message)
+        self.profile = profile
 
 
 class UnsupportedChallenge(InvalidInput):

@@ -367,6 +367,7 @@ def wanted_record(job: Job) -> CertificateRecord:
         out=str(job.out),
         key_type=job.spec.key_type.value,
         profile=job.spec.profile,
+        profile_required=job.spec.profile_required,
         preferred_chain=job.spec.preferred_chain,
         webroot=webroot,
     )

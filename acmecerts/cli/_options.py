@@ -57,6 +57,7 @@ __all__ = [
     "PostHook",
     "PreHook",
     "PreferredChain",
+    "PreferredProfile",
     "Profile",
     "Proxy",
     "Quiet",
@@ -444,7 +445,20 @@ Profile = Annotated[
         "profile",
         panel=Panel.ISSUING,
         metavar="NAME",
-        help="A certificate profile the CA offers.",
+        help="The certificate profile to order (e.g. tlsserver, shortlived at Let's "
+        "Encrypt); one the CA does not offer is refused before anything is ordered. "
+        "Renewals keep it.",
+        show_default=False,
+    ),
+]
+PreferredProfile = Annotated[
+    str | None,
+    opt(
+        "preferred-profile",
+        panel=Panel.ISSUING,
+        metavar="NAME",
+        help="Like --profile, but when the CA does not offer NAME, order its default "
+        "profile (with a warning) instead of refusing.",
         show_default=False,
     ),
 ]

@@ -285,6 +285,7 @@ def _jobs(
             ids,
             key_type=KeyType.parse(kind or KeyType.EC256),
             profile=record.profile if record else None,
+            profile_required=record.profile_required if record else True,
             preferred_chain=record.preferred_chain if record else None,
         )
         out = Path(record.out) if record and record.out else state.default_out(name)

@@ -121,6 +121,7 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
         key_type: KeyType | str = KeyType.EC256,
         private_key: PrivateKey | None = None,
         profile: str | None = None,
+        profile_required: bool = True,
         replaces: str | None = None,
         preferred_chain: str | None = None,
         attempt_timeout: float | _dt.timedelta | None = None,
@@ -144,7 +145,14 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
                 tried in order of preference).
             key_type: Certificate key type when ``private_key`` is not given.
             private_key: Reuse this key for the certificate.
-            profile: A certificate profile the CA offers.
+            profile: A certificate profile the CA offers (``meta.profiles``), e.g.
+                ``"tlsserver"``; ``None``: the CA's default.
+            profile_required: With ``True`` (the default), a ``profile`` the CA does not
+                offer raises :class:`~acmecerts.ProfileRefused` before anything is
+                ordered; with ``False`` it is only preferred: the CA's default is ordered
+                instead, with a warning and a :class:`ProfileFallback` event. Either way
+                an order its profile's rules at the CA forbid (:attr:`ca_profiles`: names
+                per order, IP identifiers) is refused before ``newOrder``.
             replaces: ARI certID of the certificate this one renews (RFC 9773 §5).
             renewal_of: The identifiers of the certificate this one renews (for the
                 rate-limit ledger's renewal exemptions; see :meth:`new_order`).
@@ -207,6 +215,7 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
             request=OrderRequested(
                 identifiers=identifiers,
                 profile=profile,
+                profile_required=bool(profile_required),
                 replaces=replaces,
                 renewal_of=_as_identifiers(renewal_of) if renewal_of is not None else None,
                 private_key=key,

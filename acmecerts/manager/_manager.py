@@ -227,11 +227,13 @@ class CertificateManager(Attempts):
         owner: OwnerGuard | None = None,
         profile: str | None = None,
         preferred_chain: str | None = None,
+        profile_required: bool = True,
     ) -> CertificateSpec:
         """Declare a certificate to keep issued (idempotent).
 
         Changing the identifiers of a managed certificate issues it again. A certificate
-        that was cancelled is managed again from scratch.
+        that was cancelled is managed again from scratch. ``profile`` (with
+        ``profile_required``) is ordered at every issuance and renewal of it.
         """
         if isinstance(name, CertificateSpec):
             spec = name
@@ -244,6 +246,7 @@ class CertificateManager(Attempts):
                 owner=owner,
                 profile=profile,
                 preferred_chain=preferred_chain,
+                profile_required=profile_required,
             )
         entry = self._entries.get(spec.name)
         if entry is None or entry.cancelled is not None:
@@ -419,6 +422,7 @@ class CertificateManager(Attempts):
                 key_type=spec.key_type,
                 private_key=private_key,
                 profile=spec.profile,
+                profile_required=spec.profile_required,
                 replaces=replaces,
                 preferred_chain=spec.preferred_chain,
                 resume_order_url=resume_url,
