@@ -50,6 +50,7 @@ from acmecerts.errors import (
     AcmeProblem,
     ErrorKind,
     IssuanceError,
+    NoSolverForChallenges,
     RateLimitDeferred,
 )
 from acmecerts.manager import (
@@ -74,6 +75,7 @@ from ._args import Hooks
 from ._firstcontact import terms_refused
 from ._hooks import HookResult, HookRunner, deploy_environment
 from ._records import CertificateRecord, StoredChallenge
+from ._solvers import offered_hint
 from ._state import State, write_certificate_files
 
 __all__ = [
@@ -567,8 +569,9 @@ async def _finish(
             board.set(name, Stage.DEFERRED, detail=str(error), until=error.retry_after)
             return Outcome(job, "deferred", until=error.retry_after, reason=str(error), error=error)
         until = _wait_until(result)
-        board.set(name, Stage.FAILED, detail=str(error), until=until)
-        return Outcome(job, "failed", error=error, reason=str(error), until=until)
+        reason = offered_hint(error) if isinstance(error, NoSolverForChallenges) else str(error)
+        board.set(name, Stage.FAILED, detail=reason, until=until)
+        return Outcome(job, "failed", error=error, reason=reason, until=until)
     assert isinstance(result, CancelledResult)
     board.set(name, Stage.CANCELLED, detail=result.reason)
     return Outcome(job, "cancelled", reason=result.reason)
