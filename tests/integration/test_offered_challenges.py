@@ -179,3 +179,31 @@ async def test_a_wildcard_with_http_01_stays_parked_and_sends_nothing(
         [issued] = await restarted.issue_many([spec])
         assert isinstance(issued, IssuedResult), issued
         assert orders(proxy) == 1
+
+
+async def test_a_state_an_earlier_version_parked_for_the_offer_is_tried_again(
+    pebble: PebbleServer, proxy: FaultProxy, tls_alpn: TlsAlpn01Server, tmp_path: Path
+) -> None:
+    """Before NoSolverForChallenges, the CA's offer parked the certificate for good; such a
+    stored state (no ``solvers`` recorded) no longer holds it back."""
+    proxy.add_rule(Match("/authZ/", "POST"), only_challenges("tls-alpn-01"), times=None)
+    name = "earlier.manager.example.test"
+    spec = CertificateSpec.of(name)
+    store = tmp_path / "store"
+    earlier = AttemptState(
+        attempts=0,
+        last_error=(
+            f"UnsupportedChallenge: the CA offers tls-alpn-01 for {name}; no configured solver "
+            "answers any of them"
+        ),
+        last_error_kind="permanent",
+        parked=spec.fingerprint,
+    )
+    key = KeyLayout(proxy.directory_url).attempt_state(name)
+    await FileStorage(store).store(key, json.dumps(earlier.to_json()).encode())
+    clock = FakeClock()
+    async with AcmeClient(proxy.directory_url, ca_bundle=pebble.ca_bundle, clock=clock) as client:
+        manager = manager_for(client, [tls_alpn], store, clock)
+        [result] = await manager.issue_many([spec])
+    assert isinstance(result, IssuedResult), result
+    assert orders(proxy) == 1
