@@ -50,7 +50,6 @@ from acmecerts.errors import (
     AcmeProblem,
     ErrorKind,
     IssuanceError,
-    NoSolverForChallenges,
     RateLimitDeferred,
 )
 from acmecerts.manager import (
@@ -75,7 +74,7 @@ from ._args import Hooks
 from ._firstcontact import terms_refused
 from ._hooks import HookResult, HookRunner, deploy_environment
 from ._records import CertificateRecord, StoredChallenge
-from ._solvers import offered_hint
+from ._solvers import failure_text
 from ._state import State, write_certificate_files
 
 __all__ = [
@@ -569,7 +568,7 @@ async def _finish(
             board.set(name, Stage.DEFERRED, detail=str(error), until=error.retry_after)
             return Outcome(job, "deferred", until=error.retry_after, reason=str(error), error=error)
         until = _wait_until(result)
-        reason = offered_hint(error) if isinstance(error, NoSolverForChallenges) else str(error)
+        reason = failure_text(error)
         board.set(name, Stage.FAILED, detail=reason, until=until)
         return Outcome(job, "failed", error=error, reason=reason, until=until)
     assert isinstance(result, CancelledResult)

@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from acmecerts.errors import InvalidInput, NoSolverForChallenges
+from acmecerts.errors import AcmeCertsError, InvalidInput, NoSolverForChallenges
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.solvers import Solver
 
@@ -47,7 +47,7 @@ __all__ = [
     "CHALLENGES",
     "OVERRIDABLE",
     "ChallengePlan",
-    "offered_hint",
+    "failure_text",
     "parse_hostport",
     "parse_listen",
     "plan_challenge",
@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 CHALLENGES: Final = ("http-01", "dns-01", "tls-alpn-01")
-#: The options that answer each challenge type (what :func:`offered_hint` suggests).
+#: The options that answer each challenge type (what :func:`failure_text` suggests).
 _ANSWERED_BY: Final = {
     "http-01": "--challenge http-01 (--http-01-listen or --webroot)",
     "dns-01": "--challenge dns-01 with --dns-hook or --dns-rfc2136-server",
@@ -226,9 +226,11 @@ def plan_challenge(options: ChallengeOptions, identifiers: Sequence[Identifier])
     return ChallengePlan(challenge, _dns_solver(options), None)
 
 
-def offered_hint(error: NoSolverForChallenges) -> str:
-    """The CLI's line for a CA that offered only types this run's solver does not answer:
-    what was offered, and the options that would answer it."""
+def failure_text(error: AcmeCertsError) -> str:
+    """A failed certificate's line; for a CA that offered only types this run's solver
+    does not answer, what was offered and the options that would answer it."""
+    if not isinstance(error, NoSolverForChallenges):
+        return str(error)
     text = f"{error.offer}; this run answered {', '.join(error.solver_types) or 'nothing'}"
     options = [_ANSWERED_BY[t] for t in error.offered if t in _ANSWERED_BY]
     if options:
