@@ -323,6 +323,10 @@ class AttemptState:
     #: :attr:`CertificateSpec.fingerprint <acmecerts.manager.CertificateSpec.fingerprint>`).
     #: No attempt is made while the input is the same; another input starts afresh.
     parked: str | None = None
+    #: A fingerprint of the solvers the last failure happened with (e.g.
+    #: ``CertificateManager`` records its solvers' types): other solvers are another
+    #: attempt, whose wait (or parking) this failure does not impose.
+    solvers: str | None = None
 
     def __post_init__(self) -> None:
         if type(self.attempts) is not int or self.attempts < 0:
@@ -337,6 +341,8 @@ class AttemptState:
             raise InvalidInput(f"last_error must be a str, got {self.last_error!r}")
         if self.parked is not None and not isinstance(self.parked, str):
             raise InvalidInput(f"parked must be a str, got {self.parked!r}")
+        if self.solvers is not None and not isinstance(self.solvers, str):
+            raise InvalidInput(f"solvers must be a str, got {self.solvers!r}")
         if self.last_error_kind is not None and (
             not isinstance(self.last_error_kind, str) or self.last_error_kind not in _KINDS
         ):
@@ -354,6 +360,7 @@ class AttemptState:
             "last_error": self.last_error,
             "last_error_kind": self.last_error_kind,
             **({"parked": self.parked} if self.parked is not None else {}),
+            **({"solvers": self.solvers} if self.solvers is not None else {}),
         }
 
     @classmethod
@@ -388,6 +395,7 @@ class AttemptState:
                 last_error=data.get("last_error"),
                 last_error_kind=data.get("last_error_kind"),
                 parked=data.get("parked"),
+                solvers=data.get("solvers"),
             )
         except (InvalidInput, OverflowError) as exc:
             raise StorageError(f"corrupt attempt state: {exc}") from exc

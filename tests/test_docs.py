@@ -508,5 +508,6 @@ def test_cli_exit_codes_are_the_documented_ones() -> None:
 
     page = (DOCS / "cli.md").read_text()
     table = page.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
-    documented = {int(m) for m in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)}
-    assert documented == set(ExitCode)
+    rows = [int(m) for m in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)]
+    assert set(rows) == set(ExitCode)
+    assert len(rows) == len(set(rows)), f"one row per exit code, not {rows}"

@@ -39,8 +39,9 @@ __all__ = ["app", "main"]
 
 EXIT_CODES: Final = (
     f"Exit codes: {ExitCode.OK} ok (issued, or nothing was due); {ExitCode.FAILED} failed "
-    f"(the CA's problem detail is printed); {ExitCode.INPUT} bad input or unusable state (one "
-    f"line on stderr, nothing sent to the CA); {ExitCode.DEFERRED} deferred by rate limits, or "
+    "(the CA's problem detail is printed, or an order gave no certificate); "
+    f"{ExitCode.INPUT} bad input or unusable state (one line on stderr, nothing sent to the "
+    f"CA); {ExitCode.DEFERRED} deferred by rate limits, or "
     "the CA asked to wait longer than --max-wait (the instant is printed and kept in the state "
     f"directory); {ExitCode.INTERRUPTED} interrupted (Ctrl-C, SIGINT) and "
     f"{ExitCode.TERMINATED} terminated (SIGTERM: systemctl stop, docker stop): challenge "

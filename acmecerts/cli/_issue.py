@@ -111,7 +111,10 @@ def _single_result(report: Report, outcome: Outcome, runner: HookRunner | None =
         report_hook_failures(report, runner)
     hooks_failed = runner is not None and bool(runner.failed)
     if outcome.status in ("failed", "cancelled"):
-        code = ExitCode.INPUT if isinstance(outcome.error, InvalidInput) else ExitCode.FAILED
+        error = outcome.error
+        # 2 only when nothing reached the CA: a failure after an order was created is 1
+        invalid = isinstance(error, InvalidInput) and not error.reached_ca
+        code = ExitCode.INPUT if invalid else ExitCode.FAILED
         report.error_line(code, outcome.reason)
         if report.json_mode:
             report.json(results_json([outcome], code))

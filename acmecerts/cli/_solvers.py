@@ -32,7 +32,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from acmecerts.errors import InvalidInput
+from acmecerts.errors import AcmeCertsError, InvalidInput, NoSolverForChallenges
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.solvers import Solver
 
@@ -47,6 +47,7 @@ __all__ = [
     "CHALLENGES",
     "OVERRIDABLE",
     "ChallengePlan",
+    "failure_text",
     "parse_hostport",
     "parse_listen",
     "plan_challenge",
@@ -56,6 +57,12 @@ __all__ = [
 ]
 
 CHALLENGES: Final = ("http-01", "dns-01", "tls-alpn-01")
+#: The options that answer each challenge type (what :func:`failure_text` suggests).
+_ANSWERED_BY: Final = {
+    "http-01": "--challenge http-01 (--http-01-listen or --webroot)",
+    "dns-01": "--challenge dns-01 with --dns-hook or --dns-rfc2136-server",
+    "tls-alpn-01": "--challenge tls-alpn-01 (--tls-alpn-01-listen)",
+}
 _HOST = re.compile(r"[A-Za-z0-9.-]+")
 
 
@@ -217,6 +224,20 @@ def plan_challenge(options: ChallengeOptions, identifiers: Sequence[Identifier])
         tls = TlsAlpn01Server(host=host, port=port)
         return ChallengePlan(challenge, tls, f"{host}:{port}", server=tls)
     return ChallengePlan(challenge, _dns_solver(options), None)
+
+
+def failure_text(error: AcmeCertsError) -> str:
+    """A failed certificate's line; for a CA that offered only types this run's solver
+    does not answer, what was offered and the options that would answer it."""
+    if not isinstance(error, NoSolverForChallenges):
+        return str(error)
+    text = f"{error.offer}; this run answered {', '.join(error.solver_types) or 'nothing'}"
+    options = [_ANSWERED_BY[t] for t in error.offered if t in _ANSWERED_BY]
+    if options:
+        return f"{text}: {', or '.join(options)} would answer it (the next run tries again)"
+    if error.offered:
+        return f"{text}; no --challenge answers {', '.join(error.offered)} (a library solver may)"
+    return text
 
 
 def stored_challenge(options: ChallengeOptions, plan: ChallengePlan) -> StoredChallenge:

@@ -38,8 +38,10 @@ from acmecerts.manager._entry import (
     current,
     due_at,
     for_name,
+    for_solvers,
     parked,
     progress_mark,
+    solver_fingerprint,
     steady,
 )
 from acmecerts.manager._events import (
@@ -106,6 +108,10 @@ class Attempts:
     _client_issue: Callable[
         [Entry, str | None, Sequence[Identifier] | None], Awaitable[IssuedCertificate]
     ]
+
+    def _solver_set(self) -> str:
+        """The fingerprint of the solvers now (a failure is recorded with it)."""
+        return solver_fingerprint(self.solvers)
 
     async def _cancelled(self, name: str, reason: str) -> None:
         await self._publish(CertificateCancelled(name, self.clock.now(), reason=reason))
@@ -177,6 +183,8 @@ class Attempts:
         name = spec.name
         generation = entry.generation
         await self._stored.load(entry)
+        # a failure under other solvers (``self.solvers`` changed) imposes no wait on these
+        entry.state = for_solvers(entry.state, self._solver_set())
         if parked(entry) and not force:
             assert entry.state.last_error is not None
             return FailedResult(name, InvalidInput(entry.state.last_error))
@@ -334,6 +342,7 @@ class Attempts:
                 last_error=f"{type(error).__name__}: {error}",
                 last_error_kind=error.kind.value,
                 parked=entry.spec.fingerprint,
+                solvers=self._solver_set(),
             )
             log.warning("%s: invalid input, parked until its spec changes: %s", name, error)
             await self._publish(CertificateFailed(name, self.clock.now(), error=error))
@@ -363,6 +372,8 @@ class Attempts:
                 rng=self._rng,
                 expires_at=held.not_after if held is not None else None,
             )
+        # another solver set is another attempt: this failure's wait is not its (for_solvers)
+        entry.state = dataclasses.replace(entry.state, solvers=self._solver_set())
         next_at = entry.state.next_attempt_at
         if error.kind is ErrorKind.RATE_LIMITED and next_at is not None:
             event: CertificateEvent

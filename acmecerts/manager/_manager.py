@@ -177,6 +177,7 @@ class CertificateManager(Attempts):
             self._plan_renewal,
             self._publish,
             self.retention,
+            solvers=self._solver_set,
         )
         #: Certificates no longer managed, kept for ``retention`` (see ``_retention.py``).
         self._retired = self._stored.retired

@@ -40,8 +40,8 @@ from acmecerts.errors import (
     AcmeProblem,
     AuthorizationFailed,
     BadServerResponse,
+    NoSolverForChallenges,
     OrderFailed,
-    UnsupportedChallenge,
 )
 from acmecerts.protocol._polling import Fail, Poll, PollPolicy, next_poll
 from acmecerts.protocol._solver import ChallengeTask, Solver
@@ -79,6 +79,24 @@ _AUTHORIZED = frozenset({"ready", "processing", "valid"})
 _FINALIZED = frozenset({"processing", "valid"})
 #: Orders that can no longer lead to a certificate (a resumed one is ordered anew).
 _DEAD_ORDER = frozenset({"invalid", "expired", "deactivated", "revoked"})
+
+
+#: The library's solvers for each challenge type (named in :class:`NoSolverForChallenges`).
+_BUILT_IN_SOLVERS = {
+    "http-01": "Http01Server or Http01Webroot",
+    "dns-01": "Rfc2136Solver or DnsHookSolver",
+    "tls-alpn-01": "TlsAlpn01Server",
+}
+
+
+def _solver_hint(offered: Sequence[str]) -> str:
+    """What would answer ``offered``: the library's solvers of those types, if any."""
+    known = [f"{t} ({_BUILT_IN_SOLVERS[t]})" for t in offered if t in _BUILT_IN_SOLVERS]
+    if known:
+        return f"a solver of an offered type would: {', '.join(known)}"
+    if offered:
+        return "acmecerts has no built-in solver of an offered type (write a Solver)"
+    return ""
 
 
 # -- actions -------------------------------------------------------------------------
@@ -489,13 +507,7 @@ class IssuanceFlow:
             if challenge is not None and candidate.supports(ident):
                 break
         else:
-            offered = ", ".join(c.type for c in authorization.challenges)
-            unsupported = UnsupportedChallenge(
-                f"the CA offers {offered or 'no challenges'} for {ident.value}; "
-                "no configured solver answers any of them"
-            )
-            unsupported.reached_ca = True  # the order exists at the CA already
-            return Fail(unsupported)
+            return Fail(self._no_solver(authorization, ident))
         if challenge.token is None:
             return Fail(
                 BadServerResponse(
@@ -540,6 +552,20 @@ class IssuanceFlow:
         sent = state.challenge
         problem = challenge.error or (sent.error if sent is not None else None)
         return Fail(self._authorization_failed(state.authorization, problem))
+
+    def _no_solver(self, authorization: Authorization, ident: Identifier) -> NoSolverForChallenges:
+        """The CA offered only types no solver answers for ``ident``: not bad input (the
+        CA chose them; another solver may answer), a failure that follows the schedule."""
+        offered = tuple(dict.fromkeys(c.type for c in authorization.challenges))
+        ours = tuple(dict.fromkeys(s.challenge_type for s in self.solvers))
+        return NoSolverForChallenges(
+            identifier=ident.value,
+            offered=offered,
+            solver_types=ours,
+            authorization_url=authorization.url,
+            order_url=self.order.url if self.order is not None else None,
+            hint=_solver_hint(offered),
+        )
 
     def _authorization_failed(
         self, authorization: Authorization, problem: AcmeProblem | None

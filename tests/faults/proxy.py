@@ -19,8 +19,9 @@ tests, asyncio and trio, and never blocks the loop of the test. Every request is
 Faults: :class:`Respond` (answer without forwarding, e.g. 429/503 with ``Retry-After``),
 :class:`BadNonce`, :class:`Reset` (RST without answering), :class:`Stall` (wait, then forward),
 :class:`Truncate` (a body shorter than its ``Content-Length``, then close),
-:class:`SlowBody` (dribble the body), :class:`Hold` (wait for the test's go, then forward)
-and :class:`AriAnswer` (a RenewalInfo object).
+:class:`SlowBody` (dribble the body), :class:`Hold` (wait for the test's go, then forward),
+:class:`Rewrite` (edit the upstream's JSON answer, e.g. :func:`only_challenges`) and
+:class:`AriAnswer` (a RenewalInfo object).
 
 A :class:`Match` can also look into the request: ``Match("/order-plz", "POST",
 payload_has="replaces")`` matches only the ``newOrder`` requests whose JWS payload has a
@@ -76,6 +77,7 @@ __all__ = [
     "RecordedRequest",
     "Reset",
     "Respond",
+    "Rewrite",
     "Rule",
     "SlowBody",
     "Stall",
@@ -238,6 +240,30 @@ class SlowBody(Fault):
     """Forward, but send the response body at about ``bytes_per_second``."""
 
     bytes_per_second: float
+
+
+@dataclass(frozen=True)
+class Rewrite(Fault):
+    """Forward, then answer with ``edit(document)`` instead of the upstream's JSON body.
+
+    Only a successful JSON answer is edited (anything else is forwarded as it is); the
+    headers are kept (``Content-Length`` is the new body's). E.g. :func:`only_challenges`
+    makes the CA offer fewer challenge types than it does.
+    """
+
+    edit: Callable[[Any], Any]
+
+
+def only_challenges(*types: str) -> Rewrite:
+    """A :class:`Rewrite` of authorizations: only the challenges of ``types`` stay."""
+
+    def edit(document: Any) -> Any:
+        if isinstance(document, dict) and isinstance(document.get("challenges"), list):
+            kept = [c for c in document["challenges"] if c.get("type") in types]
+            return {**document, "challenges": kept}
+        return document
+
+    return Rewrite(edit)
 
 
 @dataclass(frozen=True)
@@ -731,6 +757,8 @@ class FaultProxy:
         upstream = await self._forward(head, target, body)
         if method == "GET" and path == self._directory_path:
             upstream = self._with_renewal_info(upstream, entry)
+        if isinstance(fault, Rewrite):
+            upstream = _rewritten(upstream, fault.edit)
         if isinstance(fault, Truncate):
             await self._send_truncated(conn, writer, entry, head.method, upstream)
         elif isinstance(fault, SlowBody):
@@ -1005,6 +1033,20 @@ _BASE64URL = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123
 
 def _is_base64url(text: str) -> bool:
     return set(text) <= _BASE64URL
+
+
+def _rewritten(upstream: _Upstream, edit: Callable[[Any], Any]) -> _Upstream:
+    """``upstream`` with its JSON body replaced by ``edit(body)`` (a 2xx JSON answer only)."""
+    if not 200 <= upstream.status < 300:
+        return upstream
+    if any(k.lower() == b"content-encoding" for k, _ in upstream.headers):
+        _log.warning("FaultProxy: a compressed answer is forwarded without its rewrite")
+        return upstream
+    try:
+        document = json.loads(upstream.body)
+    except ValueError:
+        return upstream
+    return _Upstream(upstream.status, upstream.headers, json.dumps(edit(document)).encode())
 
 
 def _raw_head(response: h11.Response) -> bytes:
