@@ -234,8 +234,9 @@ Challenge = Annotated[
     opt(
         "challenge",
         panel=Panel.CHALLENGE,
-        metavar="http-01|dns-01|tls-alpn-01",
-        help="How the CA validates control of the names.",
+        metavar="http-01|dns-01|tls-alpn-01|dns-account-01|dns-persist-01",
+        help="How the CA validates control of the names (dns-persist-01: a persistent "
+        "record, published once; see `account dns-persist-records`).",
     ),
 ]
 Http01Listen = Annotated[
@@ -567,3 +568,40 @@ def _account_key_type(which: str) -> Any:
 
 NewAccountKeyType = Annotated[str, _account_key_type("a new")]
 RolloverKeyType = Annotated[str, _account_key_type("the new")]
+PersistNames = Annotated[
+    list[str],
+    typer.Argument(
+        metavar="NAME...",
+        help="The DNS names to validate with dns-persist-01 (*.NAME: a record with "
+        "policy=wildcard at NAME).",
+        show_default=False,
+    ),
+]
+PersistWildcard = Annotated[
+    bool,
+    opt(
+        "wildcard",
+        help="Add policy=wildcard to every record: it then also covers *.NAME and every "
+        "subdomain of NAME.",
+    ),
+]
+PersistUntil = Annotated[
+    str | None,
+    opt(
+        "persist-until",
+        metavar="DATE",
+        help="Add persistUntil: the CA stops using the record after DATE (ISO 8601, e.g. "
+        "2028-01-01 or 2028-01-01T00:00:00+00:00; UTC when no offset is given).",
+        show_default=False,
+    ),
+]
+PersistIssuer = Annotated[
+    str | None,
+    opt(
+        "issuer",
+        metavar="DOMAIN",
+        help="The CA's issuer domain name to put in the records [default: the first of "
+        "the CA's caaIdentities].",
+        show_default=False,
+    ),
+]
