@@ -176,3 +176,49 @@ def test_dns_account_01_through_rfc2136(bind: BindServer, ca: PebbleServer, tmp_
     shown = run_cli("account", "show", "--json", *ca_args(ca, state), env=env)
     label = dns_account01_label(one_json(shown)["url"])
     assert f"{label}._acme-challenge.cli-account.example.test" in result.stderr
+
+
+def test_challenge_options_for_the_new_dns_types() -> None:
+    from acmecerts.cli._args import ChallengeOptions
+    from acmecerts.cli._solvers import plan_challenge
+    from acmecerts.errors import InvalidInput
+    from acmecerts.protocol.identifiers import parse_identifier
+    from acmecerts.solvers import DnsPersistSolver, Rfc2136Solver
+
+    wildcard = [parse_identifier("*.a.example")]
+    # a renewal: the primary is stored, its TSIG secret is not -> read-only, its port kept
+    read_only = plan_challenge(
+        ChallengeOptions(challenge="dns-persist-01", dns_rfc2136_server="127.0.0.1:5353"),
+        wildcard,
+    ).solver
+    assert isinstance(read_only, DnsPersistSolver)
+    assert read_only.propagation.port == 5353
+    assert "publisher" not in repr(read_only)
+    publishing = plan_challenge(
+        ChallengeOptions(
+            challenge="dns-persist-01",
+            dns_rfc2136_server="127.0.0.1:5353",
+            dns_tsig_key="k",
+            dns_tsig_secret="c2VjcmV0",
+        ),
+        wildcard,
+    ).solver
+    assert "publisher=Rfc2136Solver" in repr(publishing)
+    account = plan_challenge(
+        ChallengeOptions(
+            challenge="dns-account-01",
+            dns_rfc2136_server="127.0.0.1",
+            dns_tsig_key="k",
+            dns_tsig_secret="c2VjcmV0",
+        ),
+        wildcard,
+    ).solver
+    assert isinstance(account, Rfc2136Solver)
+    assert account.challenge_type == "dns-account-01"
+    with pytest.raises(InvalidInput, match="--dns-hook has nothing to do"):
+        plan_challenge(ChallengeOptions(challenge="dns-persist-01", dns_hook="true"), wildcard)
+    with pytest.raises(InvalidInput, match="cannot validate an IP address"):
+        plan_challenge(
+            ChallengeOptions(challenge="dns-account-01", dns_hook="true"),
+            [parse_identifier("192.0.2.1")],
+        )

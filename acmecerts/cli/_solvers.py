@@ -202,11 +202,14 @@ def _persist_solver(options: ChallengeOptions) -> Solver:
 
     publisher = None
     port = 53
-    if options.dns_rfc2136_server is not None and options.dns_tsig_secret:
-        publisher = _dns_solver(dataclasses.replace(options, challenge="dns-01"))
+    if options.dns_rfc2136_server is not None:
+        # the zone's servers listen where its primary does; without the TSIG secret (a
+        # renewal: it is never stored) the record is only read
         port = parse_hostport(
             options.dns_rfc2136_server, option="--dns-rfc2136-server", default_port=53
         )[1]
+        if options.dns_tsig_secret:
+            publisher = _dns_solver(dataclasses.replace(options, challenge="dns-01"))
     check = _propagation(options, port)
     if check is None:  # --dns-propagation-timeout 0: look once, do not wait
         servers = list(options.dns_propagation_nameservers) or None
