@@ -26,10 +26,6 @@ from ._options import (
     FromFile,
     NewAccountKeyType,
     Out,
-    PersistIssuer,
-    PersistNames,
-    PersistUntil,
-    PersistWildcard,
     PreferredChain,
     Profile,
     Quiet,
@@ -42,6 +38,7 @@ from ._options import (
     StatusDirectory,
     Yes,
 )
+from ._persist_options import PersistIssuer, PersistNames, PersistUntil, PersistWildcard
 
 __all__ = [
     "account_create",
