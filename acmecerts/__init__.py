@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from acmecerts.solvers import (
         ChallengeTask,
         DnsHookSolver,
+        DnsPersistSolver,
         Http01Server,
         Http01Webroot,
         PropagationCheck,
@@ -90,6 +91,7 @@ __all__ = [
     "Clock",
     "ConnectError",
     "DnsHookSolver",
+    "DnsPersistSolver",
     "ErrorKind",
     "ExternalAccountBinding",
     "ExternalAccountRequired",
@@ -156,6 +158,7 @@ _LAZY: dict[str, str] = {
     "Clock": "acmecerts._time",
     "ConnectError": "acmecerts.errors",
     "DnsHookSolver": "acmecerts.solvers",
+    "DnsPersistSolver": "acmecerts.solvers",
     "ErrorKind": "acmecerts.errors",
     "ExternalAccountBinding": "acmecerts.client",
     "ExternalAccountRequired": "acmecerts.errors",

@@ -75,7 +75,8 @@ app = typer.Typer(
 )
 account_app = typer.Typer(
     name="account",
-    help="Show, create, roll over or deactivate the ACME account.",
+    help="Show, create, roll over or deactivate the ACME account; print its dns-persist-01 "
+    "records.",
     epilog=_EPILOG,
     no_args_is_help=True,
     rich_markup_mode="markdown",
@@ -106,6 +107,7 @@ _COMMANDS: Final[tuple[tuple[typer.Typer, str, Callable[..., None]], ...]] = (
     (account_app, "create", commands.account_create),
     (account_app, "rollover", commands.account_rollover),
     (account_app, "deactivate", commands.account_deactivate),
+    (account_app, "dns-persist-records", commands.account_dns_persist_records),
 )
 for _group, _name, _command in _COMMANDS:
     _group.command(_name, epilog=_EPILOG)(_command)

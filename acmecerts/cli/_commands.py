@@ -39,10 +39,12 @@ from ._options import (
     StatusDirectory,
     Yes,
 )
+from ._persist_options import PersistIssuer, PersistNames, PersistUntil, PersistWildcard
 
 __all__ = [
     "account_create",
     "account_deactivate",
+    "account_dns_persist_records",
     "account_rollover",
     "account_show",
     "delete_command",
@@ -249,6 +251,34 @@ def account_show(*, common: CommonArgs) -> None:
     from ._account import run_account
 
     raise typer.Exit(run_account("show", common=common))
+
+
+@shared()
+def account_dns_persist_records(
+    names: PersistNames,
+    wildcard: PersistWildcard = False,
+    persist_until: PersistUntil = None,
+    issuer: PersistIssuer = None,
+    *,
+    common: CommonArgs,
+) -> None:
+    """Print the dns-persist-01 TXT records to publish once for NAME... (stored account).
+
+    Each line is a zone-file record ``_validation-persist.NAME. IN TXT "..."`` naming the
+    CA and the account; published, it lets `issue --challenge dns-persist-01` and every
+    renewal validate NAME without writing DNS again.
+    """
+    from ._persist import run_dns_persist_records
+
+    raise typer.Exit(
+        run_dns_persist_records(
+            names,
+            common=common,
+            wildcard=wildcard,
+            persist_until=persist_until,
+            issuer=issuer,
+        )
+    )
 
 
 @shared()

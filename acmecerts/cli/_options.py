@@ -235,8 +235,9 @@ Challenge = Annotated[
     opt(
         "challenge",
         panel=Panel.CHALLENGE,
-        metavar="http-01|dns-01|tls-alpn-01",
-        help="How the CA validates control of the names.",
+        metavar="http-01|dns-01|tls-alpn-01|dns-account-01|dns-persist-01",
+        help="How the CA validates control of the names (dns-persist-01: a persistent "
+        "record, published once; see `account dns-persist-records`).",
     ),
 ]
 Http01Listen = Annotated[

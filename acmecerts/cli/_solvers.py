@@ -12,6 +12,12 @@
   :meth:`DnsHookSolver.from_command <acmecerts.DnsHookSolver.from_command>` (``--dns-hook``,
   run as ``COMMAND present|cleanup NAME VALUE``), each followed by a propagation check
   (``--dns-propagation-nameserver``, ``--dns-propagation-timeout``; 0 skips it).
+* ``--challenge dns-account-01``: the same solvers, writing at
+  ``_<account label>._acme-challenge.<name>`` (one name per account).
+* ``--challenge dns-persist-01``: :class:`~acmecerts.DnsPersistSolver` checks that the
+  persistent ``_validation-persist`` record is published (the zone's authoritative servers,
+  or ``--dns-propagation-nameserver``) and writes nothing; with ``--dns-rfc2136-server``
+  and the TSIG options it publishes a missing record once.
 
 ``issue`` stores the settings it answered with in each certificate's record
 (:func:`stored_challenge`; never the TSIG secret); ``renew`` answers each certificate with
@@ -56,12 +62,16 @@ __all__ = [
     "stored_challenge",
 ]
 
-CHALLENGES: Final = ("http-01", "dns-01", "tls-alpn-01")
+CHALLENGES: Final = ("http-01", "dns-01", "tls-alpn-01", "dns-account-01", "dns-persist-01")
+#: The challenges validated through DNS (wildcards allowed, IP addresses not).
+DNS_CHALLENGES: Final = ("dns-01", "dns-account-01", "dns-persist-01")
 #: The options that answer each challenge type (what :func:`failure_text` suggests).
 _ANSWERED_BY: Final = {
     "http-01": "--challenge http-01 (--http-01-listen or --webroot)",
     "dns-01": "--challenge dns-01 with --dns-hook or --dns-rfc2136-server",
     "tls-alpn-01": "--challenge tls-alpn-01 (--tls-alpn-01-listen)",
+    "dns-account-01": "--challenge dns-account-01 with --dns-hook or --dns-rfc2136-server",
+    "dns-persist-01": "--challenge dns-persist-01 (records from `account dns-persist-records`)",
 }
 _HOST = re.compile(r"[A-Za-z0-9.-]+")
 
@@ -153,19 +163,23 @@ def _propagation(options: ChallengeOptions, default_port: int) -> PropagationChe
     return PropagationCheck(servers or None, port=default_port, timeout=timeout)
 
 
-def _dns_solver(options: ChallengeOptions) -> Solver:
+def _dns_solver(options: ChallengeOptions, challenge: str = "dns-01") -> Solver:
     rfc2136 = options.dns_rfc2136_server
+    if challenge == "dns-persist-01":
+        return _persist_solver(options)
     if (rfc2136 is None) == (options.dns_hook is None):
         raise InvalidInput(
-            "--challenge dns-01 needs either --dns-rfc2136-server (with --dns-tsig-key and "
-            "--dns-tsig-secret) or --dns-hook COMMAND"
+            f"--challenge {challenge} needs either --dns-rfc2136-server (with --dns-tsig-key "
+            "and --dns-tsig-secret) or --dns-hook COMMAND"
         )
     # Imported here, not with this module: dnspython is for dns-01 runs only (~0.1 s).
     from acmecerts.solvers import DnsHookSolver, Rfc2136Solver
 
     if options.dns_hook is not None:
         return DnsHookSolver.from_command(
-            _hook_argv(options.dns_hook), propagation=_propagation(options, 53)
+            _hook_argv(options.dns_hook),
+            propagation=_propagation(options, 53),
+            challenge_type=challenge,
         )
     assert rfc2136 is not None
     host, port = parse_hostport(rfc2136, option="--dns-rfc2136-server", default_port=53)
@@ -179,9 +193,42 @@ def _dns_solver(options: ChallengeOptions) -> Solver:
             tsig_secret=options.dns_tsig_secret,
             tsig_algorithm=options.dns_tsig_algorithm,
             propagation=_propagation(options, port),
+            challenge_type=challenge,
         )
     except InvalidInput as exc:
-        raise InvalidInput(f"dns-01: {exc}") from None
+        raise InvalidInput(f"{challenge}: {exc}") from None
+
+
+def _persist_solver(options: ChallengeOptions) -> Solver:
+    """dns-persist-01: check the record; publish it once only with RFC 2136 and its secret."""
+    if options.dns_hook is not None:
+        raise InvalidInput(
+            "--challenge dns-persist-01 writes no per-challenge records, so --dns-hook has "
+            "nothing to do: publish the record once (`acmecerts account dns-persist-records "
+            "NAME...` prints it), or give --dns-rfc2136-server to publish it once"
+        )
+    from acmecerts.solvers import DnsPersistSolver, PropagationCheck
+
+    publisher = None
+    port = 53
+    if options.dns_rfc2136_server is not None:
+        # the zone's servers listen where its primary does; without the TSIG secret (a
+        # renewal: it is never stored) the record is only read
+        port = parse_hostport(
+            options.dns_rfc2136_server, option="--dns-rfc2136-server", default_port=53
+        )[1]
+        if options.dns_tsig_secret:
+            publisher = _dns_solver(dataclasses.replace(options, challenge="dns-01"))
+    check = _propagation(options, port)
+    if check is None:  # --dns-propagation-timeout 0: look once, do not wait
+        servers = list(options.dns_propagation_nameservers) or None
+        check = PropagationCheck(servers, port=port, timeout=0)
+    if publisher is not None:
+        from acmecerts.solvers import Rfc2136Solver
+
+        assert isinstance(publisher, Rfc2136Solver)
+        return DnsPersistSolver(propagation=check, publisher=publisher)
+    return DnsPersistSolver(propagation=check)
 
 
 def plan_challenge(options: ChallengeOptions, identifiers: Sequence[Identifier]) -> ChallengePlan:
@@ -192,13 +239,13 @@ def plan_challenge(options: ChallengeOptions, identifiers: Sequence[Identifier])
             f"--challenge {options.challenge!r}: choose one of {', '.join(CHALLENGES)}"
         )
     for ident in identifiers:
-        if ident.is_wildcard and challenge != "dns-01":
+        if ident.is_wildcard and challenge not in DNS_CHALLENGES:
             raise InvalidInput(
                 f"{ident.value}: {challenge} cannot validate a wildcard name (wildcards need "
-                "dns-01)"
+                "dns-01, dns-account-01 or dns-persist-01)"
             )
-        if ident.type == "ip" and challenge == "dns-01":
-            raise InvalidInput(f"{ident.value}: dns-01 cannot validate an IP address")
+        if ident.type == "ip" and challenge in DNS_CHALLENGES:
+            raise InvalidInput(f"{ident.value}: {challenge} cannot validate an IP address")
     if options.webroot is not None:
         if challenge != "http-01":
             raise InvalidInput(f"--webroot answers http-01 challenges, not --challenge {challenge}")
@@ -223,7 +270,7 @@ def plan_challenge(options: ChallengeOptions, identifiers: Sequence[Identifier])
         host, port = parse_listen(options.tls_alpn_01_listen, "--tls-alpn-01-listen")
         tls = TlsAlpn01Server(host=host, port=port)
         return ChallengePlan(challenge, tls, f"{host}:{port}", server=tls)
-    return ChallengePlan(challenge, _dns_solver(options), None)
+    return ChallengePlan(challenge, _dns_solver(options, challenge), None)
 
 
 def failure_text(error: AcmeCertsError) -> str:

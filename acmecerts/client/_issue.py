@@ -233,6 +233,7 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
         # between (a solver's present(), a request).
         with cancel_at(self.clock, deadline) as attempt.deadline_scope:
             order = await self._order_for(attempt)
+            flow.account_url = self.account_url  # known once an order was sent or found
             return await self._issue_attempt(flow, order, csr_der, attempt)
         # only the deadline's own cancel scope gets here (a solver's TimeoutError does not)
         raise attempt.timed_out

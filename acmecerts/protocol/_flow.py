@@ -46,7 +46,12 @@ from acmecerts.errors import (
 from acmecerts.protocol._polling import Fail, Poll, PollPolicy, next_poll
 from acmecerts.protocol._solver import ChallengeTask, Solver
 from acmecerts.protocol.certificate import CertificateChain
-from acmecerts.protocol.challenges import key_authorization
+from acmecerts.protocol.challenges import (
+    DNS_ACCOUNT_01,
+    DNS_PERSIST_01,
+    check_issuer_domain_names,
+    key_authorization,
+)
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.protocol.resources import Authorization, Challenge, Order
 
@@ -293,6 +298,8 @@ class IssuanceFlow:
         poll: How to pace polling.
         preferred_chain: The root (or else intermediate) common name the chain should
             lead to, if any.
+        account_url: The account URL, which dns-account-01 and dns-persist-01 tasks carry
+            (the driver may set :attr:`account_url` later, before the first authorization).
     """
 
     def __init__(
@@ -304,8 +311,11 @@ class IssuanceFlow:
         deadline: _dt.datetime,
         poll: PollPolicy | None = None,
         preferred_chain: str | None = None,
+        account_url: str | None = None,
     ) -> None:
         self.identifiers = tuple(identifiers)
+        #: The account URL given to the tasks (dns-account-01, dns-persist-01).
+        self.account_url = account_url
         self.solvers = tuple(solvers)
         self.thumbprint = thumbprint
         self.deadline = deadline
@@ -508,24 +518,51 @@ class IssuanceFlow:
                 break
         else:
             return Fail(self._no_solver(authorization, ident))
-        if challenge.token is None:
-            return Fail(
-                BadServerResponse(
-                    f"{challenge.type} challenge without a token", url=authorization.url
-                )
-            )
-        task = ChallengeTask(
-            type=challenge.type,
-            identifier=ident,
-            token=challenge.token,
-            key_authorization=key_authorization(challenge.token, self.thumbprint),
-            url=challenge.url,
-        )
+        made = self._task(challenge, ident, authorization.url)
+        if isinstance(made, Fail):
+            return made
+        task = made
         state.challenge, state.solver, state.task = challenge, candidate, task
         state.step = _Step.PRESENT
         # recorded before it is presented: cleanup must not assume present succeeded
         self._presented.append((candidate, task))
         return Present(authorization.url, candidate, task)
+
+    def _task(
+        self, challenge: Challenge, ident: Identifier, authz_url: str
+    ) -> ChallengeTask | Fail:
+        """The task for ``challenge``, or why there can be none."""
+        account_url = self.account_url
+        if challenge.type in (DNS_ACCOUNT_01, DNS_PERSIST_01) and account_url is None:
+            return Fail(UnsupportedChallenge(f"{challenge.type} needs the account URL"))
+        if challenge.type == DNS_PERSIST_01:
+            # draft-ietf-acme-dns-persist §3: no token; the record names the CA (one of
+            # issuer-domain-names) and the account ("accounturi", when the CA sends it).
+            try:
+                issuers = check_issuer_domain_names(challenge.issuer_domain_names, url=authz_url)
+            except BadServerResponse as exc:
+                return Fail(exc)
+            return ChallengeTask(
+                type=challenge.type,
+                identifier=ident,
+                token="",
+                key_authorization="",
+                url=challenge.url,
+                account_url=challenge.account_uri or account_url,
+                issuer_domain_names=issuers,
+            )
+        if challenge.token is None:
+            return Fail(
+                BadServerResponse(f"{challenge.type} challenge without a token", url=authz_url)
+            )
+        return ChallengeTask(
+            type=challenge.type,
+            identifier=ident,
+            token=challenge.token,
+            key_authorization=key_authorization(challenge.token, self.thumbprint),
+            url=challenge.url,
+            account_url=account_url,
+        )
 
     def presented(self, url: str) -> AuthorizationAction:
         """The solver has presented the challenge of ``url``: answer it if the CA waits."""
