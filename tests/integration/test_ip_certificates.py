@@ -28,6 +28,7 @@ from tests.integration.conftest import assert_valid_chain
 
 if TYPE_CHECKING:
     from acmecerts.testing import PebbleServer
+    from tests.conftest import PebbleFactory
 
 pytestmark = pytest.mark.anyio
 
@@ -103,3 +104,20 @@ async def test_an_ipv4_only_listener_cannot_answer_for_an_ipv6_address(
     # The IPv4 identifier may or may not have been validated before the order failed,
     # never the IPv6 one.
     assert all(not on.startswith("[") for _peer, on in answered(caplog))
+
+
+async def test_a_dns_name_validated_over_ipv6(
+    pebble_factory: PebbleFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With AAAA records (``default_ipv6="::1"``) Pebble dials the name over IPv6."""
+    caplog.set_level(logging.INFO, logger="acmecerts.solvers.http01")
+    server = pebble_factory(default_ipv6="::1")
+    async with (
+        AcmeClient(server.directory_url, ca_bundle=server.ca_bundle) as acme,
+        Http01Server(host=LOOPBACKS, port=server.http_port) as solver,
+    ):
+        issued = await acme.issue(["v6.example.test"], solver=solver)
+    assert_valid_chain(issued, server, ["v6.example.test"])
+    requests = answered(caplog)
+    assert requests
+    assert {on for _peer, on in requests} == {f"[::1]:{server.http_port}"}
