@@ -246,7 +246,8 @@ Http01Listen = Annotated[
         "http-01-listen",
         panel=Panel.CHALLENGE,
         metavar="HOST:PORT",
-        help="Where to answer http-01 challenges (the CA connects to port 80).",
+        help="Where to answer http-01 challenges (the CA connects to port 80): [::]:80 is "
+        "every IPv4 and IPv6 address, 0.0.0.0:80 IPv4 only.",
     ),
 ]
 Webroot = Annotated[
@@ -267,7 +268,8 @@ TlsAlpn01Listen = Annotated[
         "tls-alpn-01-listen",
         panel=Panel.CHALLENGE,
         metavar="HOST:PORT",
-        help="Where to answer tls-alpn-01 challenges (the CA connects to port 443).",
+        help="Where to answer tls-alpn-01 challenges (the CA connects to port 443): [::]:443 "
+        "is every IPv4 and IPv6 address, 0.0.0.0:443 IPv4 only.",
     ),
 ]
 DnsServer = Annotated[

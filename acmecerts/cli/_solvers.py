@@ -1,12 +1,13 @@
 """Challenge options: validated up front, then turned into the library's solvers.
 
 * ``--challenge http-01`` (default): :class:`~acmecerts.Http01Server` on
-  ``--http-01-listen`` (default ``0.0.0.0:80``).
+  ``--http-01-listen`` (default ``[::]:80``: every IPv4 and IPv6 address, one dual-stack
+  socket; ``0.0.0.0:80`` is IPv4 only).
 * ``--webroot DIR`` (http-01): :class:`~acmecerts.Http01Webroot` writes the responses into
   ``DIR/.well-known/acme-challenge/`` of a web server already running on port 80; nothing
   listens.
 * ``--challenge tls-alpn-01``: :class:`~acmecerts.TlsAlpn01Server` on
-  ``--tls-alpn-01-listen`` (default ``0.0.0.0:443``).
+  ``--tls-alpn-01-listen`` (default ``[::]:443``, IPv4 and IPv6 likewise).
 * ``--challenge dns-01``: :class:`~acmecerts.Rfc2136Solver` (``--dns-rfc2136-server``,
   ``--dns-tsig-key``, ``--dns-tsig-secret``, ``--dns-tsig-algorithm``) or
   :meth:`DnsHookSolver.from_command <acmecerts.DnsHookSolver.from_command>` (``--dns-hook``,
@@ -111,15 +112,18 @@ def parse_hostport(value: str, *, option: str, default_port: int | None = None) 
         host, colon, port_text = text.rpartition(":")
         if not colon:
             if default_port is None:
-                raise bad("expected HOST:PORT, e.g. 0.0.0.0:80")
+                raise bad("expected HOST:PORT, e.g. [::]:80 (every IPv4 and IPv6 address)")
             host, port_text = text, None
         elif ":" in host:
-            raise bad("write an IPv6 address in brackets, e.g. [::]:80")
+            raise bad(
+                "write an IPv6 address in brackets, e.g. [::1]:80 ([::]:80 is every IPv4 "
+                "and IPv6 address)"
+            )
         if not host and default_port is not None:
             raise bad("expected HOST[:PORT]")
-        host = host or "0.0.0.0"
-        if not _HOST.fullmatch(host):
+        if host and not _HOST.fullmatch(host):
             raise bad(f"{host!r} is not a host name or IP address")
+        host = host or "::"  # every IPv4 and IPv6 address
     if port_text is None:
         assert default_port is not None
         return host, default_port
@@ -129,8 +133,14 @@ def parse_hostport(value: str, *, option: str, default_port: int | None = None) 
 
 
 def parse_listen(value: str, option: str = "--http-01-listen") -> tuple[str, int]:
-    """Parse a listen address ``HOST:PORT`` (an empty host means every IPv4 interface)."""
+    """Parse a listen address ``HOST:PORT``: ``[::]:PORT`` (or an empty host) is every IPv4
+    and IPv6 address, ``0.0.0.0:PORT`` every IPv4 address only."""
     return parse_hostport(value, option=option)
+
+
+def _hostport(host: str, port: int) -> str:
+    """``HOST:PORT`` as typed back: ``[::]:80`` for an IPv6 address."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _hook_argv(command: str) -> list[str]:
@@ -263,13 +273,13 @@ def plan_challenge(options: ChallengeOptions, identifiers: Sequence[Identifier])
 
         host, port = parse_listen(options.http_01_listen, "--http-01-listen")
         http = Http01Server(host=host, port=port)
-        return ChallengePlan(challenge, http, f"{host}:{port}", server=http)
+        return ChallengePlan(challenge, http, _hostport(host, port), server=http)
     if challenge == "tls-alpn-01":
         from acmecerts.solvers import TlsAlpn01Server
 
         host, port = parse_listen(options.tls_alpn_01_listen, "--tls-alpn-01-listen")
         tls = TlsAlpn01Server(host=host, port=port)
-        return ChallengePlan(challenge, tls, f"{host}:{port}", server=tls)
+        return ChallengePlan(challenge, tls, _hostport(host, port), server=tls)
     return ChallengePlan(challenge, _dns_solver(options, challenge), None)
 
 

@@ -42,6 +42,7 @@ from acmecerts.errors import (
     BadServerResponse,
     NoSolverForChallenges,
     OrderFailed,
+    UnsupportedChallenge,
 )
 from acmecerts.protocol._polling import Fail, Poll, PollPolicy, next_poll
 from acmecerts.protocol._solver import ChallengeTask, Solver
