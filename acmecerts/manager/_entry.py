@@ -18,13 +18,13 @@ from cryptography import x509
 from acmecerts._issued import IssuedCertificate
 from acmecerts.errors import ErrorKind
 from acmecerts.manager._held import HeldCertificate, hold
-from acmecerts.protocol.ari import RenewalInfoResult, ReplacementReason
 from acmecerts.manager._spec import (
     CertificateSpec,
     CertificateState,
     CertificateStatus,
     IssueResult,
 )
+from acmecerts.protocol.ari import RenewalInfoResult, ReplacementReason
 from acmecerts.retry import AttemptSchedule, AttemptState
 
 #: The queue time of work due at once (a new certificate): before any other instant.

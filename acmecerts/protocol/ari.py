@@ -38,9 +38,9 @@ __all__ = [
     "ARI_DEFAULT_RETRY",
     "ARI_MAX_RETRY",
     "ARI_MIN_RETRY",
-    "ReplacementReason",
     "RenewalDecision",
     "RenewalInfoResult",
+    "ReplacementReason",
     "ari_retry_after",
     "cert_id",
     "choose_renewal_time",
@@ -308,6 +308,4 @@ def replaces_refused(error: BaseException, *, new_order_url: str) -> bool:
         return False
     if error.kind in (ErrorKind.RATE_LIMITED, ErrorKind.SERVER_BUSY):
         return False
-    if error.status_code == 503 or error.type == ProblemType.BAD_NONCE:
-        return False
-    return True
+    return error.status_code != 503 and error.type != ProblemType.BAD_NONCE
