@@ -23,8 +23,8 @@ into the past, e.g. in a mass revocation: ``window-passed``/``window-moved``),
 problem type: ``alreadyReplaced``, ``unauthorized``...; the renewal was ordered again
 without it), ``acme_requests_total{endpoint,method,status}`` (``endpoint``: the
 directory's own keys, ``newOrder``, ``renewalInfo``..., or the path without
-identifiers), and, when the manager's client has a rate-limit ledger, ``ledger_budget_remaining{limit}``: the tokens
-left now in the scarcest bucket of each limit (its capacity when none is spent), read
+identifiers), and, when the manager's client has a rate-limit ledger,
+``ledger_budget_remaining{limit}``: the tokens left now in the scarcest bucket of each limit (its capacity when none is spent), read
 from the ledger at every scrape. Names and reasons are label values; no key material or
 URL with an identifier ever becomes a label.
 
