@@ -24,9 +24,10 @@ problem type: ``alreadyReplaced``, ``unauthorized``...; the renewal was ordered 
 without it), ``acme_requests_total{endpoint,method,status}`` (``endpoint``: the
 directory's own keys, ``newOrder``, ``renewalInfo``..., or the path without
 identifiers), and, when the manager's client has a rate-limit ledger,
-``ledger_budget_remaining{limit}``: the tokens left now in the scarcest bucket of each limit (its capacity when none is spent), read
-from the ledger at every scrape. Names and reasons are label values; no key material or
-URL with an identifier ever becomes a label.
+``ledger_budget_remaining{limit}``: the tokens left now in the scarcest bucket of each
+limit (its capacity when none is spent), read from the ledger at every scrape. Names and
+reasons are label values; no key material or URL with an identifier ever becomes a
+label.
 
 The budget at scrape time comes from the ledger's last-known state
 (:meth:`~acmecerts.ratelimit.RateLimitLedger.cached_budget`; a scrape never waits for a
