@@ -111,6 +111,11 @@ class Attempts:
     _gate: BudgetGate
     #: Whether every certificate's ARI window is being re-checked now (:meth:`_sweep`).
     _sweeping: bool = False
+    #: Set when the current sweep ends.
+    _sweep_end: anyio.Event
+    #: Certificates whose ARI window is being fetched now, and an event set after each.
+    _rechecking: set[Entry]
+    _recheck_done: anyio.Event
     _client_issue: Callable[
         [Entry, str | None, Sequence[Identifier] | None], Awaitable[IssuedCertificate]
     ]
@@ -406,14 +411,23 @@ class Attempts:
         return replaces_refused(error, new_order_url=new_order_url)
 
     async def _plan_renewal(self, entry: Entry) -> None:
-        reason = await plan_renewal(
-            entry, self.client, fraction=self.renewal_fraction, clock=self.clock, rng=self._rng
-        )
-        if reason is None:
-            return
-        await self._replacement_requested(entry, reason)
-        if not self._sweeping:
-            await self._sweep(entry)
+        self._rechecking.add(entry)
+        try:
+            reason = await plan_renewal(
+                entry, self.client, fraction=self.renewal_fraction, clock=self.clock, rng=self._rng
+            )
+        finally:
+            self._rechecking.discard(entry)
+            self._recheck_done.set()
+        if reason is not None:
+            await self._replacement_requested(entry, reason)
+            if not self._sweeping:
+                await self._sweep(entry)
+                return
+        if self._sweeping and entry.ari_replacement is not None:
+            # found by its own re-check during a sweep: it starts with the others, in
+            # priority order, when the sweep ends (not now, ahead of them)
+            await self._sweep_end.wait()
 
     async def _replacement_requested(self, entry: Entry, reason: ReplacementReason) -> None:
         answer = entry.ari_answer
@@ -449,6 +463,7 @@ class Attempts:
         start in one tick, highest priority first.
         """
         self._sweeping = True
+        self._sweep_end = anyio.Event()
         others = sorted(
             (
                 e
@@ -460,9 +475,11 @@ class Attempts:
                 and not e.stale
                 and e.ari_recheck_at is not None
                 and e.ari_replacement is None
+                and e not in self._rechecking  # asking already: waited for below
             ),
             key=lambda e: (-e.spec.priority, e.seq),
         )
+        swept = set(others)
         limiter = anyio.CapacityLimiter(_SWEEP_CONCURRENCY)
 
         async def recheck(other: Entry) -> None:
@@ -485,10 +502,16 @@ class Attempts:
             async with anyio.create_task_group() as tg:
                 for other in others:
                     tg.start_soon(recheck, other)
+            while self._rechecking - {first}:  # their own re-checks, under way before
+                self._recheck_done = anyio.Event()
+                await self._recheck_done.wait()
         finally:
             self._sweeping = False
-            for other in others:
-                self._scheduler.changed(other, wake=False)
+            self._sweep_end.set()
+            # every certificate due now is planned in the same scheduler tick
+            for other in self._entries.values():
+                if other in swept or other.ari_replacement is not None:
+                    self._scheduler.changed(other, wake=False)
             self._scheduler.wake_up()
 
     async def _background(self, entry: Entry) -> None:
