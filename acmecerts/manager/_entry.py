@@ -26,6 +26,7 @@ from acmecerts.manager._spec import (
     CertificateStatus,
     IssueResult,
 )
+from acmecerts.protocol.ari import RenewalInfoResult, ReplacementReason
 from acmecerts.retry import AttemptSchedule, AttemptState
 from acmecerts.solvers._base import Solver
 
@@ -53,6 +54,10 @@ class Entry:
     renew_at: _dt.datetime | None = None
     #: ARI: when to ask the CA again for the renewal window.
     ari_recheck_at: _dt.datetime | None = None
+    #: ARI: the CA's last answer for the current certificate (its ``cert_id`` says which).
+    ari_answer: RenewalInfoResult | None = None
+    #: ARI: the CA asked for this certificate to be replaced at once, and why.
+    ari_replacement: ReplacementReason | None = None
     #: The certificate's identifiers changed: issue again even though one is valid.
     stale: bool = False
     cancelled: str | None = None

@@ -152,6 +152,9 @@ class CertificateManager(Attempts):
         #: bound between the managers of several CAs (a global limit over per-CA ones).
         self._limiter = anyio.CapacityLimiter(concurrency)
         self._global_limiter = limiter
+        self._rechecking = set()
+        self._recheck_done = anyio.Event()
+        self._sweep_end = anyio.Event()
         self._entries: dict[str, Entry] = {}
         self._seqs = itertools.count()
         self._handed_out = HandedOut()

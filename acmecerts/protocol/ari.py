@@ -12,7 +12,11 @@ this module, which says *what* it means:
   the lifetime is left, or half of it for a certificate of under 10 days
   (:func:`renewal_fraction_for`, as Let's Encrypt's integration guide, certbot 4 and lego's
   ``--dynamic`` do);
-* :func:`decide_renewal` combines them into a :class:`RenewalDecision`.
+* :func:`decide_renewal` combines them into a :class:`RenewalDecision`;
+* :func:`replacement_requested` says when the CA asks for a replacement now (a window
+  moved into the past: a mass revocation or an incident);
+* :func:`replaces_refused` says when a ``newOrder`` that carried ``replaces`` was refused
+  because of it, so that the renewal is ordered once more without it.
 
 Instants are timezone-aware UTC ``datetime`` objects; randomness comes from an injected
 ``random.Random`` so that schedules are reproducible in tests.
@@ -29,7 +33,7 @@ from typing import Literal
 from cryptography import x509
 from cryptography.utils import CryptographyDeprecationWarning
 
-from acmecerts.errors import InvalidInput
+from acmecerts.errors import AcmeProblem, ErrorKind, InvalidInput, ProblemType
 from acmecerts.protocol.resources import RenewalInfo
 
 __all__ = [
@@ -39,6 +43,7 @@ __all__ = [
     "SHORT_LIFETIME",
     "RenewalDecision",
     "RenewalInfoResult",
+    "ReplacementReason",
     "ari_retry_after",
     "cert_id",
     "certificate_lifetime",
@@ -48,12 +53,17 @@ __all__ = [
     "load_certificate",
     "renewal_fraction_for",
     "renewal_info_url",
+    "replacement_requested",
+    "replaces_refused",
 ]
 
 #: RFC 9773 §4.3.2: a ``Retry-After`` under one minute is treated as one minute...
 ARI_MIN_RETRY = _dt.timedelta(minutes=1)
-#: ...and one over a day as one day.
-ARI_MAX_RETRY = _dt.timedelta(days=1)
+#: ...and one over six hours as six hours. The RFC's example cap is a day; ours is
+#: tighter because a CA announces a mass revocation through ARI (it moves the windows
+#: into the past) and Let's Encrypt may have to revoke within a day, so every
+#: certificate is checked at least four times a day whatever the answer said.
+ARI_MAX_RETRY = _dt.timedelta(hours=6)
 #: RFC 9773 §4.3.3: with no (valid) ``Retry-After``, fetch again after six hours.
 ARI_DEFAULT_RETRY = _dt.timedelta(hours=6)
 
@@ -140,9 +150,10 @@ def renewal_info_url(renewal_info: str, certid: str) -> str:
 def ari_retry_after(retry_after: _dt.datetime | None, *, now: _dt.datetime) -> _dt.datetime:
     """When to fetch renewalInfo again, from the answer's ``Retry-After`` instant.
 
-    RFC 9773 §4.3.2: clients set limits on the checking interval, e.g. under one minute
-    counts as one minute, over one day as one day (:data:`ARI_MIN_RETRY`,
-    :data:`ARI_MAX_RETRY`). §4.3.3: a missing or invalid ``Retry-After`` is a long-term
+    RFC 9773 §4.3.2: clients set limits on the checking interval: under one minute
+    counts as one minute, over six hours as six hours (:data:`ARI_MIN_RETRY`,
+    :data:`ARI_MAX_RETRY`; the RFC's example cap is a day, see there why ours is
+    shorter). §4.3.3: a missing or invalid ``Retry-After`` is a long-term
     error; fetch again after six hours (:data:`ARI_DEFAULT_RETRY`).
     """
     if retry_after is None:
@@ -304,3 +315,56 @@ def decide_renewal(
     return RenewalDecision(
         renew_at=fallback if fallback > now else now, recheck_at=None, source="fallback"
     )
+
+
+#: Why the CA asks for a replacement now (:func:`replacement_requested`):
+#: ``"window-passed"``: the suggested window ends at or before now (RFC 9773 §4.2: renew
+#: immediately); ``"window-moved"``: the window was moved earlier since the last answer
+#: and has started already.
+ReplacementReason = Literal["window-passed", "window-moved"]
+
+
+def replacement_requested(
+    info: RenewalInfo, *, now: _dt.datetime, previous: RenewalInfo | None = None
+) -> ReplacementReason | None:
+    """Whether the CA asks for this certificate to be replaced at once, and why.
+
+    A CA that must revoke certificates early (a mass revocation, a compliance incident)
+    says so through ARI: it moves their windows into the past (RFC 9773 §4.2). That is
+    ``"window-passed"`` when the window's end is at or before ``now``, and
+    ``"window-moved"`` when the window starts at or before ``now`` and starts earlier
+    than the ``previous`` answer for the same certificate did. A window that merely
+    opened as time went by (same start as before, or no earlier answer) is the routine
+    schedule: ``None``, and the renewal instant is drawn in it as usual.
+    """
+    if info.window_end <= now:
+        return "window-passed"
+    if (
+        previous is not None
+        and info.window_start < previous.window_start
+        and info.window_start <= now
+    ):
+        return "window-moved"
+    return None
+
+
+def replaces_refused(error: BaseException, *, new_order_url: str) -> bool:
+    """Whether ``error`` is the CA refusing a ``newOrder`` that carried ``replaces``.
+
+    RFC 9773 §5 lets the CA reject a ``replaces`` it does not accept; CAs say so in
+    several ways, and Pebble 2.10 uses all of these: ``409 alreadyReplaced`` (the
+    certificate has a replacement already), ``403 unauthorized`` (another account
+    ordered it, e.g. after the account key was replaced by a new account), ``400
+    malformed`` (a certID of an issuer it does not know) and ``500 serverInternal`` (a
+    certID whose serial it has no order for). Any problem document the CA sends in
+    answer to ``newOrder`` counts, except the ones that are not about the request's
+    content: ``rateLimited`` and a 503 (the CA is busy; ordering again at once would
+    only add load) and ``badNonce`` (replayed by the transport). The caller orders once
+    more without ``replaces``; if that fails too the failure is an ordinary one, retried
+    on the attempt schedule (with ``replaces`` again: the CA may accept it by then).
+    """
+    if not isinstance(error, AcmeProblem) or error.url != new_order_url:
+        return False
+    if error.kind in (ErrorKind.RATE_LIMITED, ErrorKind.SERVER_BUSY):
+        return False
+    return error.status_code != 503 and error.type != ProblemType.BAD_NONCE

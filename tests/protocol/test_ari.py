@@ -11,7 +11,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from acmecerts.errors import AlreadyReplaced, InvalidInput, ProblemType
+from acmecerts.errors import (
+    AcmeProblem,
+    AlreadyReplaced,
+    BadServerResponse,
+    InvalidInput,
+    ProblemType,
+    problem_class,
+)
 from acmecerts.protocol.ari import (
     ARI_DEFAULT_RETRY,
     ARI_MAX_RETRY,
@@ -28,6 +35,8 @@ from acmecerts.protocol.ari import (
     load_certificate,
     renewal_fraction_for,
     renewal_info_url,
+    replacement_requested,
+    replaces_refused,
 )
 from acmecerts.protocol.problems import problem_from_document
 from acmecerts.protocol.resources import RenewalInfo
@@ -156,7 +165,8 @@ def test_already_replaced_problem_is_typed() -> None:
         (dt.timedelta(0), ARI_MIN_RETRY),  # too soon: one minute
         (dt.timedelta(seconds=10), ARI_MIN_RETRY),
         (dt.timedelta(hours=1), dt.timedelta(hours=1)),
-        (dt.timedelta(days=3), ARI_MAX_RETRY),  # too late: one day
+        (dt.timedelta(hours=7), ARI_MAX_RETRY),  # too late: six hours
+        (dt.timedelta(days=3), dt.timedelta(hours=6)),
     ],
 )
 def test_retry_after_is_bounded(header_delay: dt.timedelta | None, expected: dt.timedelta) -> None:
@@ -293,3 +303,80 @@ def test_decide_renewal_without_ari_falls_back() -> None:
     late = decide_renewal(not_before=T0, not_after=T0 + 90 * DAY, now=T0 + 80 * DAY)
     assert late.renew_at == T0 + 80 * DAY
     assert late.due(T0 + 80 * DAY)
+
+
+# -- the CA asks for a replacement now (mass revocation) ---------------------------------
+
+
+def _window(start: dt.timedelta, end: dt.timedelta) -> RenewalInfo:
+    return RenewalInfo(window_start=T0 + start, window_end=T0 + end)
+
+
+def test_a_window_that_ended_asks_for_replacement_now() -> None:
+    ended = _window(-2 * DAY, -DAY)
+    assert replacement_requested(ended, now=T0) == "window-passed"
+    assert replacement_requested(_window(-DAY, dt.timedelta(0)), now=T0) == "window-passed"
+    # the answer before does not matter: over is over
+    assert replacement_requested(ended, now=T0, previous=_window(DAY, 2 * DAY)) == "window-passed"
+
+
+def test_a_window_moved_into_the_past_asks_for_replacement_now() -> None:
+    moved = _window(-DAY, DAY)
+    assert replacement_requested(moved, now=T0, previous=_window(10 * DAY, 11 * DAY)) == (
+        "window-moved"
+    )
+
+
+def test_a_window_that_opened_with_time_is_the_routine_schedule() -> None:
+    open_now = _window(-DAY, DAY)
+    assert replacement_requested(open_now, now=T0) is None  # no earlier answer
+    assert replacement_requested(open_now, now=T0, previous=open_now) is None  # same start
+    # moved earlier, but still in the future: a new window, not an emergency
+    assert (
+        replacement_requested(_window(DAY, 2 * DAY), now=T0, previous=_window(5 * DAY, 6 * DAY))
+        is None
+    )
+    assert replacement_requested(_window(DAY, 2 * DAY), now=T0) is None
+
+
+NEW_ORDER = "https://ca.example/acme/new-order"
+
+
+def _problem(short: str, status: int, url: str = NEW_ORDER) -> AcmeProblem:
+    type_ = "urn:ietf:params:acme:error:" + short
+    return problem_class(type_)(type_, "refused", status_code=status, url=url)
+
+
+@pytest.mark.parametrize(
+    ("short", "status"),
+    [
+        ("alreadyReplaced", 409),  # RFC 9773 §5
+        ("unauthorized", 403),  # Pebble 2.10: another account ordered that certificate
+        ("malformed", 400),  # Pebble 2.10: a certID of an issuer it does not know
+        ("serverInternal", 500),  # Pebble 2.10: a certID whose serial has no order
+        ("conflict", 409),  # a type of the CA's own
+    ],
+)
+def test_a_new_order_refusal_is_a_refusal_of_replaces(short: str, status: int) -> None:
+    assert replaces_refused(_problem(short, status), new_order_url=NEW_ORDER)
+
+
+@pytest.mark.parametrize(
+    ("short", "status"),
+    [
+        ("rateLimited", 429),  # a limit, not the request: ordering again makes it worse
+        ("serverInternal", 503),  # the CA is busy
+        ("badNonce", 400),  # the transport replays those
+    ],
+)
+def test_limits_and_busy_answers_are_not_refusals_of_replaces(short: str, status: int) -> None:
+    assert not replaces_refused(_problem(short, status), new_order_url=NEW_ORDER)
+
+
+def test_only_the_new_order_request_refuses_replaces() -> None:
+    later = _problem("unauthorized", 403, url="https://ca.example/acme/finalize/1")
+    assert not replaces_refused(later, new_order_url=NEW_ORDER)
+    assert not replaces_refused(
+        BadServerResponse("garbage", url=NEW_ORDER), new_order_url=NEW_ORDER
+    )
+    assert not replaces_refused(ValueError("x"), new_order_url=NEW_ORDER)
