@@ -18,7 +18,7 @@ import pytest
 from test_cli_support import ca_args, cli_env, http01_args, one_json, run_cli
 
 from acmecerts.testing import PebbleServer
-from tests.faults.proxy import FaultProxy, Match, Respond
+from tests.faults.proxy import AriAnswer, FaultProxy, Match, Respond
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -100,3 +100,30 @@ def test_without_ari_issue_and_status_say_half_for_shortlived_two_thirds_for_cla
     start, end = (instant(t) for t in row["renewal_window"])
     assert start <= instant(row["next_renewal"]) <= end
     assert part_of_life(row, 1 / 2) < start  # later than the fallback would have said
+
+
+def test_status_shows_the_cas_explanation_of_a_window_moved_into_the_past(
+    pebble: PebbleServer, proxy: FaultProxy, tmp_path: Path
+) -> None:
+    state = tmp_path / "state"
+    ca = ca_args(pebble, state, directory=proxy.directory_url)
+    name = "revoked-soon.cli-lifetimes.example.test"
+    args = ["--out", str(tmp_path / "out"), *http01_args(pebble), "--json", name]
+    result = run_cli("issue", *ca, *args, env=cli_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    # a mass revocation: the CA moves the window into the past and says why
+    now = _dt.datetime.now(_dt.UTC)
+    why = "https://ca.example/incident-2026-12"
+    proxy.add_rule(
+        Match(RENEWAL_INFO, "GET"),
+        AriAnswer(now - _dt.timedelta(days=2), now - _dt.timedelta(days=1), explanation_url=why),
+        times=None,
+    )
+    result = run_cli("status", "--ari", "--json", *ca, env=cli_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    (row,) = one_json(result)["certificates"]
+    assert (row["status"], row["renewal_source"]) == ("due", "ari")
+    assert row["renewal_explanation"] == why
+    text = run_cli("status", "--ari", *ca, env=cli_env(tmp_path, COLUMNS="400"))
+    assert text.returncode == 0, text.stderr
+    assert f"the CA explains: {why}" in text.stdout
