@@ -2,7 +2,8 @@
 
 :func:`issue_with_retries` is the loop a long-running program wants for one
 certificate: try, and after a failure wait as the schedule says (1 min, 10 min, 100 min,
-then daily by default) or as long as the CA's ``Retry-After`` says, whichever is later,
+then daily by default; for a renewal never more than a quarter of the time its
+certificate has left) or as long as the CA's ``Retry-After`` says, whichever is later,
 then try again. Each attempt runs under the client's per-attempt deadline. The schedule
 state is handed to ``on_state`` after every change so it can be persisted and the
 schedule survives a restart.
@@ -10,6 +11,7 @@ schedule survives a restart.
 
 from __future__ import annotations
 
+import datetime
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -37,6 +39,7 @@ async def issue_with_retries(
     schedule: AttemptSchedule | None = None,
     state: AttemptState | None = None,
     on_state: StateHook | None = None,
+    expires_at: datetime.datetime | None = None,
     **issue_options: Any,
 ) -> IssuedCertificate:
     """Issue a certificate, retrying failed attempts on ``schedule``.
@@ -50,6 +53,9 @@ async def issue_with_retries(
             not started before ``state.next_attempt_at``.
         on_state: Awaited with each new state (after a failure, and the fresh state
             after success).
+        expires_at: For a renewal, when the certificate it replaces expires: no wait
+            is longer than the schedule's ``expiry_fraction`` (a quarter) of the time
+            left then (:meth:`AttemptSchedule.capped`; the CA's ``Retry-After`` wins).
         issue_options: Passed to :meth:`AcmeClient.issue` (``solver``, ``key_type``...).
 
     Raises:
@@ -82,7 +88,7 @@ async def issue_with_retries(
         except InvalidInput:
             raise
         except AcmeCertsError as exc:
-            current = schedule.after_failure(current, exc, now=clock.now())
+            current = schedule.after_failure(current, exc, now=clock.now(), expires_at=expires_at)
             log.warning(
                 "attempt %d for %s failed (%s): %s",
                 current.attempts,

@@ -9,6 +9,7 @@ with ``raise Ours(...) from exc``.
     AcmeCertsError
     ├── InvalidInput                     bad input from the caller (ValueError too)
     │   ├── InvalidIdentifier            a malformed domain name or IP address
+    │   ├── ProfileRefused               a profile the CA does not offer, or whose rules it breaks
     │   └── UnsupportedChallenge         e.g. a wildcard with http-01
     ├── TransportError                   the CA could not be reached or did not answer in time
     │   ├── ConnectError
@@ -27,6 +28,7 @@ with ``raise Ours(...) from exc``.
     │   └── ...                          one class per problem type that callers act on
     ├── IssuanceError                    an issuance attempt did not produce a certificate
     │   ├── AuthorizationFailed          a challenge was answered but validation failed
+    │   ├── NoSolverForChallenges        the CA offered only challenge types no solver answers
     │   ├── OrderFailed                  the order became invalid
     │   ├── AttemptTimeout               the per-attempt deadline expired
     │   └── CertificateMismatch          the CA's certificate does not match the request
@@ -71,9 +73,11 @@ __all__ = [
     "InvalidProfile",
     "IssuanceError",
     "Malformed",
+    "NoSolverForChallenges",
     "OrderFailed",
     "OrderNotReady",
     "ProblemType",
+    "ProfileRefused",
     "ProxyError",
     "RateLimitDeferred",
     "RateLimited",
@@ -168,6 +172,16 @@ class InvalidIdentifier(InvalidInput):
         super().__init__(f"invalid identifier {identifier!r}: {reason}")
         self.identifier = identifier
         self.reason = reason
+
+
+class ProfileRefused(InvalidInput):
+    """Refused before ordering: a required profile the CA does not offer, or an order that
+    breaks its profile's rules at that CA (too many names, an IP identifier where none is
+    allowed). Nothing was sent; ``profile`` is the profile's name."""
+
+    def __init__(self, message: str, *, profile: str | None) -> None:
+        super().__init__(message)
+        self.profile = profile
 
 
 class UnsupportedChallenge(InvalidInput):
@@ -427,6 +441,48 @@ class AuthorizationFailed(IssuanceError):
         )
         self.identifier = identifier
         self.authorization_url = authorization_url
+
+
+class NoSolverForChallenges(IssuanceError):
+    """The CA offered only challenge types no configured solver answers, for an identifier.
+
+    The order exists at the CA (``reached_ca``); it is not bad input: the CA chose the
+    types, and another solver (or the CA, later) may answer, so it is retried on the
+    attempt schedule, never parked. ``offered`` names the types the CA offered (maybe
+    none), ``solver_types`` those of the configured solvers; ``hint`` (appended to the
+    message) says what would answer.
+    """
+
+    def __init__(
+        self,
+        *,
+        identifier: str,
+        offered: Sequence[str],
+        solver_types: Sequence[str],
+        authorization_url: str,
+        order_url: str | None = None,
+        hint: str = "",
+    ) -> None:
+        #: The identifier (``"example.com"``, ``"*.example.com"``) no solver could answer.
+        self.identifier = identifier
+        #: The challenge types the CA offered for it, in its order.
+        self.offered = tuple(offered)
+        #: The challenge types of the configured solvers.
+        self.solver_types = tuple(solver_types)
+        self.authorization_url = authorization_url
+        text = f"{self.offer}; no configured solver answers "
+        text += "it" if len(self.offered) == 1 else "any of them"
+        text += f" (the solvers answer {', '.join(self.solver_types) or 'nothing'})"
+        super().__init__(text + (f"; {hint}" if hint else ""), order_url=order_url)
+
+    @property
+    def offer(self) -> str:
+        """``"the CA offered dns-01 only for example.com"`` (or several types, or none)."""
+        if not self.offered:
+            return f"the CA offered no challenge for {self.identifier}"
+        if len(self.offered) == 1:
+            return f"the CA offered {self.offered[0]} only for {self.identifier}"
+        return f"the CA offered {', '.join(self.offered)} for {self.identifier}"
 
 
 class OrderFailed(IssuanceError):

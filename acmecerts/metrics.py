@@ -17,12 +17,17 @@ when one is loaded from the store at start, removed when it is cancelled),
 ``issuance_attempts_total{kind}`` (``issuance``/``renewal``),
 ``issuance_outcomes_total{outcome,reason}`` (``obtained``, ``failed``, ``deferred``,
 ``rate_limited``, ``cancelled``; ``reason`` is the error class, bounded),
-``acme_requests_total{endpoint,method,status}`` (``endpoint``: the directory's own keys,
-``newOrder``, ``renewalInfo``..., or the path without identifiers), and, when the
-manager's client has a rate-limit ledger, ``ledger_budget_remaining{limit}``: the tokens
-left now in the scarcest bucket of each limit (its capacity when none is spent), read
-from the ledger at every scrape. Names and reasons are label values; no key material or
-URL with an identifier ever becomes a label.
+``ari_replacements_requested_total{reason}`` (the CA moved a certificate's ARI window
+into the past, e.g. in a mass revocation: ``window-passed``/``window-moved``),
+``ari_replaces_refused_total{problem}`` (a renewal's ``replaces`` refused by the CA, by
+problem type: ``alreadyReplaced``, ``unauthorized``...; the renewal was ordered again
+without it), ``acme_requests_total{endpoint,method,status}`` (``endpoint``: the
+directory's own keys, ``newOrder``, ``renewalInfo``..., or the path without
+identifiers), and, when the manager's client has a rate-limit ledger,
+``ledger_budget_remaining{limit}``: the tokens left now in the scarcest bucket of each
+limit (its capacity when none is spent), read from the ledger at every scrape. Names and
+reasons are label values; no key material or URL with an identifier ever becomes a
+label.
 
 The budget at scrape time comes from the ledger's last-known state
 (:meth:`~acmecerts.ratelimit.RateLimitLedger.cached_budget`; a scrape never waits for a
@@ -44,7 +49,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from acmecerts import manager as mgr
 from acmecerts.client import ClientEvent, ResponseReceived
-from acmecerts.errors import AcmeCertsError, InvalidInput
+from acmecerts.errors import AcmeCertsError, AcmeProblem, InvalidInput, ProblemType
 from acmecerts.ratelimit import RateLimitLedger
 
 if TYPE_CHECKING:
@@ -200,6 +205,18 @@ class PrometheusMetrics:
         self.outcomes = metric(
             prom.Counter, "issuance_outcomes", "Issuance attempt outcomes", ["outcome", "reason"]
         )
+        self.ari_replacements = metric(
+            prom.Counter,
+            "ari_replacements_requested",
+            "Certificates the CA asked (ARI) to replace at once, by reason",
+            ["reason"],
+        )
+        self.replaces_refused = metric(
+            prom.Counter,
+            "ari_replaces_refused",
+            "Renewals whose replaces the CA refused (ordered again without it), by problem",
+            ["problem"],
+        )
         self.requests = metric(
             prom.Counter,
             "acme_requests",
@@ -308,6 +325,12 @@ class PrometheusMetrics:
             self.outcomes.labels("rate_limited", "RateLimited").inc()
         elif isinstance(event, mgr.CertificateDeferred):
             self.outcomes.labels("deferred", "ledger").inc()
+        elif isinstance(event, mgr.CertificateReplacementRequested):
+            self.ari_replacements.labels(event.reason).inc()
+        elif isinstance(event, mgr.CertificateReplacesRefused):
+            error = event.error
+            problem = error.type.rpartition(":")[2] if isinstance(error, AcmeProblem) else ""
+            self.replaces_refused.labels(_bounded_problem(problem)).inc()
         elif isinstance(event, mgr.CertificateCancelled):
             self.outcomes.labels("cancelled", "").inc()
             _remove(self.expiry, event.name)
@@ -347,6 +370,14 @@ class PrometheusMetrics:
 
         data: bytes = prom.generate_latest(self.registry)
         return data
+
+
+#: The problem types a label may name (RFC 8555 §6.7 and later): a CA's own type is "other".
+_KNOWN_PROBLEMS = frozenset(t.value.rpartition(":")[2] for t in ProblemType)
+
+
+def _bounded_problem(problem: str) -> str:
+    return problem if problem in _KNOWN_PROBLEMS else "other"
 
 
 def _remove(gauge: Any, name: str) -> None:

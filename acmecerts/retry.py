@@ -24,8 +24,9 @@ request to the CA, retried within seconds.
 **Attempt level** (:class:`AttemptSchedule` and :class:`AttemptState`): whole issuance
 attempts for one certificate, spaced minutes to a day apart. The default follows Let's
 Encrypt's recommendation: 1 min, 10 min, 100 min, then every 24 h, each with ±10 %
-jitter. A later ``retry_after`` from the CA wins over the schedule, and a transient
-error that never reached the CA does not escalate it. :class:`AttemptState` is plain
+jitter; a renewal never waits more than a quarter of the time its certificate has left
+(not below 10 min). A later ``retry_after`` from the CA wins over the schedule, and a
+transient error that never reached the CA does not escalate it. :class:`AttemptState` is plain
 data with a JSON form, so it survives restarts.
 
 Request backoff is a :class:`~acmecerts._time.Backoff` slept by
@@ -322,6 +323,10 @@ class AttemptState:
     #: :attr:`CertificateSpec.fingerprint <acmecerts.manager.CertificateSpec.fingerprint>`).
     #: No attempt is made while the input is the same; another input starts afresh.
     parked: str | None = None
+    #: A fingerprint of the solvers the last failure happened with (e.g.
+    #: ``CertificateManager`` records its solvers' types): other solvers are another
+    #: attempt, whose wait (or parking) this failure does not impose.
+    solvers: str | None = None
 
     def __post_init__(self) -> None:
         if type(self.attempts) is not int or self.attempts < 0:
@@ -336,6 +341,8 @@ class AttemptState:
             raise InvalidInput(f"last_error must be a str, got {self.last_error!r}")
         if self.parked is not None and not isinstance(self.parked, str):
             raise InvalidInput(f"parked must be a str, got {self.parked!r}")
+        if self.solvers is not None and not isinstance(self.solvers, str):
+            raise InvalidInput(f"solvers must be a str, got {self.solvers!r}")
         if self.last_error_kind is not None and (
             not isinstance(self.last_error_kind, str) or self.last_error_kind not in _KINDS
         ):
@@ -353,6 +360,7 @@ class AttemptState:
             "last_error": self.last_error,
             "last_error_kind": self.last_error_kind,
             **({"parked": self.parked} if self.parked is not None else {}),
+            **({"solvers": self.solvers} if self.solvers is not None else {}),
         }
 
     @classmethod
@@ -387,6 +395,7 @@ class AttemptState:
                 last_error=data.get("last_error"),
                 last_error_kind=data.get("last_error_kind"),
                 parked=data.get("parked"),
+                solvers=data.get("solvers"),
             )
         except (InvalidInput, OverflowError) as exc:
             raise StorageError(f"corrupt attempt state: {exc}") from exc
@@ -413,8 +422,10 @@ class AttemptSchedule:
 
     Rules of :meth:`after_failure`: a *transient* error that never reached the CA does
     not escalate (the count stays, the next attempt comes after the first step); any
-    other failure adds one to the count and waits that step; a later ``retry_after``
-    from the CA wins. :meth:`after_success` starts over.
+    other failure adds one to the count and waits that step; a renewal never waits more
+    than ``expiry_fraction`` of the time its certificate has left (not below
+    ``expiry_floor``); a later ``retry_after`` from the CA wins over all of it.
+    :meth:`after_success` starts over.
     """
 
     #: A tenacity wait strategy; it is called with ``attempt_number`` = the failure
@@ -424,12 +435,25 @@ class AttemptSchedule:
     jitter: float = 0.1
     #: Attempts in all before the schedule gives up (``None``: never gives up).
     max_attempts: int | None = None
+    #: A renewal (``after_failure(expires_at=...)``) never waits more than this part of
+    #: the time its certificate has left: a 6-day certificate with 30 h left tries again
+    #: within 7.5 h, not 24 h. ``None``: no such cap.
+    expiry_fraction: float | None = 0.25
+    #: The shortest wait that cap makes (seconds or ``timedelta``; kept as seconds), so
+    #: that the last hours before expiry do not spin; a shorter step stays as it is.
+    expiry_floor: float | _dt.timedelta = 600.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.jitter < 1:
             raise InvalidInput(f"jitter must be in [0, 1), got {self.jitter!r}")
         if self.max_attempts is not None and self.max_attempts < 1:
             raise InvalidInput(f"max_attempts must be >= 1 or None, got {self.max_attempts!r}")
+        if self.expiry_fraction is not None and not 0 < self.expiry_fraction < 1:
+            raise InvalidInput(f"expiry_fraction must be in (0, 1), got {self.expiry_fraction!r}")
+        floor = duration_seconds(self.expiry_floor, "expiry_floor")
+        if not 0 < floor < math.inf:
+            raise InvalidInput(f"expiry_floor must be > 0 (no tight loops): {self.expiry_floor!r}")
+        object.__setattr__(self, "expiry_floor", floor)
 
     @classmethod
     def from_delays(
@@ -493,6 +517,30 @@ class AttemptSchedule:
         """Whether the schedule allows no further attempt (only with ``max_attempts``)."""
         return self.max_attempts is not None and state.attempts >= self.max_attempts
 
+    def capped(
+        self,
+        seconds: float,
+        *,
+        expires_at: _dt.datetime | None,
+        now: _dt.datetime,
+        rng: random.Random | None = None,
+    ) -> float:
+        """``seconds``, cut to :attr:`expiry_fraction` of the time until ``expires_at``.
+
+        The cut is jittered down by up to ``jitter`` and never below :attr:`expiry_floor`;
+        a shorter wait stays. No certificate, an expired one, or ``expiry_fraction``
+        ``None``: the schedule as it is (an expired one is retried at its own pace).
+        """
+        if expires_at is None or self.expiry_fraction is None:
+            return seconds
+        left = (aware_utc(expires_at, "expires_at") - aware_utc(now, "now")).total_seconds()
+        cap = left * self.expiry_fraction
+        if left <= 0 or seconds <= cap:
+            return seconds
+        if self.jitter:
+            cap *= (rng or _RNG).uniform(1 - self.jitter, 1)
+        return min(seconds, max(as_seconds(self.expiry_floor), cap))
+
     def after_failure(
         self,
         state: AttemptState,
@@ -500,6 +548,7 @@ class AttemptSchedule:
         *,
         now: _dt.datetime,
         rng: random.Random | None = None,
+        expires_at: _dt.datetime | None = None,
     ) -> AttemptState:
         """The state after an attempt failed with ``error`` at ``now``.
 
@@ -507,7 +556,9 @@ class AttemptSchedule:
           never saw it, nothing was spent): ``attempts`` stays, the next attempt comes
           after the first step's delay.
         * otherwise ``attempts + 1``, and the next attempt comes after that step.
-        * a ``retry_after`` later than that wins.
+        * ``expires_at`` (a renewal: when the certificate it replaces expires): that
+          delay is cut to :attr:`expiry_fraction` of the time left (:meth:`capped`).
+        * a ``retry_after`` later than that wins, also over the cut: the CA said when.
         * once :meth:`exhausted`, ``next_attempt_at`` is ``None`` and :meth:`ready`
           stays false.
         """
@@ -526,7 +577,8 @@ class AttemptSchedule:
         )
         if self.exhausted(new):
             return new
-        next_attempt_at = _add(now, self.delay(step, rng=rng))
+        delay = self.capped(self.delay(step, rng=rng), expires_at=expires_at, now=now, rng=rng)
+        next_attempt_at = _add(now, delay)
         retry_after = _retry_after(error)
         if retry_after is not None and retry_after > next_attempt_at:
             next_attempt_at = retry_after

@@ -184,8 +184,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--renewal-fraction",
         type=float,
-        default=1 / 3,
-        help="without ARI, renew when this fraction of the lifetime remains",
+        default=None,
+        help="without ARI, renew when this fraction of the lifetime remains "
+        "[default: a third, half for certificates of under 10 days]",
     )
     parser.add_argument("--directory", default=os.environ.get("ACMECERTS_DIRECTORY", STAGING))
     parser.add_argument("--ca-bundle", default=os.environ.get("ACMECERTS_CA_BUNDLE"))

@@ -35,6 +35,10 @@ if ! python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
     exit 1
 fi
 
+# Pebble 2.10 (Let's Encrypt's profiles, ARI), unpacked from Debian's package into the cache;
+# without it the demo runs Debian's Pebble 2.4.
+bash scripts/pebble-2.10.sh >/dev/null || echo "demo.sh: Pebble 2.10 unavailable; using Debian's Pebble 2.4" >&2
+
 if [[ ! -x .venv/bin/python ]]; then
     echo "Creating .venv"
     python3 -m venv .venv

@@ -37,7 +37,7 @@ def test_every_command_has_the_common_options_alike() -> None:
     names = set(COMMON.fields())
     seen: dict[str, set[tuple[Any, ...]]] = {name: set() for name in names}
     commands = _commands()
-    assert len(commands) == 9
+    assert len(commands) == 10
     for command in commands.values():
         params = {p.name: p for p in command.params if p.name in names}
         assert set(params) == names, command.name

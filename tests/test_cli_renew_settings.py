@@ -307,7 +307,7 @@ def test_renewal_options_stored_given_and_records_without_settings(tmp_path: Pat
 
     web = stored_record(StoredChallenge("http-01"), webroot="/srv/www")
     options, _ = renewal_options(command, (), web)
-    assert (options.webroot, options.http_01_listen) == (Path("/srv/www"), "0.0.0.0:80")
+    assert (options.webroot, options.http_01_listen) == (Path("/srv/www"), "[::]:80")
     options, _ = renewal_options(command, {"http_01_listen"}, web)
     assert (options.webroot, options.http_01_listen) == (None, "127.0.0.1:8080")
     moved = ChallengeOptions(challenge="tls-alpn-01")

@@ -8,11 +8,12 @@ The convention, also described for writers in ``docs/contributing.md``:
   started in one block is still running in the next. Blocks that talk to a CA talk to the
   session's Pebble, because the source is rewritten before it runs (:data:`REWRITES`):
   Let's Encrypt's directory URLs become Pebble's, ``port=80`` (and ``Http01Server()``)
-  the port where Pebble validates http-01, and absolute state paths (``/var/lib/...``,
-  ``/etc/ssl/...``) paths under a temporary directory, which is also the working
-  directory. ``SSL_CERT_FILE`` names a bundle with Pebble's HTTPS CA, so the client
-  trusts Pebble without a ``ca_bundle=`` the reader would not write. The names
-  ``DIRECTORY``, ``CA_BUNDLE``, ``HTTP_PORT`` and ``TLS_PORT`` are injected too.
+  the port where Pebble validates http-01 (on ``127.0.0.1``, not every address), and
+  absolute state paths (``/var/lib/...``, ``/etc/ssl/...``) paths under a temporary
+  directory, which is also the working directory. ``SSL_CERT_FILE`` names a bundle with
+  Pebble's HTTPS CA, so the client trusts Pebble without a ``ca_bundle=`` the reader
+  would not write. The names ``DIRECTORY``, ``CA_BUNDLE``, ``HTTP_PORT`` and
+  ``TLS_PORT`` are injected too.
 * ``<!-- invisible-code-block: python ... -->`` holds a python block that runs at its
   place but is not shown (set-up a fragment needs: a ``clock``, an ``error``...).
 * **sh**/**console** blocks: every command runs. ``acmecerts ...`` runs the CLI as a
@@ -177,6 +178,10 @@ def rewrite(source: str, target: Target) -> str:
     source = re.sub(r"\bport=443\b", f"port={target.tls_port}", source)
     source = source.replace("Http01Server()", f"Http01Server(port={target.http_port})")
     source = source.replace("TlsAlpn01Server()", f"TlsAlpn01Server(port={target.tls_port})")
+    # The servers' default address is every IPv4 and IPv6 address: tests stay on loopback.
+    source = re.sub(
+        r"\b(Http01Server|TlsAlpn01Server)\((?!\s*host=)", r'\1(host="127.0.0.1", ', source
+    )
     for prefix in STATE_PATHS:
         source = source.replace(prefix, f"{target.tmp}{prefix}")
     return source
@@ -508,5 +513,6 @@ def test_cli_exit_codes_are_the_documented_ones() -> None:
 
     page = (DOCS / "cli.md").read_text()
     table = page.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
-    documented = {int(m) for m in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)}
-    assert documented == set(ExitCode)
+    rows = [int(m) for m in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)]
+    assert set(rows) == set(ExitCode)
+    assert len(rows) == len(set(rows)), f"one row per exit code, not {rows}"

@@ -35,6 +35,10 @@ EXAMPLES = ROOT / "examples"
 @pytest.fixture
 def env(pebble: PebbleServer) -> dict[str, str]:
     """The environment that points an example at the session's Pebble."""
+    return _env_for(pebble)
+
+
+def _env_for(pebble: PebbleServer) -> dict[str, str]:
     return {
         **os.environ,
         "ACMECERTS_DIRECTORY": pebble.directory_url,
@@ -210,10 +214,10 @@ class Service:
 def start_service(env: dict[str, str], tmp_path: Path) -> Iterator[object]:
     started: list[subprocess.Popen[str]] = []
 
-    def start(*args: str) -> Service:
+    def start(*args: str, ca: PebbleServer | None = None) -> Service:
         process = subprocess.Popen(
             [sys.executable, str(EXAMPLES / "web_service.py"), *args],
-            env=env,
+            env=env if ca is None else _env_for(ca),
             cwd=tmp_path,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -253,14 +257,15 @@ def fetch(port: int, name: str, trust: ssl.SSLContext) -> tuple[str, int]:
 
 @pytest.mark.timeout(180)
 def test_web_service_serves_its_own_certificate_and_swaps_in_renewals(
-    pebble: PebbleServer, start_service: object, tmp_path: Path
+    pebble_2_4: PebbleServer, start_service: object, tmp_path: Path
 ) -> None:
+    pebble = pebble_2_4  # no ARI there, so the lifetime fraction decides the renewal
     trust = ssl.create_default_context(cadata=pebble.root_pem() + pebble.intermediate_pem())
     name, port = "web.example.test", _free_port()
     args = ["--name", name, "--listen", f"127.0.0.1:{port}", "--state-dir", "state"]
-    # Pebble's certificates last five years: renew when all but ~2 s of that remains,
-    # so the manager's renewal (no ARI at Pebble: the lifetime fraction) comes at once.
-    service = start_service(*args, "--renewal-fraction", "0.99999999")  # type: ignore[operator]
+    # Pebble 2.4's certificates last five years: renew when all but ~2 s of that remains,
+    # so the manager's renewal (the lifetime fraction, without ARI) comes at once.
+    service = start_service(*args, "--renewal-fraction", "0.99999999", ca=pebble)  # type: ignore[operator]
     first = service.wait_for("(new certificate)")
     service.wait_for(f"serving https://{name}:{port}/")
     body, serial = fetch(port, name, trust)
@@ -284,7 +289,7 @@ def test_web_service_serves_its_own_certificate_and_swaps_in_renewals(
     service.wait_for("stopped", timeout=5)
 
     # restarted, it serves the certificate it stored instead of ordering a new one
-    again = start_service(*args)  # type: ignore[operator]
+    again = start_service(*args, ca=pebble)  # type: ignore[operator]
     stored = again.wait_for("(stored)")
     again.wait_for("serving https://")
     _, restarted_serial = fetch(port, name, trust)

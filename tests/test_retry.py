@@ -523,6 +523,8 @@ states = st.builds(
     next_attempt_at=st.none() | st.datetimes(timezones=st.just(UTC)),
     last_error=st.none() | st.text(),
     last_error_kind=st.none() | st.sampled_from([kind.value for kind in ErrorKind]),
+    parked=st.none() | st.text(),
+    solvers=st.none() | st.text(),
 )
 
 
@@ -569,6 +571,8 @@ def test_attempt_state_from_json_normalises_to_utc_and_ignores_unknown_keys() ->
         {"attempts": 1, "last_error": 5},
         {"attempts": 1, "last_error_kind": "weird"},
         {"attempts": 1, "last_error_kind": 3},
+        {"attempts": 1, "parked": 5},
+        {"attempts": 1, "solvers": ["http-01"]},
     ],
 )
 def test_corrupt_attempt_state_raises_storage_error(data: Any) -> None:

@@ -417,3 +417,9 @@ def test_percentages_are_validated(tmp_path: Path) -> None:
         PebbleServer(tmp_path, nonce_reject_percent=101)
     with pytest.raises(ValueError, match="authz_reuse_percent"):
         PebbleServer(tmp_path, authz_reuse_percent=-1)
+
+
+def test_default_ipv6_must_be_an_ipv6_address(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="default_ipv6"):
+        PebbleServer(tmp_path, default_ipv6="127.0.0.1")
+    assert PebbleServer(tmp_path).default_ipv6 == ""  # no AAAA answers, as before

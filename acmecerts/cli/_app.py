@@ -39,8 +39,9 @@ __all__ = ["app", "main"]
 
 EXIT_CODES: Final = (
     f"Exit codes: {ExitCode.OK} ok (issued, or nothing was due); {ExitCode.FAILED} failed "
-    f"(the CA's problem detail is printed); {ExitCode.INPUT} bad input or unusable state (one "
-    f"line on stderr, nothing sent to the CA); {ExitCode.DEFERRED} deferred by rate limits, or "
+    "(the CA's problem detail is printed, or an order gave no certificate); "
+    f"{ExitCode.INPUT} bad input or unusable state (one line on stderr, nothing sent to the "
+    f"CA); {ExitCode.DEFERRED} deferred by rate limits, or "
     "the CA asked to wait longer than --max-wait (the instant is printed and kept in the state "
     f"directory); {ExitCode.INTERRUPTED} interrupted (Ctrl-C, SIGINT) and "
     f"{ExitCode.TERMINATED} terminated (SIGTERM: systemctl stop, docker stop): challenge "
@@ -74,7 +75,8 @@ app = typer.Typer(
 )
 account_app = typer.Typer(
     name="account",
-    help="Show, create, roll over or deactivate the ACME account.",
+    help="Show, create, roll over or deactivate the ACME account; print its dns-persist-01 "
+    "records.",
     epilog=_EPILOG,
     no_args_is_help=True,
     rich_markup_mode="markdown",
@@ -105,6 +107,7 @@ _COMMANDS: Final[tuple[tuple[typer.Typer, str, Callable[..., None]], ...]] = (
     (account_app, "create", commands.account_create),
     (account_app, "rollover", commands.account_rollover),
     (account_app, "deactivate", commands.account_deactivate),
+    (account_app, "dns-persist-records", commands.account_dns_persist_records),
 )
 for _group, _name, _command in _COMMANDS:
     _group.command(_name, epilog=_EPILOG)(_command)

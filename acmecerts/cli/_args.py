@@ -70,10 +70,11 @@ class ChallengeOptions:
     """The challenge options as typed."""
 
     challenge: str = "http-01"
-    http_01_listen: str = "0.0.0.0:80"
+    #: ``[::]:80``: every IPv4 and IPv6 address (a dual-stack socket).
+    http_01_listen: str = "[::]:80"
     #: ``--webroot``: answer http-01 by writing into this document root instead.
     webroot: Path | None = None
-    tls_alpn_01_listen: str = "0.0.0.0:443"
+    tls_alpn_01_listen: str = "[::]:443"
     dns_rfc2136_server: str | None = None
     dns_tsig_key: str | None = None
     dns_tsig_secret: str | None = dataclasses.field(default=None, repr=False)

@@ -16,7 +16,7 @@ from typing import Any
 
 from rich.text import Text
 
-from acmecerts.errors import InvalidInput
+from acmecerts.errors import ProfileRefused
 from acmecerts.retry import AttemptState
 
 from ._args import Hooks
@@ -308,14 +308,18 @@ async def run_jobs(
         client.track(board, ((j.name, [i.value for i in j.spec.identifiers]) for j in jobs))
         if hooks is not None:
             client.track_hooks(hooks, {j.name: j.hooks for j in jobs})
-        profiles = {j.spec.profile for j in jobs if j.spec.profile is not None}
+        profiles = {
+            j.spec.profile for j in jobs if j.spec.profile is not None and j.spec.profile_required
+        }
 
         async def set_up() -> None:
             if profiles:  # refuse an unknown profile before an account or an order is made
                 offered = (await client.directory()).profiles
                 for profile in sorted(profiles - set(offered)):
                     listed = ", ".join(sorted(offered)) or "none: it predates profiles"
-                    raise InvalidInput(f"--profile {profile!r}: the CA offers {listed}")
+                    raise ProfileRefused(
+                        f"--profile {profile!r}: the CA offers {listed}", profile=profile
+                    )
             await ensure_registered(ca, client)
             await ca.state.save_ca_settings(ca.ca_bundle)  # `renew` finds this CA again
 

@@ -27,6 +27,7 @@ from ._options import (
     NewAccountKeyType,
     Out,
     PreferredChain,
+    PreferredProfile,
     Profile,
     Quiet,
     RandomDelay,
@@ -38,10 +39,12 @@ from ._options import (
     StatusDirectory,
     Yes,
 )
+from ._persist_options import PersistIssuer, PersistNames, PersistUntil, PersistWildcard
 
 __all__ = [
     "account_create",
     "account_deactivate",
+    "account_dns_persist_records",
     "account_rollover",
     "account_show",
     "delete_command",
@@ -67,6 +70,7 @@ def issue_command(
     out: Out = None,
     key_type: CertKeyType = "ec256",
     profile: Profile = None,
+    preferred_profile: PreferredProfile = None,
     preferred_chain: PreferredChain = None,
     cert_name: CertName = None,
     force: Force = False,
@@ -92,6 +96,7 @@ def issue_command(
         out=out,
         key_type=key_type,
         profile=profile,
+        preferred_profile=preferred_profile,
         preferred_chain=preferred_chain,
         force=force,
         cert_name=cert_name,
@@ -145,15 +150,16 @@ def renew_command(
     """Renew the certificates in the state directory that are due, at every CA.
 
     Each certificate is renewed at the CA it was issued from, with that CA's account.
-    Due means inside the CA's ARI renewal window, or a third of the lifetime left when the
-    CA has no ARI (and a revoked certificate); --force renews now. A certificate that was
-    asked for but not issued (deferred by rate limits, failed, interrupted) is issued. The
-    files are written where the certificate's files were written before, and the hooks
-    stored with it run (hooks given here replace them for this run). Its challenges are
-    answered as at issue (the challenge options are stored with it; the TSIG secret is
-    not: give it to every run); a challenge option given here (flag, environment or
-    config file) replaces the stored one for this run. A missing, empty or unreadable
-    state directory is an error (exit 2), never "nothing to do".
+    Due means inside the CA's ARI renewal window, or a third of the lifetime left (half of
+    it for a certificate of under 10 days) when the CA has no ARI (and a revoked
+    certificate); --force renews now. A certificate that was asked for but not issued
+    (deferred by rate limits, failed, interrupted) is issued. The files are written
+    where the certificate's files were written before, and the hooks stored with it run
+    (hooks given here replace them for this run). Its challenges are answered as at
+    issue (the challenge options are stored with it; the TSIG secret is not: give it to
+    every run); a challenge option given here (flag, environment or config file)
+    replaces the stored one for this run. A missing, empty or unreadable state
+    directory is an error (exit 2), never "nothing to do".
     """
     from ._renew import RenewArgs, run_renew
 
@@ -245,6 +251,34 @@ def account_show(*, common: CommonArgs) -> None:
     from ._account import run_account
 
     raise typer.Exit(run_account("show", common=common))
+
+
+@shared()
+def account_dns_persist_records(
+    names: PersistNames,
+    wildcard: PersistWildcard = False,
+    persist_until: PersistUntil = None,
+    issuer: PersistIssuer = None,
+    *,
+    common: CommonArgs,
+) -> None:
+    """Print the dns-persist-01 TXT records to publish once for NAME... (stored account).
+
+    Each line is a zone-file record ``_validation-persist.NAME. IN TXT "..."`` naming the
+    CA and the account; published, it lets `issue --challenge dns-persist-01` and every
+    renewal validate NAME without writing DNS again.
+    """
+    from ._persist import run_dns_persist_records
+
+    raise typer.Exit(
+        run_dns_persist_records(
+            names,
+            common=common,
+            wildcard=wildcard,
+            persist_until=persist_until,
+            issuer=issuer,
+        )
+    )
 
 
 @shared()

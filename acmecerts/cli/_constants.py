@@ -26,7 +26,8 @@ class ExitCode(enum.IntEnum):
 
     #: Issued, or nothing was due.
     OK = 0
-    #: Failed (the CA's problem detail is printed).
+    #: Failed: the CA refused (its problem detail is printed) or could not be reached, an
+    #: order gave no certificate, or a hook failed. Anything that reached the CA is 1, never 2.
     FAILED = 1
     #: Bad input or unusable state; nothing was sent to the CA.
     INPUT = 2

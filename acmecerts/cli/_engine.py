@@ -74,6 +74,7 @@ from ._args import Hooks
 from ._firstcontact import terms_refused
 from ._hooks import HookResult, HookRunner, deploy_environment
 from ._records import CertificateRecord, StoredChallenge
+from ._solvers import failure_text
 from ._state import State, write_certificate_files
 
 __all__ = [
@@ -367,6 +368,7 @@ def wanted_record(job: Job) -> CertificateRecord:
         out=str(job.out),
         key_type=job.spec.key_type.value,
         profile=job.spec.profile,
+        profile_required=job.spec.profile_required,
         preferred_chain=job.spec.preferred_chain,
         webroot=webroot,
     )
@@ -567,8 +569,9 @@ async def _finish(
             board.set(name, Stage.DEFERRED, detail=str(error), until=error.retry_after)
             return Outcome(job, "deferred", until=error.retry_after, reason=str(error), error=error)
         until = _wait_until(result)
-        board.set(name, Stage.FAILED, detail=str(error), until=until)
-        return Outcome(job, "failed", error=error, reason=str(error), until=until)
+        reason = failure_text(error)
+        board.set(name, Stage.FAILED, detail=reason, until=until)
+        return Outcome(job, "failed", error=error, reason=reason, until=until)
     assert isinstance(result, CancelledResult)
     board.set(name, Stage.CANCELLED, detail=result.reason)
     return Outcome(job, "cancelled", reason=result.reason)

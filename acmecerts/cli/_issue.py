@@ -53,6 +53,8 @@ class IssueArgs:
     out: Path | None = None
     key_type: str = "ec256"
     profile: str | None = None
+    #: ``--preferred-profile``: a profile to order if the CA offers it.
+    preferred_profile: str | None = None
     preferred_chain: str | None = None
     force: bool = False
     #: The lineage to issue into (``--cert-name``; not with ``--from-file``).
@@ -109,7 +111,10 @@ def _single_result(report: Report, outcome: Outcome, runner: HookRunner | None =
         report_hook_failures(report, runner)
     hooks_failed = runner is not None and bool(runner.failed)
     if outcome.status in ("failed", "cancelled"):
-        code = ExitCode.INPUT if isinstance(outcome.error, InvalidInput) else ExitCode.FAILED
+        error = outcome.error
+        # 2 only when nothing reached the CA: a failure after an order was created is 1
+        invalid = isinstance(error, InvalidInput) and not error.reached_ca
+        code = ExitCode.INPUT if invalid else ExitCode.FAILED
         report.error_line(code, outcome.reason)
         if report.json_mode:
             report.json(results_json([outcome], code))
@@ -176,6 +181,7 @@ async def _job(
     *,
     key_type: KeyType,
     profile: str | None,
+    profile_required: bool,
     preferred_chain: str | None,
     force: bool,
     cert_name: str | None,
@@ -208,6 +214,7 @@ async def _job(
         identifiers,
         key_type=key_type,
         profile=profile,
+        profile_required=profile_required,
         preferred_chain=preferred_chain,
     )
     out = out.absolute()
@@ -262,6 +269,8 @@ def run_issue(
                 "missing NAME...: give the names for the certificate, or --from-file"
             )
         args.batch.check()
+        if args.profile is not None and args.preferred_profile is not None:
+            raise InvalidInput("give --profile or --preferred-profile, not both")
         if args.from_file is not None and args.cert_name is not None:
             raise InvalidInput(
                 "--cert-name names one certificate: give it with NAME..., not --from-file"
@@ -293,7 +302,8 @@ def run_issue(
                 ca,
                 wanted,
                 key_type=key_type,
-                profile=args.profile,
+                profile=args.profile or args.preferred_profile,
+                profile_required=args.preferred_profile is None,
                 preferred_chain=args.preferred_chain,
                 force=args.force,
                 webroot=plan.webroot,

@@ -57,6 +57,7 @@ __all__ = [
     "PostHook",
     "PreHook",
     "PreferredChain",
+    "PreferredProfile",
     "Profile",
     "Proxy",
     "Quiet",
@@ -234,8 +235,9 @@ Challenge = Annotated[
     opt(
         "challenge",
         panel=Panel.CHALLENGE,
-        metavar="http-01|dns-01|tls-alpn-01",
-        help="How the CA validates control of the names.",
+        metavar="http-01|dns-01|tls-alpn-01|dns-account-01|dns-persist-01",
+        help="How the CA validates control of the names (dns-persist-01: a persistent "
+        "record, published once; see `account dns-persist-records`).",
     ),
 ]
 Http01Listen = Annotated[
@@ -244,7 +246,8 @@ Http01Listen = Annotated[
         "http-01-listen",
         panel=Panel.CHALLENGE,
         metavar="HOST:PORT",
-        help="Where to answer http-01 challenges (the CA connects to port 80).",
+        help="Where to answer http-01 challenges (the CA connects to port 80): [::]:80 is "
+        "every IPv4 and IPv6 address, 0.0.0.0:80 IPv4 only.",
     ),
 ]
 Webroot = Annotated[
@@ -265,7 +268,8 @@ TlsAlpn01Listen = Annotated[
         "tls-alpn-01-listen",
         panel=Panel.CHALLENGE,
         metavar="HOST:PORT",
-        help="Where to answer tls-alpn-01 challenges (the CA connects to port 443).",
+        help="Where to answer tls-alpn-01 challenges (the CA connects to port 443): [::]:443 "
+        "is every IPv4 and IPv6 address, 0.0.0.0:443 IPv4 only.",
     ),
 ]
 DnsServer = Annotated[
@@ -444,7 +448,20 @@ Profile = Annotated[
         "profile",
         panel=Panel.ISSUING,
         metavar="NAME",
-        help="A certificate profile the CA offers.",
+        help="The certificate profile to order (e.g. tlsserver, shortlived at Let's "
+        "Encrypt); one the CA does not offer is refused before anything is ordered. "
+        "Renewals keep it.",
+        show_default=False,
+    ),
+]
+PreferredProfile = Annotated[
+    str | None,
+    opt(
+        "preferred-profile",
+        panel=Panel.ISSUING,
+        metavar="NAME",
+        help="Like --profile, but when the CA does not offer NAME, order its default "
+        "profile (with a warning) instead of refusing.",
         show_default=False,
     ),
 ]
@@ -550,7 +567,7 @@ Ari = Annotated[
     opt(
         "ari",
         help="Ask the CA for each certificate's renewal window (ARI) instead of assuming "
-        "a third of the lifetime.",
+        "a third of the lifetime (half under 10 days).",
     ),
 ]
 

@@ -151,6 +151,8 @@ class CertificateRecord:
     key_type: str | None = None
     profile: str | None = None
     preferred_chain: str | None = None
+    #: ``False``: ``profile`` came from ``--preferred-profile`` (renewals prefer it too).
+    profile_required: bool = True
     #: The serial of a stored certificate that was revoked (renewed at the next run).
     revoked_serial: str | None = None
     #: The document root http-01 responses are written into (``--webroot``).
@@ -179,12 +181,22 @@ class CertificateRecord:
         values = _known_fields(cls, data)
         identifiers = values.pop("identifiers", [])
         challenge_json = values.pop("challenge", None)
+        profile_required = values.pop("profile_required", True)
         challenge = (
             None if challenge_json is None else StoredChallenge.from_json(challenge_json, where)
         )
-        if not _texts(values, required="name") or not _string_list(identifiers):
+        if (
+            not _texts(values, required="name")
+            or not _string_list(identifiers)
+            or not isinstance(profile_required, bool)
+        ):
             raise StorageError(f"{where} is not a valid CLI record; fix or remove it", path=where)
-        return cls(identifiers=tuple(identifiers), challenge=challenge, **values)
+        return cls(
+            identifiers=tuple(identifiers),
+            challenge=challenge,
+            profile_required=profile_required,
+            **values,
+        )
 
 
 #: ``<state>/<ca>/cli-settings.json``: how ``renew`` reaches the CA again without flags.

@@ -203,15 +203,16 @@ def _solver_plan(group: _Group) -> ChallengePlan:
     if not group.stored:
         return plan_challenge(options, identifiers)
     if (
-        options.challenge.lower() == "dns-01"
+        options.challenge.lower() in ("dns-01", "dns-account-01")
         and options.dns_hook is None
         and options.dns_rfc2136_server is not None
         and not options.dns_tsig_secret
     ):
         raise InvalidInput(
-            f"dns-01 through {options.dns_rfc2136_server} (TSIG key {options.dns_tsig_key}) "
-            "needs the TSIG secret, which is not stored: give --dns-tsig-secret, "
-            "ACMECERTS_DNS_TSIG_SECRET or dns-tsig-secret in the config file"
+            f"{options.challenge.lower()} through {options.dns_rfc2136_server} "
+            f"(TSIG key {options.dns_tsig_key}) needs the TSIG secret, which is not stored: "
+            "give --dns-tsig-secret, ACMECERTS_DNS_TSIG_SECRET or dns-tsig-secret in the "
+            "config file"
         )
     try:
         return plan_challenge(options, identifiers)
@@ -285,6 +286,7 @@ def _jobs(
             ids,
             key_type=KeyType.parse(kind or KeyType.EC256),
             profile=record.profile if record else None,
+            profile_required=record.profile_required if record else True,
             preferred_chain=record.preferred_chain if record else None,
         )
         out = Path(record.out) if record and record.out else state.default_out(name)

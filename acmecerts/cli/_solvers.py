@@ -1,17 +1,24 @@
 """Challenge options: validated up front, then turned into the library's solvers.
 
 * ``--challenge http-01`` (default): :class:`~acmecerts.Http01Server` on
-  ``--http-01-listen`` (default ``0.0.0.0:80``).
+  ``--http-01-listen`` (default ``[::]:80``: every IPv4 and IPv6 address, one dual-stack
+  socket; ``0.0.0.0:80`` is IPv4 only).
 * ``--webroot DIR`` (http-01): :class:`~acmecerts.Http01Webroot` writes the responses into
   ``DIR/.well-known/acme-challenge/`` of a web server already running on port 80; nothing
   listens.
 * ``--challenge tls-alpn-01``: :class:`~acmecerts.TlsAlpn01Server` on
-  ``--tls-alpn-01-listen`` (default ``0.0.0.0:443``).
+  ``--tls-alpn-01-listen`` (default ``[::]:443``, IPv4 and IPv6 likewise).
 * ``--challenge dns-01``: :class:`~acmecerts.Rfc2136Solver` (``--dns-rfc2136-server``,
   ``--dns-tsig-key``, ``--dns-tsig-secret``, ``--dns-tsig-algorithm``) or
   :meth:`DnsHookSolver.from_command <acmecerts.DnsHookSolver.from_command>` (``--dns-hook``,
   run as ``COMMAND present|cleanup NAME VALUE``), each followed by a propagation check
   (``--dns-propagation-nameserver``, ``--dns-propagation-timeout``; 0 skips it).
+* ``--challenge dns-account-01``: the same solvers, writing at
+  ``_<account label>._acme-challenge.<name>`` (one name per account).
+* ``--challenge dns-persist-01``: :class:`~acmecerts.DnsPersistSolver` checks that the
+  persistent ``_validation-persist`` record is published (the zone's authoritative servers,
+  or ``--dns-propagation-nameserver``) and writes nothing; with ``--dns-rfc2136-server``
+  and the TSIG options it publishes a missing record once.
 
 ``issue`` stores the settings it answered with in each certificate's record
 (:func:`stored_challenge`; never the TSIG secret); ``renew`` answers each certificate with
@@ -32,7 +39,7 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from acmecerts.errors import InvalidInput
+from acmecerts.errors import AcmeCertsError, InvalidInput, NoSolverForChallenges
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.solvers import Solver
 
@@ -47,6 +54,7 @@ __all__ = [
     "CHALLENGES",
     "OVERRIDABLE",
     "ChallengePlan",
+    "failure_text",
     "parse_hostport",
     "parse_listen",
     "plan_challenge",
@@ -55,7 +63,17 @@ __all__ = [
     "stored_challenge",
 ]
 
-CHALLENGES: Final = ("http-01", "dns-01", "tls-alpn-01")
+CHALLENGES: Final = ("http-01", "dns-01", "tls-alpn-01", "dns-account-01", "dns-persist-01")
+#: The challenges validated through DNS (wildcards allowed, IP addresses not).
+DNS_CHALLENGES: Final = ("dns-01", "dns-account-01", "dns-persist-01")
+#: The options that answer each challenge type (what :func:`failure_text` suggests).
+_ANSWERED_BY: Final = {
+    "http-01": "--challenge http-01 (--http-01-listen or --webroot)",
+    "dns-01": "--challenge dns-01 with --dns-hook or --dns-rfc2136-server",
+    "tls-alpn-01": "--challenge tls-alpn-01 (--tls-alpn-01-listen)",
+    "dns-account-01": "--challenge dns-account-01 with --dns-hook or --dns-rfc2136-server",
+    "dns-persist-01": "--challenge dns-persist-01 (records from `account dns-persist-records`)",
+}
 _HOST = re.compile(r"[A-Za-z0-9.-]+")
 
 
@@ -94,15 +112,18 @@ def parse_hostport(value: str, *, option: str, default_port: int | None = None) 
         host, colon, port_text = text.rpartition(":")
         if not colon:
             if default_port is None:
-                raise bad("expected HOST:PORT, e.g. 0.0.0.0:80")
+                raise bad("expected HOST:PORT, e.g. [::]:80 (every IPv4 and IPv6 address)")
             host, port_text = text, None
         elif ":" in host:
-            raise bad("write an IPv6 address in brackets, e.g. [::]:80")
+            raise bad(
+                "write an IPv6 address in brackets, e.g. [::1]:80 ([::]:80 is every IPv4 "
+                "and IPv6 address)"
+            )
         if not host and default_port is not None:
             raise bad("expected HOST[:PORT]")
-        host = host or "0.0.0.0"
-        if not _HOST.fullmatch(host):
+        if host and not _HOST.fullmatch(host):
             raise bad(f"{host!r} is not a host name or IP address")
+        host = host or "::"  # every IPv4 and IPv6 address
     if port_text is None:
         assert default_port is not None
         return host, default_port
@@ -112,8 +133,14 @@ def parse_hostport(value: str, *, option: str, default_port: int | None = None) 
 
 
 def parse_listen(value: str, option: str = "--http-01-listen") -> tuple[str, int]:
-    """Parse a listen address ``HOST:PORT`` (an empty host means every IPv4 interface)."""
+    """Parse a listen address ``HOST:PORT``: ``[::]:PORT`` (or an empty host) is every IPv4
+    and IPv6 address, ``0.0.0.0:PORT`` every IPv4 address only."""
     return parse_hostport(value, option=option)
+
+
+def _hostport(host: str, port: int) -> str:
+    """``HOST:PORT`` as typed back: ``[::]:80`` for an IPv6 address."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _hook_argv(command: str) -> list[str]:
@@ -146,19 +173,23 @@ def _propagation(options: ChallengeOptions, default_port: int) -> PropagationChe
     return PropagationCheck(servers or None, port=default_port, timeout=timeout)
 
 
-def _dns_solver(options: ChallengeOptions) -> Solver:
+def _dns_solver(options: ChallengeOptions, challenge: str = "dns-01") -> Solver:
     rfc2136 = options.dns_rfc2136_server
+    if challenge == "dns-persist-01":
+        return _persist_solver(options)
     if (rfc2136 is None) == (options.dns_hook is None):
         raise InvalidInput(
-            "--challenge dns-01 needs either --dns-rfc2136-server (with --dns-tsig-key and "
-            "--dns-tsig-secret) or --dns-hook COMMAND"
+            f"--challenge {challenge} needs either --dns-rfc2136-server (with --dns-tsig-key "
+            "and --dns-tsig-secret) or --dns-hook COMMAND"
         )
     # Imported here, not with this module: dnspython is for dns-01 runs only (~0.1 s).
     from acmecerts.solvers import DnsHookSolver, Rfc2136Solver
 
     if options.dns_hook is not None:
         return DnsHookSolver.from_command(
-            _hook_argv(options.dns_hook), propagation=_propagation(options, 53)
+            _hook_argv(options.dns_hook),
+            propagation=_propagation(options, 53),
+            challenge_type=challenge,
         )
     assert rfc2136 is not None
     host, port = parse_hostport(rfc2136, option="--dns-rfc2136-server", default_port=53)
@@ -172,9 +203,42 @@ def _dns_solver(options: ChallengeOptions) -> Solver:
             tsig_secret=options.dns_tsig_secret,
             tsig_algorithm=options.dns_tsig_algorithm,
             propagation=_propagation(options, port),
+            challenge_type=challenge,
         )
     except InvalidInput as exc:
-        raise InvalidInput(f"dns-01: {exc}") from None
+        raise InvalidInput(f"{challenge}: {exc}") from None
+
+
+def _persist_solver(options: ChallengeOptions) -> Solver:
+    """dns-persist-01: check the record; publish it once only with RFC 2136 and its secret."""
+    if options.dns_hook is not None:
+        raise InvalidInput(
+            "--challenge dns-persist-01 writes no per-challenge records, so --dns-hook has "
+            "nothing to do: publish the record once (`acmecerts account dns-persist-records "
+            "NAME...` prints it), or give --dns-rfc2136-server to publish it once"
+        )
+    from acmecerts.solvers import DnsPersistSolver, PropagationCheck
+
+    publisher = None
+    port = 53
+    if options.dns_rfc2136_server is not None:
+        # the zone's servers listen where its primary does; without the TSIG secret (a
+        # renewal: it is never stored) the record is only read
+        port = parse_hostport(
+            options.dns_rfc2136_server, option="--dns-rfc2136-server", default_port=53
+        )[1]
+        if options.dns_tsig_secret:
+            publisher = _dns_solver(dataclasses.replace(options, challenge="dns-01"))
+    check = _propagation(options, port)
+    if check is None:  # --dns-propagation-timeout 0: look once, do not wait
+        servers = list(options.dns_propagation_nameservers) or None
+        check = PropagationCheck(servers, port=port, timeout=0)
+    if publisher is not None:
+        from acmecerts.solvers import Rfc2136Solver
+
+        assert isinstance(publisher, Rfc2136Solver)
+        return DnsPersistSolver(propagation=check, publisher=publisher)
+    return DnsPersistSolver(propagation=check)
 
 
 def plan_challenge(options: ChallengeOptions, identifiers: Sequence[Identifier]) -> ChallengePlan:
@@ -185,13 +249,13 @@ def plan_challenge(options: ChallengeOptions, identifiers: Sequence[Identifier])
             f"--challenge {options.challenge!r}: choose one of {', '.join(CHALLENGES)}"
         )
     for ident in identifiers:
-        if ident.is_wildcard and challenge != "dns-01":
+        if ident.is_wildcard and challenge not in DNS_CHALLENGES:
             raise InvalidInput(
                 f"{ident.value}: {challenge} cannot validate a wildcard name (wildcards need "
-                "dns-01)"
+                "dns-01, dns-account-01 or dns-persist-01)"
             )
-        if ident.type == "ip" and challenge == "dns-01":
-            raise InvalidInput(f"{ident.value}: dns-01 cannot validate an IP address")
+        if ident.type == "ip" and challenge in DNS_CHALLENGES:
+            raise InvalidInput(f"{ident.value}: {challenge} cannot validate an IP address")
     if options.webroot is not None:
         if challenge != "http-01":
             raise InvalidInput(f"--webroot answers http-01 challenges, not --challenge {challenge}")
@@ -209,14 +273,28 @@ def plan_challenge(options: ChallengeOptions, identifiers: Sequence[Identifier])
 
         host, port = parse_listen(options.http_01_listen, "--http-01-listen")
         http = Http01Server(host=host, port=port)
-        return ChallengePlan(challenge, http, f"{host}:{port}", server=http)
+        return ChallengePlan(challenge, http, _hostport(host, port), server=http)
     if challenge == "tls-alpn-01":
         from acmecerts.solvers import TlsAlpn01Server
 
         host, port = parse_listen(options.tls_alpn_01_listen, "--tls-alpn-01-listen")
         tls = TlsAlpn01Server(host=host, port=port)
-        return ChallengePlan(challenge, tls, f"{host}:{port}", server=tls)
-    return ChallengePlan(challenge, _dns_solver(options), None)
+        return ChallengePlan(challenge, tls, _hostport(host, port), server=tls)
+    return ChallengePlan(challenge, _dns_solver(options, challenge), None)
+
+
+def failure_text(error: AcmeCertsError) -> str:
+    """A failed certificate's line; for a CA that offered only types this run's solver
+    does not answer, what was offered and the options that would answer it."""
+    if not isinstance(error, NoSolverForChallenges):
+        return str(error)
+    text = f"{error.offer}; this run answered {', '.join(error.solver_types) or 'nothing'}"
+    options = [_ANSWERED_BY[t] for t in error.offered if t in _ANSWERED_BY]
+    if options:
+        return f"{text}: {', or '.join(options)} would answer it (the next run tries again)"
+    if error.offered:
+        return f"{text}; no --challenge answers {', '.join(error.offered)} (a library solver may)"
+    return text
 
 
 def stored_challenge(options: ChallengeOptions, plan: ChallengePlan) -> StoredChallenge:

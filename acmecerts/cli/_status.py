@@ -98,7 +98,8 @@ async def _ca_status(ca: CaPlan, now: _dt.datetime, *, ari: bool) -> dict[str, A
             )
             if (await client.directory()).renewal_info is None:
                 log.warning(
-                    "%s has no renewalInfo (ARI): renewal when a third of the lifetime is left",
+                    "%s has no renewalInfo (ARI): renewal when a third of the lifetime is left "
+                    "(half under 10 days)",
                     ca.directory,
                 )
                 client = None
@@ -176,6 +177,10 @@ async def _certificate_status(
         "next_renewal": decision.renew_at.isoformat(),
         "renewal_source": decision.source,
         "renewal_window": window,
+        # the CA's word on why (RFC 9773 explanationURL): a mass revocation names its notice
+        "renewal_explanation": (
+            renewal_info.info.explanation_url if renewal_info is not None else None
+        ),
         "deferred_until": iso(deferred),
         "last_error": attempt.last_error if attempt is not None else None,
         "key_type": stored.key_type.value if stored.key_type is not None else None,
@@ -276,6 +281,8 @@ def _print_ca(report: Report, section: dict[str, Any], certificates: list[dict[s
             if cert["deferred_until"]:
                 until = _dt.datetime.fromisoformat(cert["deferred_until"])
                 notes.append(f"deferred until {when(until)}")
+            if cert.get("renewal_explanation"):
+                notes.append(f"the CA explains: {cert['renewal_explanation']}")
             if cert["last_error"]:
                 notes.append(f"last error: {cert['last_error']}")
             style = {"valid": "green", "due": "yellow", "pending": "yellow"}.get(

@@ -44,6 +44,7 @@ from acmecerts.client._events import (
     OrderRefused,
     OrderRequested,
     OrderResumed,
+    ProfileFallback,
 )
 from acmecerts.client._order import OrderHook
 from acmecerts.protocol._polling import PollPolicy
@@ -67,6 +68,7 @@ __all__ = [
     "OrderRequested",
     "OrderResumed",
     "PollPolicy",
+    "ProfileFallback",
     "RequestSent",
     "ResponseReceived",
     "RevocationReason",

@@ -21,6 +21,7 @@ from acmecerts.errors import InvalidInput, RateLimitDeferred
 from acmecerts.protocol._flow import PollPolicy
 from acmecerts.protocol.keys import AccountKey
 from acmecerts.ratelimit._model import RateLimitModel, model_for_directory
+from acmecerts.ratelimit._profiles import CaProfiles
 from acmecerts.ratelimit._throttle import RatesTable, RequestRates
 from acmecerts.retry import RequestRetry
 from acmecerts.transport import (
@@ -95,6 +96,13 @@ class AcmeClient(_Issuance, _RenewalInfoRequests):
             proxy that cannot be reached or refuses the tunnel raises
             :class:`~acmecerts.ProxyError`. With ``transport``, configure the proxy on
             the transport instead.
+        ca_profiles: What the CA's certificate profiles allow
+            (:class:`~acmecerts.ratelimit.CaProfiles`): an order the CA would refuse under
+            its profile (too many names, an IP identifier where the profile allows none)
+            raises :class:`~acmecerts.ProfileRefused` before ``newOrder`` is sent.
+            ``"auto"`` (the default) takes the limits model's (the ledger's, else the one
+            :func:`~acmecerts.ratelimit.model_for_directory` picks: Let's Encrypt's rules
+            for Let's Encrypt, none for other CAs); ``None``: no such check.
     """
 
     def __init__(
@@ -122,9 +130,12 @@ class AcmeClient(_Issuance, _RenewalInfoRequests):
         | Literal["auto"]
         | None = "auto",
         proxy: ProxySetting = "env",
+        ca_profiles: CaProfiles | Literal["auto"] | None = "auto",
     ) -> None:
         self.clock: Clock = clock or SystemClock()
         self.ledger = ledger
+        #: The rules of the CA's profiles each order is checked against (``None``: none).
+        self.ca_profiles: CaProfiles | None = _ca_profiles(ca_profiles, directory_url, ledger)
         if transport is not None:
             if not (isinstance(request_rates, str) and request_rates == "auto"):
                 raise InvalidInput(
@@ -226,4 +237,18 @@ def _request_rates(
         return model.request_rates
     if isinstance(value, RateLimitModel):
         return value.request_rates
+    return value
+
+
+def _ca_profiles(
+    value: CaProfiles | str | None, directory_url: str, ledger: LedgerLike | None
+) -> CaProfiles | None:
+    """What ``AcmeClient(ca_profiles=value)`` checks orders against."""
+    if isinstance(value, str):
+        if value != "auto":
+            raise InvalidInput(f"ca_profiles={value!r}: give 'auto', CaProfiles or None")
+        model = ledger.model if ledger is not None else model_for_directory(directory_url)
+        return model.profiles
+    if value is not None and not isinstance(value, CaProfiles):
+        raise InvalidInput(f"ca_profiles must be 'auto', CaProfiles or None, got {value!r}")
     return value

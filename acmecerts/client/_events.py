@@ -11,6 +11,7 @@ for :class:`OrderRefused` and :class:`AttemptEnded`, which report an outcome).
 
 The events of one issuance, in order (those in brackets only when they happen)::
 
+    [ProfileFallback]                       a preferred profile the CA does not offer
     OrderRequested -> OrderCreated          (or OrderResumed, or OrderCreated(found=True))
     [ChallengePresented -> ChallengeAnswered]   per authorization still pending
     [ChallengeRetried -> ChallengeAnswered]     per failed validation the CA retries (§8.2)
@@ -46,6 +47,7 @@ __all__ = [
     "OrderRefused",
     "OrderRequested",
     "OrderResumed",
+    "ProfileFallback",
 ]
 
 
@@ -57,13 +59,28 @@ class OrderRequested:
     ``private_key`` is the certificate key the order is for (``None`` when
     :meth:`AcmeClient.new_order` is called by itself); ``renewal_of`` the identifiers of
     the certificate it renews, if it is a renewal; ``replaces`` its ARI certID.
+    ``profile`` is the profile the order names (``None``: the CA's default, also after a
+    preferred profile the CA does not offer: :class:`ProfileFallback`);
+    ``profile_required``: whether it was asked for as required or only preferred.
     """
 
     identifiers: tuple[Identifier, ...]
     profile: str | None = None
+    profile_required: bool = True
     replaces: str | None = None
     renewal_of: tuple[Identifier, ...] | None = None
     private_key: PrivateKey | None = dataclasses.field(default=None, repr=False)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ProfileFallback:
+    """The preferred ``profile`` is not among those the CA offers (``offered``, empty for
+    a CA that predates profiles): the order names no profile, and the CA issues its
+    default. Emitted (and logged as a warning) before :class:`OrderRequested`."""
+
+    identifiers: tuple[Identifier, ...]
+    profile: str
+    offered: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -172,7 +189,8 @@ class AttemptEnded:
 
 #: The events of an issuance.
 IssuanceEvent = (
-    OrderRequested
+    ProfileFallback
+    | OrderRequested
     | OrderCreated
     | OrderRefused
     | OrderResumed

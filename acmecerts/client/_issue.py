@@ -122,6 +122,7 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
         key_type: KeyType | str = KeyType.EC256,
         private_key: PrivateKey | None = None,
         profile: str | None = None,
+        profile_required: bool = True,
         replaces: str | None = None,
         preferred_chain: str | None = None,
         attempt_timeout: float | _dt.timedelta | None = None,
@@ -145,7 +146,14 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
                 tried in order of preference).
             key_type: Certificate key type when ``private_key`` is not given.
             private_key: Reuse this key for the certificate.
-            profile: A certificate profile the CA offers.
+            profile: A certificate profile the CA offers (``meta.profiles``), e.g.
+                ``"tlsserver"``; ``None``: the CA's default.
+            profile_required: With ``True`` (the default), a ``profile`` the CA does not
+                offer raises :class:`~acmecerts.ProfileRefused` before anything is
+                ordered; with ``False`` it is only preferred: the CA's default is ordered
+                instead, with a warning and a :class:`ProfileFallback` event. Either way
+                an order its profile's rules at the CA forbid (:attr:`ca_profiles`: names
+                per order, IP identifiers) is refused before ``newOrder``.
             replaces: ARI certID of the certificate this one renews (RFC 9773 §5).
             renewal_of: The identifiers of the certificate this one renews (for the
                 rate-limit ledger's renewal exemptions; see :meth:`new_order`).
@@ -208,6 +216,7 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
             request=OrderRequested(
                 identifiers=identifiers,
                 profile=profile,
+                profile_required=bool(profile_required),
                 replaces=replaces,
                 renewal_of=_as_identifiers(renewal_of) if renewal_of is not None else None,
                 private_key=key,
@@ -225,6 +234,7 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
         # between (a solver's present(), a request).
         with cancel_at(self.clock, deadline) as attempt.deadline_scope:
             order = await self._order_for(attempt)
+            flow.account_url = self.account_url  # known once an order was sent or found
             return await self._issue_attempt(flow, order, csr_der, attempt)
         # only the deadline's own cancel scope gets here (a solver's TimeoutError does not)
         raise attempt.timed_out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -16,15 +17,22 @@ from acmecerts.client._events import (
     OrderCreated,
     OrderRefused,
     OrderRequested,
+    ProfileFallback,
 )
-from acmecerts.errors import AcmeCertsError, BadServerResponse, InvalidInput, RateLimitDeferred
+from acmecerts.errors import (
+    AcmeCertsError,
+    BadServerResponse,
+    InvalidInput,
+    ProfileRefused,
+    RateLimitDeferred,
+)
 from acmecerts.protocol.identifiers import Identifier, parse_identifiers
 from acmecerts.protocol.keys import PrivateKey
-from acmecerts.protocol.resources import Order, parse_account, parse_order
+from acmecerts.protocol.resources import Directory, Order, parse_account, parse_order
 from acmecerts.transport import Subscriber
 
 if TYPE_CHECKING:
-    from acmecerts.ratelimit import Decision
+    from acmecerts.ratelimit import CaProfiles, Decision
 from acmecerts.client._account import _AccountRequests
 
 log = logging.getLogger("acmecerts.client")
@@ -40,15 +48,27 @@ _MAX_ORDERS_LOOKED_AT = 20
 class _OrderRequests(_AccountRequests):
     """Orders (RFC 8555 §7.4): create, look up, find an unrecorded one, poll."""
 
+    #: The rules of the CA's profiles orders are checked against (``None``: no check).
+    ca_profiles: CaProfiles | None
+
     async def new_order(
         self,
         identifiers: Iterable[Identifier | str],
         *,
         profile: str | None = None,
+        profile_required: bool = True,
         replaces: str | None = None,
         renewal_of: Sequence[Identifier | str] | None = None,
     ) -> Order:
         """Create an order (§7.4). ``replaces`` is the ARI certID of the certificate renewed.
+
+        ``profile`` names a certificate profile the directory's ``meta.profiles`` lists.
+        One it does not list raises :class:`~acmecerts.ProfileRefused` (nothing sent)
+        while ``profile_required``; a preferred one (``profile_required=False``) falls
+        back to the CA's default: the order names no profile, a warning is logged and
+        :class:`ProfileFallback` emitted. With :attr:`ca_profiles`, an order that breaks
+        its profile's rules (names per order, IP identifiers) raises
+        :class:`~acmecerts.ProfileRefused` before it is sent.
 
         With a :attr:`ledger`, the order is first reserved in it; one that would exceed a
         rate limit is not sent (:class:`~acmecerts.errors.RateLimitDeferred`).
@@ -61,6 +81,7 @@ class _OrderRequests(_AccountRequests):
         request = OrderRequested(
             identifiers=idents,
             profile=profile,
+            profile_required=profile_required,
             replaces=replaces,
             renewal_of=_as_identifiers(renewal_of) if renewal_of is not None else None,
         )
@@ -72,15 +93,9 @@ class _OrderRequests(_AccountRequests):
         """Send ``request``'s ``newOrder``: subscribers (``first`` first), then the ledger."""
         idents = request.identifiers
         directory = await self.directory()
+        request = await self._choose_profile(request, directory, first)
         payload: dict[str, Any] = {"identifiers": [i.to_json() for i in idents]}
         if request.profile is not None:
-            # draft-aaron-acme-profiles: only a profile the directory's meta.profiles lists
-            # (a CA without profiles would ignore the field and issue its default silently).
-            if request.profile not in directory.profiles:
-                offered = ", ".join(sorted(directory.profiles)) or "none, it predates profiles"
-                raise InvalidInput(
-                    f"the CA offers no profile {request.profile!r} (offered: {offered})"
-                )
             payload["profile"] = request.profile
         if request.replaces is not None:
             payload["replaces"] = request.replaces
@@ -98,6 +113,41 @@ class _OrderRequests(_AccountRequests):
         created = OrderCreated(identifiers=idents, order=order, private_key=request.private_key)
         await self._issuance_events.emit(created, first)
         return order
+
+    async def _choose_profile(
+        self,
+        request: OrderRequested,
+        directory: Directory,
+        first: Sequence[Subscriber[IssuanceEvent]],
+    ) -> OrderRequested:
+        """The request as it will be sent: its profile offered (or dropped, if only
+        preferred), and within the profile's rules at this CA (:attr:`ca_profiles`)."""
+        profile = request.profile
+        # draft-aaron-acme-profiles: only a profile the directory's meta.profiles lists (a
+        # CA without profiles would ignore the field and issue its default silently).
+        if profile is not None and profile not in directory.profiles:
+            offered = tuple(sorted(directory.profiles))
+            listed = ", ".join(offered) or "none, it predates profiles"
+            if request.profile_required:
+                raise ProfileRefused(
+                    f"the CA offers no profile {profile!r} (offered: {listed})", profile=profile
+                )
+            log.warning(
+                "the CA offers no profile %r (offered: %s): ordering %s with its default",
+                profile,
+                listed,
+                ", ".join(i.value for i in request.identifiers),
+            )
+            fallback = ProfileFallback(
+                identifiers=request.identifiers, profile=profile, offered=offered
+            )
+            await self._issuance_events.emit(fallback, first)
+            request = dataclasses.replace(request, profile=None)
+        if self.ca_profiles is not None:
+            rules = self.ca_profiles.get(request.profile, self.clock.now())
+            if rules is not None:  # a profile this data does not know: the CA decides
+                rules.check(request.identifiers, ca=self.ca_profiles.name)
+        return request
 
     # -- rate-limit ledger (acmecerts.ratelimit): its accounting follows the events ------
 

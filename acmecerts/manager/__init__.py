@@ -13,6 +13,8 @@ from acmecerts.manager._events import (
     CertificateObtained,
     CertificateObtaining,
     CertificateRateLimited,
+    CertificateReplacementRequested,
+    CertificateReplacesRefused,
     Subscriber,
 )
 from acmecerts.manager._fleet import ClientOptions, ManagerOptions, OpenOptions, open_manager
@@ -41,6 +43,8 @@ __all__ = [
     "CertificateObtained",
     "CertificateObtaining",
     "CertificateRateLimited",
+    "CertificateReplacementRequested",
+    "CertificateReplacesRefused",
     "CertificateSpec",
     "CertificateState",
     "CertificateStatus",

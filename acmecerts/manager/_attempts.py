@@ -24,7 +24,7 @@ from acmecerts._time import Clock
 from acmecerts.client import AcmeClient
 from acmecerts.errors import (
     AcmeCertsError,
-    AlreadyReplaced,
+    AcmeProblem,
     ErrorKind,
     InvalidInput,
     RateLimitDeferred,
@@ -38,8 +38,10 @@ from acmecerts.manager._entry import (
     current,
     due_at,
     for_name,
+    for_solvers,
     parked,
     progress_mark,
+    solver_fingerprint,
     steady,
 )
 from acmecerts.manager._events import (
@@ -50,6 +52,8 @@ from acmecerts.manager._events import (
     CertificateObtained,
     CertificateObtaining,
     CertificateRateLimited,
+    CertificateReplacementRequested,
+    CertificateReplacesRefused,
     EventBus,
 )
 from acmecerts.manager._persist import CertificateStore
@@ -63,6 +67,7 @@ from acmecerts.manager._spec import (
     IssueResult,
 )
 from acmecerts.manager._stored import StoredEntries
+from acmecerts.protocol.ari import ReplacementReason, replaces_refused
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.retry import AttemptSchedule
 from acmecerts.solvers._base import Solver
@@ -72,6 +77,9 @@ CancellationHook = Callable[[str, str], Awaitable[None] | None]
 
 _NO_LIMIT = contextlib.nullcontext()
 _OWNER_GONE = "owner gone"
+#: renewalInfo requests at once while re-checking every certificate after the CA asked
+#: for one to be replaced (the client's request throttle paces them further).
+_SWEEP_CONCURRENCY = 16
 
 log = logging.getLogger("acmecerts.manager")
 
@@ -88,7 +96,7 @@ class Attempts:
     solvers: list[Solver]
     schedule: AttemptSchedule
     error_backoff: AttemptSchedule
-    renewal_fraction: float
+    renewal_fraction: float | None
     clock: Clock
     _rng: random.Random
     _limiter: anyio.CapacityLimiter
@@ -103,9 +111,20 @@ class Attempts:
     _stored: StoredEntries
     _scheduler: Scheduler
     _gate: BudgetGate
+    #: Whether every certificate's ARI window is being re-checked now (:meth:`_sweep`).
+    _sweeping: bool = False
+    #: Set when the current sweep ends.
+    _sweep_end: anyio.Event
+    #: Certificates whose ARI window is being fetched now, and an event set after each.
+    _rechecking: set[Entry]
+    _recheck_done: anyio.Event
     _client_issue: Callable[
         [Entry, str | None, Sequence[Identifier] | None], Awaitable[IssuedCertificate]
     ]
+
+    def _solver_set(self) -> str:
+        """The fingerprint of the solvers now (a failure is recorded with it)."""
+        return solver_fingerprint(self.solvers)
 
     async def _cancelled(self, name: str, reason: str) -> None:
         await self._publish(CertificateCancelled(name, self.clock.now(), reason=reason))
@@ -177,6 +196,8 @@ class Attempts:
         name = spec.name
         generation = entry.generation
         await self._stored.load(entry)
+        # a failure under other solvers (``self.solvers`` changed) imposes no wait on these
+        entry.state = for_solvers(entry.state, self._solver_set())
         if parked(entry) and not force:
             assert entry.state.last_error is not None
             return FailedResult(name, InvalidInput(entry.state.last_error))
@@ -274,8 +295,19 @@ class Attempts:
         try:
             try:
                 certificate = await self._client_issue(entry, replaces, renewal_of)
-            except AlreadyReplaced:
-                log.info("%s: the CA refused replaces=%s; ordering without it", name, replaces)
+            except AcmeProblem as exc:
+                if replaces is None or not await self._refused_replaces(exc):
+                    raise
+                # RFC 9773 §5: whatever the reason (already replaced, another account's
+                # certificate, a certID the CA does not know), a renewal the CA will not
+                # link to its predecessor is still a renewal: order it once without
+                # ``replaces`` (not exempt from the CA's limits, the ledger counts it)
+                log.warning(
+                    "%s: the CA refused replaces=%s (%s); ordering without it", name, replaces, exc
+                )
+                await self._publish(
+                    CertificateReplacesRefused(name, self.clock.now(), cert_id=replaces, error=exc)
+                )
                 if self._store is not None:
                     # the refused newOrder created no order: its intent must not send the
                     # next one looking for an unrecorded order
@@ -334,6 +366,7 @@ class Attempts:
                 last_error=f"{type(error).__name__}: {error}",
                 last_error_kind=error.kind.value,
                 parked=entry.spec.fingerprint,
+                solvers=self._solver_set(),
             )
             log.warning("%s: invalid input, parked until its spec changes: %s", name, error)
             await self._publish(CertificateFailed(name, self.clock.now(), error=error))
@@ -354,9 +387,17 @@ class Attempts:
                 last_error_kind=error.kind.value,
             )
         else:
+            # a renewal never waits past a part of the time its certificate has left
+            held = entry.certificate
             entry.state = self.schedule.after_failure(
-                entry.state, error, now=self.clock.now(), rng=self._rng
+                entry.state,
+                error,
+                now=self.clock.now(),
+                rng=self._rng,
+                expires_at=held.not_after if held is not None else None,
             )
+        # another solver set is another attempt: this failure's wait is not its (for_solvers)
+        entry.state = dataclasses.replace(entry.state, solvers=self._solver_set())
         next_at = entry.state.next_attempt_at
         if error.kind is ErrorKind.RATE_LIMITED and next_at is not None:
             event: CertificateEvent
@@ -378,10 +419,117 @@ class Attempts:
 
     # -- what the scheduler starts (see _scheduler.py) -----------------------------------
 
+    async def _refused_replaces(self, error: AcmeProblem) -> bool:
+        """Whether ``error`` is the CA refusing a ``newOrder`` because of ``replaces``."""
+        try:
+            new_order_url = (await self.client.directory()).new_order
+        except AcmeCertsError:
+            return False
+        return replaces_refused(error, new_order_url=new_order_url)
+
     async def _plan_renewal(self, entry: Entry) -> None:
-        await plan_renewal(
-            entry, self.client, fraction=self.renewal_fraction, clock=self.clock, rng=self._rng
+        self._rechecking.add(entry)
+        try:
+            reason = await plan_renewal(
+                entry, self.client, fraction=self.renewal_fraction, clock=self.clock, rng=self._rng
+            )
+        finally:
+            self._rechecking.discard(entry)
+            self._recheck_done.set()
+        if reason is not None:
+            await self._replacement_requested(entry, reason)
+            if not self._sweeping:
+                await self._sweep(entry)
+                return
+        if self._sweeping and entry.ari_replacement is not None:
+            # found by its own re-check during a sweep: it starts with the others, in
+            # priority order, when the sweep ends (not now, ahead of them)
+            await self._sweep_end.wait()
+
+    async def _replacement_requested(self, entry: Entry, reason: ReplacementReason) -> None:
+        answer = entry.ari_answer
+        assert answer is not None
+        log.warning(
+            "%s: the CA asks for the certificate to be replaced now (%s, window %s..%s)%s",
+            entry.spec.name,
+            reason,
+            answer.window_start.isoformat(),
+            answer.window_end.isoformat(),
+            f"; see {answer.explanation_url}" if answer.explanation_url else "",
         )
+        await self._publish(
+            CertificateReplacementRequested(
+                entry.spec.name,
+                self.clock.now(),
+                reason=reason,
+                window_start=answer.window_start,
+                window_end=answer.window_end,
+                explanation_url=answer.explanation_url,
+                cert_id=answer.cert_id,
+            )
+        )
+
+    async def _sweep(self, first: Entry) -> None:
+        """The CA asked for ``first`` to be replaced: re-check every other certificate now.
+
+        A mass revocation moves many windows at once, but each certificate would only
+        learn of it at its own next re-check (up to six hours later). So every other
+        certificate with an ARI window is asked about now (highest priority first, at
+        most :data:`_SWEEP_CONCURRENCY` at a time, paced by the request throttle), and
+        only then are they all handed to the scheduler together: the renewals due now
+        start in one tick, highest priority first.
+        """
+        self._sweeping = True
+        self._sweep_end = anyio.Event()
+        others = sorted(
+            (
+                e
+                for e in self._entries.values()
+                if e is not first
+                and e.cancelled is None
+                and e.flight is None
+                and e.certificate is not None
+                and not e.stale
+                and e.ari_recheck_at is not None
+                and e.ari_replacement is None
+                and e not in self._rechecking  # asking already: waited for below
+            ),
+            key=lambda e: (-e.spec.priority, e.seq),
+        )
+        swept = set(others)
+        limiter = anyio.CapacityLimiter(_SWEEP_CONCURRENCY)
+
+        async def recheck(other: Entry) -> None:
+            async with limiter:
+                try:
+                    reason = await plan_renewal(
+                        other,
+                        self.client,
+                        fraction=self.renewal_fraction,
+                        clock=self.clock,
+                        rng=self._rng,
+                    )
+                    if reason is not None:
+                        await self._replacement_requested(other, reason)
+                except Exception:  # one certificate's bug must not stop the others
+                    log.exception("%s: re-checking the ARI window failed", other.spec.name)
+
+        log.info("re-checking the ARI windows of %d other certificates", len(others))
+        try:
+            async with anyio.create_task_group() as tg:
+                for other in others:
+                    tg.start_soon(recheck, other)
+            while self._rechecking - {first}:  # their own re-checks, under way before
+                self._recheck_done = anyio.Event()
+                await self._recheck_done.wait()
+        finally:
+            self._sweeping = False
+            self._sweep_end.set()
+            # every certificate due now is planned in the same scheduler tick
+            for other in self._entries.values():
+                if other in swept or other.ari_replacement is not None:
+                    self._scheduler.changed(other, wake=False)
+            self._scheduler.wake_up()
 
     async def _background(self, entry: Entry) -> None:
         before = progress_mark(entry)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime as _dt
+import hashlib
+from collections.abc import Iterable
 
 import anyio
 from cryptography import x509
@@ -24,7 +26,9 @@ from acmecerts.manager._spec import (
     CertificateStatus,
     IssueResult,
 )
+from acmecerts.protocol.ari import RenewalInfoResult, ReplacementReason
 from acmecerts.retry import AttemptSchedule, AttemptState
+from acmecerts.solvers._base import Solver
 
 #: The queue time of work due at once (a new certificate): before any other instant.
 AT_ONCE = _dt.datetime.min.replace(tzinfo=_dt.UTC)
@@ -50,6 +54,10 @@ class Entry:
     renew_at: _dt.datetime | None = None
     #: ARI: when to ask the CA again for the renewal window.
     ari_recheck_at: _dt.datetime | None = None
+    #: ARI: the CA's last answer for the current certificate (its ``cert_id`` says which).
+    ari_answer: RenewalInfoResult | None = None
+    #: ARI: the CA asked for this certificate to be replaced at once, and why.
+    ari_replacement: ReplacementReason | None = None
     #: The certificate's identifiers changed: issue again even though one is valid.
     stale: bool = False
     cancelled: str | None = None
@@ -223,6 +231,34 @@ def after_spec_change(state: AttemptState) -> AttemptState:
             last_error_kind=state.last_error_kind,
         )
     return AttemptState()
+
+
+#: How an earlier acmecerts stored the CA offering only types no solver answers: parked,
+#: as if the input were invalid (it is retried now; see :func:`for_solvers`).
+_PARKED_FOR_OFFER = "UnsupportedChallenge: the CA offers "
+
+
+def solver_fingerprint(solvers: Iterable[Solver]) -> str:
+    """A short digest of which solvers answer (each one's challenge type and class)."""
+    kinds = sorted(
+        {f"{s.challenge_type} {type(s).__module__}.{type(s).__qualname__}" for s in solvers}
+    )
+    return hashlib.sha256("\n".join(kinds).encode("utf-8")).hexdigest()[:16]
+
+
+def for_solvers(state: AttemptState, fingerprint: str) -> AttemptState:
+    """The attempt state under the solvers of ``fingerprint``.
+
+    A failure (or parking) under other solvers says nothing of these: the state is reset
+    as for a spec change (:func:`after_spec_change`: a wait the CA imposed holds). A state
+    an earlier acmecerts parked because the CA offered only types no solver answered is
+    reset too: that failure is the CA's choice, never stored for good.
+    """
+    if state.solvers is not None and state.solvers != fingerprint:
+        return after_spec_change(state)
+    if state.parked is not None and (state.last_error or "").startswith(_PARKED_FOR_OFFER):
+        return after_spec_change(state)
+    return state
 
 
 def leaf(certificate: HeldCertificate | IssuedCertificate) -> x509.Certificate:

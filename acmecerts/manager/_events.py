@@ -19,6 +19,8 @@ __all__ = [
     "CertificateObtained",
     "CertificateObtaining",
     "CertificateRateLimited",
+    "CertificateReplacementRequested",
+    "CertificateReplacesRefused",
     "EventBus",
     "Subscriber",
 ]
@@ -85,6 +87,39 @@ class CertificateRateLimited(CertificateEvent):
 
     until: _dt.datetime | None = None
     detail: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CertificateReplacementRequested(CertificateEvent):
+    """The CA asked (ARI, RFC 9773) for the certificate to be replaced at once.
+
+    A CA that must revoke certificates early (a mass revocation) moves their renewal
+    windows into the past. ``reason`` is ``"window-passed"`` (the window ended) or
+    ``"window-moved"`` (it was moved earlier and has started); ``explanation_url`` is
+    the CA's page about it, if it gave one. Published once per certificate; the
+    renewal follows at once (highest priority first, within the request throttle).
+    """
+
+    reason: str = ""
+    window_start: _dt.datetime | None = None
+    window_end: _dt.datetime | None = None
+    explanation_url: str | None = None
+    #: The ARI certID of the certificate to replace.
+    cert_id: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CertificateReplacesRefused(CertificateEvent):
+    """The CA refused the renewal's ``newOrder`` because of ``replaces`` (RFC 9773 §5).
+
+    ``error`` is its answer (``alreadyReplaced``, ``unauthorized`` for a certificate
+    another account ordered, ``malformed`` or ``serverInternal`` for a certID it does
+    not know...). The owner is asked again, then one order is sent without
+    ``replaces``: a renewal that counts against the rate limits like any other.
+    """
+
+    cert_id: str = ""
+    error: AcmeCertsError | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -92,12 +92,13 @@ class ManagerOptions(TypedDict, total=False):
 
     Each means what it means to the manager (``concurrency``, ``schedule``,
     ``renewal_fraction``, ``rng``, ``limiter``, ``error_backoff``, ``retention``,
-    ``lock_lease``); its clock is the client's.
+    ``lock_lease``); its clock is the client's. ``renewal_fraction`` ``None`` (or
+    absent) is the lifetime-aware default: a third, half under 10 days of lifetime.
     """
 
     concurrency: int
     schedule: AttemptSchedule | None
-    renewal_fraction: float
+    renewal_fraction: float | None
     rng: random.Random | None
     limiter: anyio.CapacityLimiter | None
     error_backoff: AttemptSchedule | None

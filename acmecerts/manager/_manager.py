@@ -1,10 +1,11 @@
 """``CertificateManager``: many certificates, issued in parallel and kept renewed.
 
 The manager owns an anyio task group. Inside it a scheduler looks at every managed
-certificate and starts work when it is due: a first issuance, a renewal (ARI window or a
-third of the lifetime left), or the next attempt after a failure (the attempt schedule).
-Work runs with bounded concurrency and is single-flight per certificate name and per
-exact identifier set. Every attempt runs in its own cancel scope, so ``cancel()`` /
+certificate and starts work when it is due: a first issuance, a renewal (ARI window, or
+a third of the lifetime left, half of it under 10 days), or the next attempt after a
+failure (the attempt schedule, never waiting past a quarter of the time left). Work runs
+with bounded concurrency and is single-flight per certificate name and per exact
+identifier set. Every attempt runs in its own cancel scope, so ``cancel()`` /
 ``unmanage()`` stop in-flight work at once: the client deactivates the pending
 authorizations and removes challenge responses in its shielded cleanup, and when the
 call returns nothing more is sent for that certificate.
@@ -73,7 +74,11 @@ class CertificateManager(Attempts):
         solvers: Challenge solvers, in order of preference.
         concurrency: At most this many attempts run at once.
         schedule: Spacing of attempts after a failure (default: Let's Encrypt's).
-        renewal_fraction: Without ARI, renew when this fraction of the lifetime remains.
+        renewal_fraction: Without ARI, renew when this fraction of the lifetime remains,
+            whatever the lifetime. ``None`` (the default): a third, or half for a
+            certificate of under 10 days (Let's Encrypt's guide, certbot 4, lego
+            ``--dynamic``; :func:`~acmecerts.protocol.ari.fallback_renewal_time`). The
+            CA's ARI window always wins over both.
         clock: Time source (default: the client's).
         rng: Source of randomness for ARI window choice and jitter.
         storage: Where certificates, attempt state and orders in flight are kept. With a
@@ -114,7 +119,7 @@ class CertificateManager(Attempts):
         solvers: Sequence[Solver],
         concurrency: int = 16,
         schedule: AttemptSchedule | None = None,
-        renewal_fraction: float = 1 / 3,
+        renewal_fraction: float | None = None,
         clock: Clock | None = None,
         rng: random.Random | None = None,
         storage: Storage | None = None,
@@ -128,7 +133,7 @@ class CertificateManager(Attempts):
             raise InvalidInput("the manager needs at least one solver")
         if concurrency < 1:
             raise InvalidInput("concurrency must be at least 1")
-        if not 0 < renewal_fraction < 1:
+        if renewal_fraction is not None and not 0 < renewal_fraction < 1:
             raise InvalidInput("renewal_fraction must be between 0 and 1")
         #: Seconds a certificate no longer managed is kept (``None``: forever).
         self.retention = retention_seconds(retention)
@@ -138,6 +143,8 @@ class CertificateManager(Attempts):
         self.error_backoff = error_backoff or AttemptSchedule.exponential(
             base=5.0, multiplier=2.0, cap=300.0, jitter=0.2
         )
+        #: The fraction of the lifetime left at which a certificate is renewed without
+        #: ARI; ``None``: a third, or half under 10 days of lifetime.
         self.renewal_fraction = renewal_fraction
         self.clock: Clock = clock or client.clock
         self._rng = rng or random.Random()
@@ -145,6 +152,9 @@ class CertificateManager(Attempts):
         #: bound between the managers of several CAs (a global limit over per-CA ones).
         self._limiter = anyio.CapacityLimiter(concurrency)
         self._global_limiter = limiter
+        self._rechecking = set()
+        self._recheck_done = anyio.Event()
+        self._sweep_end = anyio.Event()
         self._entries: dict[str, Entry] = {}
         self._seqs = itertools.count()
         self._handed_out = HandedOut()
@@ -170,6 +180,7 @@ class CertificateManager(Attempts):
             self._plan_renewal,
             self._publish,
             self.retention,
+            solvers=self._solver_set,
         )
         #: Certificates no longer managed, kept for ``retention`` (see ``_retention.py``).
         self._retired = self._stored.retired
@@ -220,11 +231,13 @@ class CertificateManager(Attempts):
         owner: OwnerGuard | None = None,
         profile: str | None = None,
         preferred_chain: str | None = None,
+        profile_required: bool = True,
     ) -> CertificateSpec:
         """Declare a certificate to keep issued (idempotent).
 
         Changing the identifiers of a managed certificate issues it again. A certificate
-        that was cancelled is managed again from scratch.
+        that was cancelled is managed again from scratch. ``profile`` (with
+        ``profile_required``) is ordered at every issuance and renewal of it.
         """
         if isinstance(name, CertificateSpec):
             spec = name
@@ -237,6 +250,7 @@ class CertificateManager(Attempts):
                 owner=owner,
                 profile=profile,
                 preferred_chain=preferred_chain,
+                profile_required=profile_required,
             )
         entry = self._entries.get(spec.name)
         if entry is None or entry.cancelled is not None:
@@ -412,6 +426,7 @@ class CertificateManager(Attempts):
                 key_type=spec.key_type,
                 private_key=private_key,
                 profile=spec.profile,
+                profile_required=spec.profile_required,
                 replaces=replaces,
                 preferred_chain=spec.preferred_chain,
                 resume_order_url=resume_url,

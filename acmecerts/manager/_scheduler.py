@@ -6,7 +6,8 @@
   :data:`MAX_LOADS` stored states being read at a time.
 * :class:`BudgetGate`: priority reserves the rate-limit budget: a certificate on its way
   to an order waits while certificates of higher priority would take what it needs.
-* :func:`plan_renewal`: the renewal instant, from ARI (RFC 9773) or the lifetime fraction.
+* :func:`plan_renewal`: the renewal instant, from ARI (RFC 9773) or the lifetime fraction
+  (:func:`~acmecerts.protocol.ari.fallback_renewal_time`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,14 @@ from acmecerts.errors import AcmeCertsError
 from acmecerts.manager._entry import AT_ONCE, Entry, current, leaf, parked, queue_time
 from acmecerts.manager._ledger import RateLimitLedger
 from acmecerts.manager._retention import RetiredCertificates
-from acmecerts.protocol.ari import cert_id, choose_renewal_time
+from acmecerts.protocol.ari import (
+    RenewalInfoResult,
+    ReplacementReason,
+    cert_id,
+    choose_renewal_time,
+    fallback_renewal_time,
+    replacement_requested,
+)
 from acmecerts.ratelimit import IssuanceRequest
 from acmecerts.retry import AttemptSchedule
 
@@ -290,27 +298,62 @@ def replaces_id(entry: Entry) -> str | None:
 
 
 async def plan_renewal(
-    entry: Entry, client: AcmeClient, *, fraction: float, clock: Clock, rng: random.Random
-) -> None:
+    entry: Entry,
+    client: AcmeClient,
+    *,
+    fraction: float | None,
+    clock: Clock,
+    rng: random.Random,
+) -> ReplacementReason | None:
     """Set ``renew_at``: from ARI when the CA has it, else at the lifetime fraction.
 
     RFC 9773 §4.2: a uniformly random instant in the suggested window, re-checked at
-    the CA's ``Retry-After`` (six hours by default). Without ``renewalInfo`` the
-    certificate is renewed when ``fraction`` of its lifetime remains.
+    the CA's ``Retry-After`` (bounded to 1 min..6 h, six hours by default). Without
+    ``renewalInfo`` (or when asking fails) the certificate is renewed when ``fraction`` of
+    its lifetime remains; ``None`` is a third, or half under 10 days of lifetime
+    (``fallback_renewal_time``).
+
+    When the CA asks for the certificate to be replaced at once (its window moved into
+    the past: :func:`~acmecerts.protocol.ari.replacement_requested`), ``renew_at`` is
+    now, and the reason is returned the first time it is seen for this certificate
+    (``None`` otherwise). The request holds for the certificate until it is replaced:
+    a later answer whose window still started in the past keeps it due now.
     """
     certificate = entry.certificate
     assert certificate is not None
-    lifetime = certificate.not_after - certificate.not_before
-    entry.renew_at = certificate.not_after - lifetime * fraction
+    if certificate.not_after > certificate.not_before:
+        entry.renew_at = fallback_renewal_time(
+            certificate.not_before, certificate.not_after, fraction=fraction
+        )
+    else:  # no lifetime to take a fraction of (no CA issues such a thing): at expiry
+        entry.renew_at = certificate.not_after
     entry.ari_recheck_at = None
     try:
         directory = await client.directory()
         if directory.renewal_info is None:
-            return
+            return None
         result = await client.renewal_info(leaf(certificate))
     except AcmeCertsError as exc:
         log.info("%s: no ARI window (%s); renewing at %s", entry.spec.name, exc, entry.renew_at)
-        return
+        return None
+    if entry.certificate is not certificate:
+        return None  # renewed while the CA answered: the answer is about the old one
     now = clock.now()
-    entry.renew_at = choose_renewal_time(result.info, now=now, rng=rng)
+    previous = entry.ari_answer if _same_certificate(entry.ari_answer, result) else None
+    reason = replacement_requested(
+        result.info, now=now, previous=previous.info if previous is not None else None
+    )
+    announced = previous is not None and entry.ari_replacement is not None
+    if reason is None and announced and result.window_start <= now:
+        reason = entry.ari_replacement  # still asked for: stays due until replaced
+    entry.ari_answer = result
+    entry.ari_replacement = reason
+    entry.renew_at = (
+        now if reason is not None else choose_renewal_time(result.info, now=now, rng=rng)
+    )
     entry.ari_recheck_at = result.retry_after
+    return reason if reason is not None and not announced else None
+
+
+def _same_certificate(a: RenewalInfoResult | None, b: RenewalInfoResult) -> bool:
+    return a is not None and a.cert_id == b.cert_id

@@ -37,7 +37,10 @@ class CertificateSpec:
     """A certificate the manager keeps issued and renewed.
 
     ``name`` is the operator's handle (``"default/my-ingress"``, ``"example.com"``): it
-    names the stored certificate and is the single-flight key.
+    names the stored certificate and is the single-flight key. ``profile`` is the CA's
+    certificate profile to order (``None``: its default), on every issuance and renewal
+    alike; ``profile_required=False`` makes it only preferred (see
+    :meth:`AcmeClient.issue <acmecerts.AcmeClient.issue>`).
     """
 
     name: str
@@ -48,6 +51,8 @@ class CertificateSpec:
     owner: OwnerGuard | None = dataclasses.field(default=None, compare=False)
     profile: str | None = None
     preferred_chain: str | None = None
+    #: A ``profile`` the CA does not offer is refused (``True``) or falls back to its default.
+    profile_required: bool = True
 
     @classmethod
     def of(
@@ -77,12 +82,14 @@ class CertificateSpec:
         Two specs with the same fingerprint ask the CA for the same thing: input found
         invalid for one is invalid for the other (the manager parks it until it changes).
         """
-        what = {
+        what: dict[str, object] = {
             "identifiers": sorted(i.value for i in self.identifiers),
             "key_type": str(self.key_type.value),
             "profile": self.profile,
             "preferred_chain": self.preferred_chain,
         }
+        if self.profile is not None and not self.profile_required:
+            what["profile_required"] = False  # (absent by default: older digests stand)
         text = json.dumps(what, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 

@@ -18,7 +18,7 @@ import anyio
 from acmecerts._issued import IssuedCertificate
 from acmecerts._time import Clock
 from acmecerts.errors import AcmeCertsError
-from acmecerts.manager._entry import Entry, HandedOut
+from acmecerts.manager._entry import Entry, HandedOut, for_solvers
 from acmecerts.manager._events import CertificateEvent, CertificateLoaded
 from acmecerts.manager._persist import CertificateStore
 from acmecerts.manager._retention import RetiredCertificates
@@ -43,6 +43,7 @@ class StoredEntries:
         plan_renewal: Sets an entry's renewal instant (after a certificate is read).
         publish: Sends a :class:`CertificateEvent` to the manager's subscribers.
         retention: Seconds a certificate no longer managed is kept (``None``: forever).
+        solvers: The fingerprint of the manager's solvers now (see the attribute).
     """
 
     store: CertificateStore | None
@@ -52,6 +53,9 @@ class StoredEntries:
     plan_renewal: Callable[[Entry], Awaitable[None]]
     publish: Callable[[CertificateEvent], Awaitable[None]]
     retention: dataclasses.InitVar[float | None]
+    #: The fingerprint of the manager's solvers now (:func:`solver_fingerprint`): a
+    #: stored failure under other solvers is reset when read (:func:`for_solvers`).
+    solvers: Callable[[], str] | None = None
     #: Certificates no longer managed, kept for ``retention`` (see ``_retention.py``).
     retired: RetiredCertificates | None = dataclasses.field(init=False, default=None)
     #: The names whose retirement is being recorded now, each set when it is recorded.
@@ -94,6 +98,8 @@ class StoredEntries:
         if not entry.state_changed:
             # the stored state is the truth: a replica may have failed (or succeeded)
             entry.state = await store.load_attempt_state(name) or AttemptState()
+            if self.solvers is not None:
+                entry.state = for_solvers(entry.state, self.solvers())
         entry.loaded = True
         if loaded is not None and self.clock.now() < loaded.not_after:
             await self.publish(

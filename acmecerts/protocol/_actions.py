@@ -7,6 +7,7 @@ import dataclasses
 import datetime as _dt
 from collections.abc import Sequence
 
+from acmecerts.errors import OrderFailed
 from acmecerts.protocol._polling import Fail, Poll
 from acmecerts.protocol._solver import ChallengeTask, Solver
 from acmecerts.protocol.certificate import CertificateChain
@@ -28,7 +29,10 @@ __all__ = [
     "answer_refusal_settled",
     "finalize_refusal_settled",
     "needs_deactivation",
+    "order_failed",
     "order_resumable",
+    "pick_chain",
+    "solver_hint",
 ]
 
 _FINALIZED = frozenset({"processing", "valid"})
@@ -164,3 +168,49 @@ def answer_refusal_settled(challenge: Challenge, current: Authorization) -> Chal
 def needs_deactivation(authorization: Authorization) -> bool:
     """Whether cleanup deactivates ``authorization`` (§7.5.2): only a pending one."""
     return authorization.status == "pending"
+
+
+# -- pure helpers of the flow -----------------------------------------------------------
+
+
+#: The library's solvers for each challenge type (named in :class:`NoSolverForChallenges`).
+_BUILT_IN_SOLVERS = {
+    "http-01": "Http01Server or Http01Webroot",
+    "dns-01": "Rfc2136Solver or DnsHookSolver",
+    "tls-alpn-01": "TlsAlpn01Server",
+}
+
+
+def solver_hint(offered: Sequence[str]) -> str:
+    """What would answer ``offered``: the library's solvers of those types, if any."""
+    known = [f"{t} ({_BUILT_IN_SOLVERS[t]})" for t in offered if t in _BUILT_IN_SOLVERS]
+    if known:
+        return f"a solver of an offered type would: {', '.join(known)}"
+    if offered:
+        return "acmecerts has no built-in solver of an offered type (write a Solver)"
+    return ""
+
+
+def pick_chain(chains: Sequence[CertificateChain], issuer: str) -> CertificateChain | None:
+    """The first chain whose root is issued by ``issuer`` (a common name), else the first
+    that passes through a certificate issued by it (an intermediate's name), else ``None``.
+
+    Roots win so that a cross-signed chain that merely passes through the preferred root
+    does not shadow the chain that ends there (certbot's ``--preferred-chain``).
+    """
+    for chain in chains:
+        if chain.root_issuer_name == issuer:
+            return chain
+    for chain in chains:
+        if issuer in chain.issuer_names:
+            return chain
+    return None
+
+
+def order_failed(order: Order) -> OrderFailed:
+    problem = order.error
+    return OrderFailed(
+        f"order {order.url} became {order.status}" + (f": {problem}" if problem else ""),
+        order_url=order.url,
+        problem=problem,
+    )

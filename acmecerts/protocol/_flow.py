@@ -19,16 +19,13 @@ first action (``Poll`` the authorization now), and each answer
 ``Fail``, or ``None`` once that authorization needs nothing more. However the attempt
 ends, :meth:`IssuanceFlow.cleanup` says what to undo (``CleanUp``).
 
-Polling (RFC 8555 §7.5.1, §7.4): once the challenges are answered the order is polled;
-the CA's ``Retry-After`` (on an order poll, the finalize answer, or an authorization)
-sets the next wait, within :class:`PollPolicy` and the deadline. While the order stays
-``pending``, every :attr:`PollPolicy.authorization_look`-th poll is an ``Authorize`` of
-the authorizations still being validated instead: each is fetched once (after the wait
-the order poll would have had); a challenge the CA put back to ``pending`` with an
-``error`` (§8.2) is answered again (``Answer`` with ``attempt`` > 1), up to
-:attr:`PollPolicy.challenge_answers` answers; then order polling goes on, or, when every
-authorization is valid, ``Finalize`` follows at once (§7.4: the client believes the
-order is ready; no extra poll).
+Polling (RFC 8555 §7.4, §7.5.1): the CA's ``Retry-After`` (order poll, finalize answer,
+authorization) sets the next wait, within :class:`PollPolicy` and the deadline. Every
+:attr:`PollPolicy.authorization_look`-th poll of a ``pending`` order is an ``Authorize``
+of the authorizations still being validated instead (each fetched once, after the same
+wait); a challenge put back to ``pending`` with an ``error`` (§8.2) is answered again
+(``Answer.attempt`` > 1) up to :attr:`PollPolicy.challenge_answers` times; when every
+authorization is valid, ``Finalize`` follows without another poll (§7.4).
 
 The order's states (RFC 8555 §7.1.6)::
 
@@ -52,7 +49,7 @@ from acmecerts.errors import (
     AttemptTimeout,
     AuthorizationFailed,
     BadServerResponse,
-    OrderFailed,
+    NoSolverForChallenges,
     UnsupportedChallenge,
 )
 from acmecerts.protocol._actions import (
@@ -70,12 +67,20 @@ from acmecerts.protocol._actions import (
     answer_refusal_settled,
     finalize_refusal_settled,
     needs_deactivation,
+    order_failed,
     order_resumable,
+    pick_chain,
+    solver_hint,
 )
 from acmecerts.protocol._polling import Fail, Poll, PollPolicy, next_poll
 from acmecerts.protocol._solver import ChallengeTask, Solver
 from acmecerts.protocol.certificate import CertificateChain
-from acmecerts.protocol.challenges import key_authorization
+from acmecerts.protocol.challenges import (
+    DNS_ACCOUNT_01,
+    DNS_PERSIST_01,
+    check_issuer_domain_names,
+    key_authorization,
+)
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.protocol.resources import Authorization, Challenge, Order
 
@@ -105,31 +110,6 @@ __all__ = [
 #: Order states the RFC gives an order (§7.1.6); any other is a failure.
 _ORDER_STATES = frozenset({"pending", "ready", "processing", "valid", "invalid"})
 _AUTHORIZED = frozenset({"ready", "processing", "valid"})
-
-
-def _pick_chain(chains: Sequence[CertificateChain], issuer: str) -> CertificateChain | None:
-    """The first chain whose root is issued by ``issuer`` (a common name), else the first
-    that passes through a certificate issued by it (an intermediate's name), else ``None``.
-
-    Roots win so that a cross-signed chain that merely passes through the preferred root
-    does not shadow the chain that ends there (certbot's ``--preferred-chain``).
-    """
-    for chain in chains:
-        if chain.root_issuer_name == issuer:
-            return chain
-    for chain in chains:
-        if issuer in chain.issuer_names:
-            return chain
-    return None
-
-
-def _order_failed(order: Order) -> OrderFailed:
-    problem = order.error
-    return OrderFailed(
-        f"order {order.url} became {order.status}" + (f": {problem}" if problem else ""),
-        order_url=order.url,
-        problem=problem,
-    )
 
 
 # -- the machine ------------------------------------------------------------------------
@@ -180,6 +160,8 @@ class IssuanceFlow:
         poll: How to pace polling.
         preferred_chain: The root (or else intermediate) common name the chain should
             lead to, if any.
+        account_url: The account URL, which dns-account-01 and dns-persist-01 tasks carry
+            (the driver may set :attr:`account_url` later, before the first authorization).
     """
 
     def __init__(
@@ -191,8 +173,11 @@ class IssuanceFlow:
         deadline: _dt.datetime,
         poll: PollPolicy | None = None,
         preferred_chain: str | None = None,
+        account_url: str | None = None,
     ) -> None:
         self.identifiers = tuple(identifiers)
+        #: The account URL given to the tasks (dns-account-01, dns-persist-01).
+        self.account_url = account_url
         self.solvers = tuple(solvers)
         self.thumbprint = thumbprint
         self.deadline = deadline
@@ -227,12 +212,6 @@ class IssuanceFlow:
         """Whether the certificate was obtained (:class:`Finish` was said)."""
         return self._phase is _Phase.FINISHED
 
-    @property
-    def validation_problem(self) -> tuple[str, AcmeProblem] | None:
-        """The identifier and the CA's reason of the latest failed validation that was
-        answered again (RFC 8555 §8.2), if any; a timeout's error names it."""
-        return self._last_problem
-
     # -- the order ----------------------------------------------------------------------
 
     def order_received(self, order: Order, *, retry_after: _dt.datetime | None = None) -> None:
@@ -243,7 +222,7 @@ class IssuanceFlow:
         if phase in (_Phase.FINISHED, _Phase.FAILED):
             return
         if order.status not in _ORDER_STATES:
-            self._fail(_order_failed(order))
+            self._fail(order_failed(order))
             return
         if phase is _Phase.START:
             if order.status == "pending":
@@ -253,7 +232,7 @@ class IssuanceFlow:
                 self._authz = {url: _AuthzState() for url in order.authorizations}
                 self._phase = _Phase.AUTHORIZE
             elif order.status == "invalid":
-                self._fail(_order_failed(order))
+                self._fail(order_failed(order))
             else:
                 self._after_authorized(order)
         elif phase is _Phase.AWAIT_AUTHORIZED:
@@ -283,7 +262,7 @@ class IssuanceFlow:
         if order.status == "valid" and order.certificate is not None:
             self._phase = _Phase.DOWNLOAD
         elif order.status in ("valid", "invalid"):
-            self._fail(_order_failed(order))
+            self._fail(order_failed(order))
         else:
             self._phase = _Phase.AWAIT_ISSUED
             self._attempt = 0
@@ -388,7 +367,7 @@ class IssuanceFlow:
     def diagnosed(self) -> None:
         """No authorization explained the invalid order: the order's own error does."""
         if self._phase is _Phase.DIAGNOSE and self.order is not None:
-            self._fail(_order_failed(self.order))
+            self._fail(order_failed(self.order))
 
     # -- the certificate -----------------------------------------------------------------
 
@@ -412,7 +391,7 @@ class IssuanceFlow:
             return
         assert self.preferred_chain is not None
         offered = [self._chain, *chains]
-        chosen = _pick_chain(offered, self.preferred_chain) or self._chain
+        chosen = pick_chain(offered, self.preferred_chain) or self._chain
         self._finished(chosen, tuple(c for c in offered if c is not chosen))
 
     def _finished(self, chain: CertificateChain, alternates: tuple[CertificateChain, ...]) -> None:
@@ -463,31 +442,52 @@ class IssuanceFlow:
             if challenge is not None and candidate.supports(ident):
                 break
         else:
-            offered = ", ".join(c.type for c in authorization.challenges)
-            unsupported = UnsupportedChallenge(
-                f"the CA offers {offered or 'no challenges'} for {ident.value}; "
-                "no configured solver answers any of them"
-            )
-            unsupported.reached_ca = True  # the order exists at the CA already
-            return Fail(unsupported)
-        if challenge.token is None:
-            return Fail(
-                BadServerResponse(
-                    f"{challenge.type} challenge without a token", url=authorization.url
-                )
-            )
-        task = ChallengeTask(
-            type=challenge.type,
-            identifier=ident,
-            token=challenge.token,
-            key_authorization=key_authorization(challenge.token, self.thumbprint),
-            url=challenge.url,
-        )
+            return Fail(self._no_solver(authorization, ident))
+        made = self._task(challenge, ident, authorization.url)
+        if isinstance(made, Fail):
+            return made
+        task = made
         state.challenge, state.solver, state.task = challenge, candidate, task
         state.step = _Step.PRESENT
         # recorded before it is presented: cleanup must not assume present succeeded
         self._presented.append((candidate, task))
         return Present(authorization.url, candidate, task)
+
+    def _task(
+        self, challenge: Challenge, ident: Identifier, authz_url: str
+    ) -> ChallengeTask | Fail:
+        """The task for ``challenge``, or why there can be none."""
+        account_url = self.account_url
+        if challenge.type in (DNS_ACCOUNT_01, DNS_PERSIST_01) and account_url is None:
+            return Fail(UnsupportedChallenge(f"{challenge.type} needs the account URL"))
+        if challenge.type == DNS_PERSIST_01:
+            # draft-ietf-acme-dns-persist §3: no token; the record names the CA (one of
+            # issuer-domain-names) and the account ("accounturi", when the CA sends it).
+            try:
+                issuers = check_issuer_domain_names(challenge.issuer_domain_names, url=authz_url)
+            except BadServerResponse as exc:
+                return Fail(exc)
+            return ChallengeTask(
+                type=challenge.type,
+                identifier=ident,
+                token="",
+                key_authorization="",
+                url=challenge.url,
+                account_url=challenge.account_uri or account_url,
+                issuer_domain_names=issuers,
+            )
+        if challenge.token is None:
+            return Fail(
+                BadServerResponse(f"{challenge.type} challenge without a token", url=authz_url)
+            )
+        return ChallengeTask(
+            type=challenge.type,
+            identifier=ident,
+            token=challenge.token,
+            key_authorization=key_authorization(challenge.token, self.thumbprint),
+            url=challenge.url,
+            account_url=account_url,
+        )
 
     def presented(self, url: str) -> AuthorizationAction:
         """The solver has presented the challenge of ``url``: answer it if the CA waits."""
@@ -562,6 +562,20 @@ class IssuanceFlow:
         state.challenge = current
         state.answers += 1
         return Answer(authorization.url, current, after=after, attempt=state.answers)
+
+    def _no_solver(self, authorization: Authorization, ident: Identifier) -> NoSolverForChallenges:
+        """The CA offered only types no solver answers for ``ident``: not bad input (the
+        CA chose them; another solver may answer), a failure that follows the schedule."""
+        offered = tuple(dict.fromkeys(c.type for c in authorization.challenges))
+        ours = tuple(dict.fromkeys(s.challenge_type for s in self.solvers))
+        return NoSolverForChallenges(
+            identifier=ident.value,
+            offered=offered,
+            solver_types=ours,
+            authorization_url=authorization.url,
+            order_url=self.order.url if self.order is not None else None,
+            hint=solver_hint(offered),
+        )
 
     def _authorization_failed(
         self, authorization: Authorization, problem: AcmeProblem | None, *, note: str = ""

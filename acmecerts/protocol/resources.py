@@ -65,7 +65,7 @@ _STATUSES = frozenset(
 _IDENTIFIER_TYPES = frozenset({"dns", "ip"})
 #: Challenge types whose ``token`` acme.messages decoded (and so required): base64url of
 #: at least 128 bits (RFC 8555 §8.3, §8.4).
-_TOKEN_CHALLENGES = frozenset({"http-01", "dns-01", "dns"})
+_TOKEN_CHALLENGES = frozenset({"http-01", "dns-01", "dns", "dns-account-01"})
 _TOKEN_MIN_OCTETS = 16
 #: base64url without padding of at least 16 octets, and not of a length 4k+1.
 _TOKEN_FAST = re.compile(r"[A-Za-z0-9_-]{22,}")
@@ -231,6 +231,12 @@ class Challenge:
     token: str | None
     error: AcmeProblem | None = None
     validated: _dt.datetime | None = None
+    #: dns-persist-01: the CA's issuer domain names, as sent (``None`` when absent, ``()``
+    #: when not a list of strings); checked when a solver takes the challenge.
+    issuer_domain_names: tuple[str, ...] | None = None
+    #: dns-persist-01: the account URI the CA expects in the record, if it says (Pebble
+    #: after 2.10.0 sends ``accounturi``; otherwise the account URL is used).
+    account_uri: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -287,7 +293,20 @@ def parse_challenge(obj: object, *, url: str | None) -> Challenge:
         validated=None
         if "validated" not in chall
         else _timestamp(chall["validated"], "'validated'", url),
+        # dns-persist-01 (checked when a solver takes the challenge, not here: a CA's odd
+        # dns-persist-01 must not spoil the authorization for the other types)
+        issuer_domain_names=_strings(get("issuer-domain-names")),
+        account_uri=account_uri if isinstance(account_uri := get("accounturi"), str) else None,
     )
+
+
+def _strings(value: object) -> tuple[str, ...] | None:
+    """A JSON list of strings as a tuple; ``None`` when absent, ``()`` when malformed."""
+    if value is None:
+        return None
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    return ()
 
 
 def parse_authorization(data: object, *, url: str) -> Authorization:

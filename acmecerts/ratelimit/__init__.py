@@ -1,8 +1,12 @@
 """Rate-limit-aware scheduling: a ledger of the CA's limits that keeps issuance under them.
 
 * :mod:`~acmecerts.ratelimit._model`: :class:`Limit` and :class:`RateLimitModel`, the
-  declarative token-bucket description of a CA's limits, with the :data:`LETS_ENCRYPT`
-  and :data:`NO_LIMITS` presets, and :func:`model_for_directory` to pick one for a CA.
+  declarative token-bucket description of a CA's limits, with the :data:`LETS_ENCRYPT`,
+  :data:`LETS_ENCRYPT_STAGING` and :data:`NO_LIMITS` presets, and
+  :func:`model_for_directory` to pick one for a CA.
+* :mod:`~acmecerts.ratelimit._profiles`: :class:`CaProfiles`, a CA's certificate profiles
+  as data with dates (:data:`LETS_ENCRYPT_PROFILES`), and :func:`profile_rules`: what
+  profile P at CA X issues at instant T (:class:`ProfileRules`).
 * :class:`RateLimitLedger`: records spends, answers "may this order be sent now, and if
   not, when", learns from the CA's ``rateLimited`` answers, persists in a ``Storage``.
   It writes to storage, so it lives beside the manager (``acmecerts.manager._ledger``);
@@ -28,13 +32,18 @@ from acmecerts._lazy import import_lazily
 
 _MODEL = "acmecerts.ratelimit._model"
 _THROTTLE = "acmecerts.ratelimit._throttle"
+_PROFILES = "acmecerts.ratelimit._profiles"
 
 #: Each public name and the module that defines it. Type checkers read the same names
 #: from ``__init__.pyi`` (tests/ratelimit/test_public_names.py holds the two together).
 _LAZY: dict[str, str] = {
     "LETS_ENCRYPT": _MODEL,
+    "LETS_ENCRYPT_PROFILES": _PROFILES,
+    "LETS_ENCRYPT_STAGING": _MODEL,
+    "LETS_ENCRYPT_STAGING_PROFILES": _PROFILES,
     "NO_LIMITS": _MODEL,
     "BudgetLine": "acmecerts.ratelimit._state",
+    "CaProfiles": _PROFILES,
     "Decision": "acmecerts.ratelimit._state",
     "EndpointClass": _THROTTLE,
     "Event": _MODEL,
@@ -42,6 +51,7 @@ _LAZY: dict[str, str] = {
     "LedgerLike": "acmecerts.ratelimit._ledger_like",
     "Limit": _MODEL,
     "PlannedIssuance": "acmecerts.ratelimit._priority",
+    "ProfileRules": _PROFILES,
     # the manager layer: see __getattr__
     "RateLimitLedger": "acmecerts.manager._ledger",
     "RateLimitModel": _MODEL,
@@ -53,6 +63,7 @@ _LAZY: dict[str, str] = {
     "identifier_set_key": "acmecerts.ratelimit._scopes",
     "model_for_directory": _MODEL,
     "prioritize": "acmecerts.ratelimit._priority",
+    "profile_rules": _PROFILES,
     "registered_domain": "acmecerts.ratelimit._scopes",
 }
 

@@ -10,6 +10,7 @@ from acmecerts.manager._ledger import RateLimitLedger as RateLimitLedger
 from acmecerts.ratelimit._ledger_like import LedgerLike
 from acmecerts.ratelimit._model import (
     LETS_ENCRYPT,
+    LETS_ENCRYPT_STAGING,
     NO_LIMITS,
     Event,
     Limit,
@@ -18,6 +19,13 @@ from acmecerts.ratelimit._model import (
     model_for_directory,
 )
 from acmecerts.ratelimit._priority import IssuanceRequest, PlannedIssuance, prioritize
+from acmecerts.ratelimit._profiles import (
+    LETS_ENCRYPT_PROFILES,
+    LETS_ENCRYPT_STAGING_PROFILES,
+    CaProfiles,
+    ProfileRules,
+    profile_rules,
+)
 from acmecerts.ratelimit._scopes import identifier_set_key, registered_domain
 from acmecerts.ratelimit._state import BudgetLine, Decision
 from acmecerts.ratelimit._throttle import (
@@ -30,8 +38,12 @@ from acmecerts.ratelimit._throttle import (
 
 __all__ = [
     "LETS_ENCRYPT",
+    "LETS_ENCRYPT_PROFILES",
+    "LETS_ENCRYPT_STAGING",
+    "LETS_ENCRYPT_STAGING_PROFILES",
     "NO_LIMITS",
     "BudgetLine",
+    "CaProfiles",
     "Decision",
     "EndpointClass",
     "Event",
@@ -39,6 +51,7 @@ __all__ = [
     "LedgerLike",
     "Limit",
     "PlannedIssuance",
+    "ProfileRules",
     "RateLimitLedger",
     "RateLimitModel",
     "RequestBucket",
@@ -49,5 +62,6 @@ __all__ = [
     "identifier_set_key",
     "model_for_directory",
     "prioritize",
+    "profile_rules",
     "registered_domain",
 ]

@@ -71,6 +71,12 @@ _KNOWN: tuple[tuple[tuple[str, ...], str, Scope, bool], ...] = (
         False,
     ),
     (
+        ("registrations-per-ipv6-range", "ipv6 range", "/48"),
+        "new_accounts_per_ipv6_range",
+        Scope.SOURCE_IPV6_RANGE,
+        False,
+    ),
+    (
         ("registrations-per-ip", "new registrations", "new accounts"),
         "new_accounts_per_ip",
         Scope.SOURCE_ADDRESS,
@@ -103,6 +109,7 @@ def event_of(scope: Scope) -> Event:
         Scope.ACCOUNT: Event.NEW_ORDER,
         Scope.ACCOUNT_IDENTIFIER: Event.AUTHORIZATION_FAILURE,
         Scope.SOURCE_ADDRESS: Event.NEW_ACCOUNT,
+        Scope.SOURCE_IPV6_RANGE: Event.NEW_ACCOUNT,
     }[scope]
 
 

@@ -145,10 +145,10 @@ def record_account(model: RateLimitModel, source: str) -> Change[None]:
     """Spend what one new account from ``source`` costs."""
 
     def change(state: LedgerState, now: int) -> tuple[None, bool]:
-        limits = model.for_event(Event.NEW_ACCOUNT)
-        for limit in limits:
-            state.spend(limit, source, now)
-        return None, bool(limits)
+        charges = state.account_charges(model, source)
+        for name, key in charges:
+            state.spend(model[name], key, now)
+        return None, bool(charges)
 
     return change
 

@@ -7,14 +7,18 @@ until the next token arrives. This is the model Let's Encrypt uses (GCRA, "refil
 1 certificate every 202 minutes"), see https://letsencrypt.org/docs/rate-limits/.
 
 A :class:`RateLimitModel` is a named, immutable set of limits. :data:`LETS_ENCRYPT` is
-Let's Encrypt's production model; :data:`NO_LIMITS` suits private CAs;
+Let's Encrypt's production model, :data:`LETS_ENCRYPT_STAGING` its staging environment's
+(far higher limits); :data:`NO_LIMITS` suits private CAs;
 :func:`model_for_directory` picks one from a directory URL;
 :meth:`RateLimitModel.with_overrides` applies a CA's rate-limit override::
 
     model = LETS_ENCRYPT.with_overrides({"certificates_per_registered_domain": 300})
 
-A model also carries the CA's per-endpoint request rates (:attr:`RateLimitModel.request_rates`,
-see :mod:`acmecerts.ratelimit._throttle`), which the client's request throttle keeps to.
+A model also carries what the CA's profiles issue (:attr:`RateLimitModel.profiles`, a
+:class:`~acmecerts.ratelimit.CaProfiles` timeline; see ``_profiles.py``), which the client
+checks an order against before sending it, and the CA's per-endpoint request rates
+(:attr:`RateLimitModel.request_rates`, see :mod:`acmecerts.ratelimit._throttle`), which
+the client's request throttle keeps to.
 :func:`model_for_directory` is how acmecerts picks a model for a CA it is pointed at.
 """
 
@@ -28,10 +32,16 @@ from collections.abc import Iterable, Iterator, Mapping
 from urllib.parse import urlsplit
 
 from acmecerts.errors import InvalidInput
+from acmecerts.ratelimit._profiles import (
+    LETS_ENCRYPT_PROFILES,
+    LETS_ENCRYPT_STAGING_PROFILES,
+    CaProfiles,
+)
 from acmecerts.ratelimit._throttle import EndpointClass, RatesTable, RequestRates
 
 __all__ = [
     "LETS_ENCRYPT",
+    "LETS_ENCRYPT_STAGING",
     "NO_LIMITS",
     "Event",
     "Limit",
@@ -59,6 +69,9 @@ class Scope(enum.StrEnum):
     ACCOUNT_IDENTIFIER = "account_identifier"
     #: One bucket per source IP address the requests come from.
     SOURCE_ADDRESS = "source_address"
+    #: One bucket per IPv6 /48 the requests come from (IPv6 sources only: a limit of
+    #: this scope spends nothing for an IPv4 source, or one whose address is unknown).
+    SOURCE_IPV6_RANGE = "source_ipv6_range"
 
 
 class Event(enum.StrEnum):
@@ -80,6 +93,7 @@ _DEFAULT_EVENT = {
     Scope.ACCOUNT: Event.NEW_ORDER,
     Scope.ACCOUNT_IDENTIFIER: Event.AUTHORIZATION_FAILURE,
     Scope.SOURCE_ADDRESS: Event.NEW_ACCOUNT,
+    Scope.SOURCE_IPV6_RANGE: Event.NEW_ACCOUNT,
 }
 
 
@@ -193,12 +207,16 @@ class RateLimitModel:
     :attr:`request_rates` are the CA's per-endpoint request rates, which an
     :class:`~acmecerts.AcmeClient` whose ledger (or directory URL) selects this model keeps
     to with its request throttle (``request_rates="auto"``); empty: no throttle.
+    :attr:`profiles` is what the CA's profiles issue over time (``None``: unknown), which
+    such a client checks each order against before sending it (``ca_profiles="auto"``).
     """
 
     name: str
     limits: tuple[Limit, ...]
     #: Per-endpoint request rates for the client's request throttle (empty: none).
     request_rates: RequestRates
+    #: The CA's profiles and their rules over time (``None``: not known).
+    profiles: CaProfiles | None
 
     def __init__(
         self,
@@ -206,8 +224,9 @@ class RateLimitModel:
         *,
         name: str = "custom",
         request_rates: RatesTable | None = None,
+        profiles: CaProfiles | None = None,
     ) -> None:
-        """A model of ``limits`` (names must be unique) and ``request_rates``."""
+        """A model of ``limits`` (names must be unique), ``request_rates`` and ``profiles``."""
         items = tuple(limits)
         seen: set[str] = set()
         for limit in items:
@@ -221,6 +240,9 @@ class RateLimitModel:
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "limits", items)
         object.__setattr__(self, "request_rates", request_rates)
+        if profiles is not None and not isinstance(profiles, CaProfiles):
+            raise InvalidInput(f"profiles must be CaProfiles or None, got {profiles!r}")
+        object.__setattr__(self, "profiles", profiles)
 
     def __iter__(self) -> Iterator[Limit]:
         return iter(self.limits)
@@ -279,6 +301,7 @@ class RateLimitModel:
             limits.values(),
             name=name or f"{self.name}+overrides",
             request_rates=self.request_rates,
+            profiles=self.profiles,
         )
 
     def with_request_rates(
@@ -289,7 +312,10 @@ class RateLimitModel:
     ) -> RateLimitModel:
         """A copy with other per-endpoint request rates (``None`` or empty: no throttle)."""
         return RateLimitModel(
-            self.limits, name=name or f"{self.name}+rates", request_rates=request_rates
+            self.limits,
+            name=name or f"{self.name}+rates",
+            request_rates=request_rates,
+            profiles=self.profiles,
         )
 
     def without(self, *names: str) -> RateLimitModel:
@@ -298,6 +324,7 @@ class RateLimitModel:
             (limit for limit in self.limits if limit.name not in names),
             name=f"{self.name}-" + "-".join(names),
             request_rates=self.request_rates,
+            profiles=self.profiles,
         )
 
     def __repr__(self) -> str:
@@ -339,8 +366,11 @@ LETS_ENCRYPT = RateLimitModel(
         ),
         # 10 per 3 hours, refill 1 per 18 minutes.
         Limit("new_accounts_per_ip", 10, 3 * _HOUR, Scope.SOURCE_ADDRESS),
+        # 500 per 3 hours per IPv6 /48, refill 1 per 21.6 seconds.
+        Limit("new_accounts_per_ipv6_range", 500, 3 * _HOUR, Scope.SOURCE_IPV6_RANGE),
     ],
     name="lets-encrypt",
+    profiles=LETS_ENCRYPT_PROFILES,
     # "Overall Requests" per IP address, per endpoint: (requests per second, burst).
     request_rates={
         EndpointClass.DIRECTORY: (40, 40),
@@ -353,20 +383,67 @@ LETS_ENCRYPT = RateLimitModel(
     },
 )
 
+#: Let's Encrypt's staging environment (https://letsencrypt.org/docs/staging-environment/,
+#: as of April 2026): production's limits with staging's values, and its request rates.
+LETS_ENCRYPT_STAGING = RateLimitModel(
+    [
+        # "30000 per second" on the page (April 2026) reads as a slip for "per week":
+        # the duplicate-certificate limit beside it, and every earlier version, say week.
+        Limit(
+            "certificates_per_registered_domain",
+            30_000,
+            _WEEK,
+            Scope.REGISTERED_DOMAIN,
+            renewal_exempt=True,
+        ),
+        Limit("certificates_per_exact_identifier_set", 30_000, _WEEK, Scope.IDENTIFIER_SET),
+        Limit("new_orders_per_account", 1_500, 3 * _HOUR, Scope.ACCOUNT, renewal_exempt=True),
+        Limit(
+            "authorization_failures_per_identifier_per_account",
+            200,
+            _HOUR,
+            Scope.ACCOUNT_IDENTIFIER,
+        ),
+        Limit(
+            "consecutive_authorization_failures_per_identifier_per_account",
+            3_600,
+            6 * _HOUR,
+            Scope.ACCOUNT_IDENTIFIER,
+            pauses=True,
+        ),
+        Limit("new_accounts_per_ip", 50, 3 * _HOUR, Scope.SOURCE_ADDRESS),
+        Limit("new_accounts_per_ipv6_range", 500, 3 * _HOUR, Scope.SOURCE_IPV6_RANGE),
+    ],
+    name="lets-encrypt-staging",
+    profiles=LETS_ENCRYPT_STAGING_PROFILES,
+    request_rates={
+        EndpointClass.DIRECTORY: (40, 40),
+        EndpointClass.NEW_NONCE: (20, 10),
+        EndpointClass.NEW_ACCOUNT: (5, 15),
+        EndpointClass.NEW_ORDER: (20, 40),
+        EndpointClass.REVOKE_CERT: (10, 100),
+        EndpointClass.RENEWAL_INFO: (1000, 100),
+        EndpointClass.OTHER: (20, 20),
+    },
+)
+
 #: No limits at all (a private CA, Pebble): no request throttle either; the ledger still
 #: learns from ``rateLimited`` answers.
 NO_LIMITS = RateLimitModel([], name="no-limits")
 
-#: Directory hosts whose limits :data:`LETS_ENCRYPT` describes (production only: staging's
-#: limits are far higher, so a ledger there starts from :data:`NO_LIMITS` and learns).
-_LETS_ENCRYPT_HOSTS = frozenset({"acme-v02.api.letsencrypt.org"})
+#: The models of known directory hosts.
+_MODELS_BY_HOST = {
+    "acme-v02.api.letsencrypt.org": LETS_ENCRYPT,
+    "acme-staging-v02.api.letsencrypt.org": LETS_ENCRYPT_STAGING,
+}
 
 
 def model_for_directory(directory_url: str) -> RateLimitModel:
     """The limits model of the CA at ``directory_url``, as far as acmecerts knows it.
 
-    :data:`LETS_ENCRYPT` for Let's Encrypt's production directory, :data:`NO_LIMITS` for
-    any other CA (its ledger still learns from the CA's ``rateLimited`` answers). Pass a
+    :data:`LETS_ENCRYPT` for Let's Encrypt's production directory,
+    :data:`LETS_ENCRYPT_STAGING` for its staging directory, :data:`NO_LIMITS` for any other
+    CA (its ledger still learns from the CA's ``rateLimited`` answers). Pass a
     model yourself for a CA whose limits you know, or after an override was granted. The
     CLI's ``--rate-limits auto``, :func:`~acmecerts.manager.open_manager` and
     :class:`~acmecerts.AcmeClient`'s ``request_rates="auto"`` all choose with it.
@@ -383,4 +460,4 @@ def model_for_directory(directory_url: str) -> RateLimitModel:
     host = (parts.hostname or "").lower().rstrip(".")
     if parts.scheme.lower() not in ("http", "https") or not host:
         raise InvalidInput(f"invalid directory URL {directory_url!r}: need http(s)://host/...")
-    return LETS_ENCRYPT if host in _LETS_ENCRYPT_HOSTS else NO_LIMITS
+    return _MODELS_BY_HOST.get(host, NO_LIMITS)

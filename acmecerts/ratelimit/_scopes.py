@@ -20,7 +20,7 @@ from publicsuffixlist import PublicSuffixList
 
 from acmecerts.protocol.identifiers import Identifier, parse_identifier
 
-__all__ = ["as_identifiers", "identifier_set_key", "registered_domain"]
+__all__ = ["as_identifiers", "identifier_set_key", "registered_domain", "source_range"]
 
 _psl: PublicSuffixList | None = None
 _psl_lock = threading.Lock()
@@ -65,6 +65,23 @@ def registered_domain(identifier: Identifier | str) -> str:
     """
     ident = identifier if isinstance(identifier, Identifier) else _parse(identifier)
     return _registered(ident)
+
+
+def source_range(source: str) -> str | None:
+    """The IPv6 /48 a source address belongs to; ``None`` for IPv4 or an unknown source.
+
+    >>> source_range("2001:db8:1:2::5")
+    '2001:db8:1::/48'
+    >>> source_range("192.0.2.7") is None
+    True
+    """
+    try:
+        address = ipaddress.ip_address(source)
+    except ValueError:
+        return None  # "local" (the address is not known) or a name
+    if address.version != 6:
+        return None
+    return str(ipaddress.IPv6Network((address, 48), strict=False))
 
 
 def identifier_set_key(identifiers: Iterable[Identifier]) -> str:

@@ -32,7 +32,7 @@ from acmecerts.ratelimit._answers import (
 )
 from acmecerts.ratelimit._instants import from_us, to_us
 from acmecerts.ratelimit._model import Event, Limit, RateLimitModel, Scope
-from acmecerts.ratelimit._scopes import identifier_set_key, registered_domain
+from acmecerts.ratelimit._scopes import identifier_set_key, registered_domain, source_range
 
 __all__ = [
     "BudgetLine",
@@ -44,6 +44,18 @@ __all__ = [
 ]
 
 _FORMAT = 1
+
+
+def source_keys(scope: Scope, source: str) -> tuple[str, ...]:
+    """The bucket keys of a new-account limit of ``scope`` for requests from ``source``.
+
+    The source address itself, or its IPv6 /48 (none for an IPv4 source or an unknown one:
+    Let's Encrypt counts /48 ranges of IPv6 addresses only).
+    """
+    if scope is Scope.SOURCE_IPV6_RANGE:
+        network = source_range(source)
+        return (network,) if network is not None else ()
+    return (source,)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -71,7 +83,7 @@ class OrderRequest:
             return tuple(
                 dict.fromkeys(account_identifier_key(self.account, i) for i in self.identifiers)
             )
-        return (self.source,)
+        return source_keys(scope, self.source)
 
 
 def account_identifier_key(account: str, identifier: Identifier) -> str:
@@ -317,22 +329,28 @@ class LedgerState:
         """Whether a new account may be created from ``source`` now."""
         worst = 0
         worst_limit: str | None = None
+        worst_key = source
         for limit in model.for_event(Event.NEW_ACCOUNT):
-            earliest = self.not_before(limit, source, now)
-            if earliest is not None and earliest > worst:
-                worst, worst_limit = earliest, limit.name
+            for key in source_keys(limit.scope, source):
+                earliest = self.not_before(limit, key, now)
+                if earliest is not None and earliest > worst:
+                    worst, worst_limit, worst_key = earliest, limit.name, key
         for name, bucket in self.blocks.items():
             scope = known_scope(name)[0]
             until = bucket.get(source)
             if scope is Scope.SOURCE_ADDRESS and until is not None and until > max(now, worst):
-                worst, worst_limit = until, name
+                worst, worst_limit, worst_key = until, name, source
         if worst_limit is not None:
-            return Decision(False, from_us(worst), worst_limit, source)
+            return Decision(False, from_us(worst), worst_limit, worst_key)
         return Decision(True)
 
     def account_charges(self, model: RateLimitModel, source: str) -> tuple[tuple[str, str], ...]:
         """The ``(limit, scope key)`` tokens a new account from ``source`` spends."""
-        return tuple((limit.name, source) for limit in model.for_event(Event.NEW_ACCOUNT))
+        return tuple(
+            (limit.name, key)
+            for limit in model.for_event(Event.NEW_ACCOUNT)
+            for key in source_keys(limit.scope, source)
+        )
 
     def learn_account(
         self, model: RateLimitModel, source: str, now: int, until: int | None
@@ -346,7 +364,8 @@ class LedgerState:
         until = learned_until(now, until)
         limits = model.for_event(Event.NEW_ACCOUNT)
         for limit in limits:
-            self.empty_until(limit, source, until)
+            for key in source_keys(limit.scope, source):
+                self.empty_until(limit, key, until)
         if not limits:
             bucket = self.blocks.setdefault(NEW_ACCOUNT_BLOCK, {})
             bucket[source] = max(bucket.get(source, 0), until)

@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from acmecerts.solvers.dns01 import DnsError as DnsError
     from acmecerts.solvers.dns01 import DnsHookError as DnsHookError
     from acmecerts.solvers.dns01 import DnsHookSolver as DnsHookSolver
+    from acmecerts.solvers.dns01 import DnsPersistRecordMissing as DnsPersistRecordMissing
+    from acmecerts.solvers.dns01 import DnsPersistSolver as DnsPersistSolver
     from acmecerts.solvers.dns01 import DnsPropagationTimeout as DnsPropagationTimeout
     from acmecerts.solvers.dns01 import DnsRecordLocation as DnsRecordLocation
     from acmecerts.solvers.dns01 import DnsUpdateRefused as DnsUpdateRefused
@@ -38,6 +40,8 @@ _LAZY: dict[str, str] = {
     "DnsError": "acmecerts.solvers.dns01",
     "DnsHookError": "acmecerts.solvers.dns01",
     "DnsHookSolver": "acmecerts.solvers.dns01",
+    "DnsPersistRecordMissing": "acmecerts.solvers.dns01",
+    "DnsPersistSolver": "acmecerts.solvers.dns01",
     "DnsPropagationTimeout": "acmecerts.solvers.dns01",
     "DnsRecordLocation": "acmecerts.solvers.dns01",
     "DnsUpdateRefused": "acmecerts.solvers.dns01",

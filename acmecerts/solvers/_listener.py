@@ -28,11 +28,12 @@ import anyio.abc
 
 from acmecerts._time import _running_loop, duration_seconds
 from acmecerts.errors import InvalidInput
+from acmecerts.solvers._bind import _bind, _BindFailure, _describe, _hosts
 
 if TYPE_CHECKING:
     import datetime as _dt
     import logging
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
     from types import TracebackType
     from typing import Self
 
@@ -78,11 +79,18 @@ class _Running:
         "scope",
         "stopped",
         "task",
+        "where",
     )
 
     def __init__(self, listener: MultiListener[anyio.abc.SocketStream], port: int) -> None:
         self.listener = listener
         self.port = port
+        #: What the sockets listen on, for log lines: ``"[::]:80 (IPv4 and IPv6)"``.
+        self.where = ", ".join(
+            _describe(one)
+            for one in listener.listeners
+            if isinstance(one, anyio.abc.SocketListener)
+        )
         #: Cancelled to stop serving; entered by the serving task.
         self.scope = anyio.CancelScope()
         #: Set once the serving task has closed the listener and every connection.
@@ -176,14 +184,20 @@ class _ListeningServer(abc.ABC):
     _logger: ClassVar[logging.Logger]
 
     def __init__(
-        self, *, host: str, port: int, timeout: float | _dt.timedelta, max_connections: int
+        self,
+        *,
+        host: str | Sequence[str],
+        port: int,
+        timeout: float | _dt.timedelta,
+        max_connections: int,
     ) -> None:
+        hosts = _hosts(host)
         if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
             raise InvalidInput(f"port must be an integer in 0..65535, not {port!r}")
         seconds = duration_seconds(timeout, "timeout", positive=True)
         if max_connections < 1:
             raise InvalidInput(f"max_connections must be at least 1, not {max_connections}")
-        self._host = host
+        self._hosts = hosts
         #: The per-request (or per-handshake) deadline, in seconds.
         self._timeout = seconds
         self._port = port
@@ -198,8 +212,9 @@ class _ListeningServer(abc.ABC):
 
     def __repr__(self) -> str:
         state = "serving" if self.serving else "stopped"
+        host = self._hosts[0] if len(self._hosts) == 1 else list(self._hosts)
         return (
-            f"{type(self).__name__}(host={self._host!r}, port={self.port}, {state}, "
+            f"{type(self).__name__}(host={host!r}, port={self.port}, {state}, "
             f"{self._repr_detail()})"
         )
 
@@ -209,8 +224,13 @@ class _ListeningServer(abc.ABC):
 
     @property
     def host(self) -> str:
-        """The address the server listens (or will listen) on."""
-        return self._host
+        """The address the server listens (or will listen) on; the first of :attr:`hosts`."""
+        return self._hosts[0]
+
+    @property
+    def hosts(self) -> tuple[str, ...]:
+        """Every address the server listens (or will listen) on, all on :attr:`port`."""
+        return self._hosts
 
     @property
     def port(self) -> int:
@@ -296,13 +316,14 @@ class _ListeningServer(abc.ABC):
 
     async def _bind(self) -> _Running:
         try:
-            listener = await anyio.create_tcp_listener(local_host=self._host, local_port=self._port)
-        except OSError as exc:
+            listener = await _bind(self._hosts, self._port)
+        except _BindFailure as failure:
+            exc = failure.error
             reason = exc.strerror or str(exc) or type(exc).__name__
-            raise ListenError(self._host, self._port, reason, os_errno=exc.errno) from exc
-        port = listener.extra(anyio.abc.SocketAttribute.local_port)
-        self._logger.info("%s server listening on %s:%d", self.challenge_type, self._host, port)
-        return _Running(listener, port)
+            raise ListenError(failure.host, failure.port, reason, os_errno=exc.errno) from exc
+        running = _Running(listener, listener.extra(anyio.abc.SocketAttribute.local_port))
+        self._logger.info("%s server listening on %s", self.challenge_type, running.where)
+        return running
 
     def _spawn_detached(self, running: _Running) -> None:
         """Run the server in a task of its own, outside the caller's task tree."""
@@ -318,9 +339,7 @@ class _ListeningServer(abc.ABC):
         try:
             await self._serve(running)
         except Exception:  # pragma: no cover - _serve does not raise
-            self._logger.exception(
-                "%s server on %s:%d failed", self.challenge_type, self._host, running.port
-            )
+            self._logger.exception("%s server on %s failed", self.challenge_type, running.where)
 
     async def _serve(self, running: _Running) -> None:
         try:
@@ -338,9 +357,7 @@ class _ListeningServer(abc.ABC):
             with anyio.CancelScope(shield=True):
                 await running.listener.aclose()
             running.stopped.set()
-            self._logger.info(
-                "%s server on %s:%d stopped", self.challenge_type, self._host, running.port
-            )
+            self._logger.info("%s server on %s stopped", self.challenge_type, running.where)
 
     async def _serve_callbacks(
         self,

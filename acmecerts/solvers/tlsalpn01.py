@@ -52,6 +52,8 @@ from acmecerts.solvers._checks import _refuse_unsupported
 from acmecerts.solvers._listener import _ListeningServer
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from acmecerts.protocol.identifiers import Identifier
     from acmecerts.solvers._base import ChallengeTask
 
@@ -322,8 +324,9 @@ class TlsAlpn01Server(_ListeningServer):
         ...
         await solver.aclose()
 
-    :param host: address to listen on (``"0.0.0.0"``: every IPv4 interface; ``"::"`` for
-        IPv6).
+    :param host: address to listen on, or several (one port for all); the default ``"::"``
+        is every IPv4 and IPv6 address (dual-stack), ``"0.0.0.0"`` every IPv4 address
+        only, as for :class:`~acmecerts.solvers.Http01Server`.
     :param port: port to listen on; the CA always connects to 443, so another port only
         makes sense behind a port forward. ``0`` picks a free port.
     :param timeout: deadline (seconds or ``timedelta``) for one connection's handshake.
@@ -337,7 +340,7 @@ class TlsAlpn01Server(_ListeningServer):
     def __init__(
         self,
         *,
-        host: str = "0.0.0.0",
+        host: str | Sequence[str] = "::",
         port: int = 443,
         timeout: float | _dt.timedelta = 10.0,
         max_connections: int = 1024,

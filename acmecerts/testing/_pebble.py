@@ -126,6 +126,10 @@ class PebbleServer(ManagedServer):
         pebble_binary: The ``pebble`` executable (name on ``PATH`` or path); overrides
             *release*.
         challtestsrv_binary: The ``pebble-challtestsrv`` executable.
+        default_ipv6: The address ``pebble-challtestsrv`` answers every ``AAAA`` query
+            with; ``""`` (the default) answers none. With ``"::1"`` Pebble validates DNS
+            names over IPv6 (its VA dials the first ``AAAA`` address), so the solver must
+            listen on ``::1`` at :attr:`http_port` / :attr:`tls_port`.
     """
 
     name = "Pebble"
@@ -148,12 +152,15 @@ class PebbleServer(ManagedServer):
         retry_after_order: int = 0,
         pebble_binary: str | None = None,
         challtestsrv_binary: str | None = None,
+        default_ipv6: str = "",
     ) -> None:
         _check_percent("nonce_reject_percent", nonce_reject_percent)
         if retry_after_authz < 0 or retry_after_order < 0:
             raise ValueError("retry_after_authz and retry_after_order must be >= 0")
         if authz_reuse_percent is not None:
             _check_percent("authz_reuse_percent", authz_reuse_percent)
+        if default_ipv6 and ":" not in default_ipv6:
+            raise ValueError(f"default_ipv6 must be an IPv6 address or '', not {default_ipv6!r}")
         super().__init__(workdir)
         self.va_nosleep = va_nosleep
         self.nonce_reject_percent = nonce_reject_percent
@@ -164,6 +171,8 @@ class PebbleServer(ManagedServer):
         self.extra_env: dict[str, str] = dict(extra_env or {})
         self.retry_after_authz = retry_after_authz
         self.retry_after_order = retry_after_order
+        #: What ``pebble-challtestsrv`` answers ``AAAA`` queries with (``""``: nothing).
+        self.default_ipv6 = default_ipv6
         self._not_found: str | None = None
         binaries = _binaries(release, pebble_binary, challtestsrv_binary)
         if isinstance(binaries, str):
@@ -323,7 +332,10 @@ class PebbleServer(ManagedServer):
             if binary == self.challtestsrv_binary and self.dns_server is not None:
                 continue
             if shutil.which(binary) is None:
-                return f"{binary!r} not found; run `bash scripts/test.sh`, which installs Pebble"
+                return (
+                    f"{binary!r} not found; run `bash scripts/pebble-2.10.sh` for Pebble 2.10, "
+                    "or apt-get install -y pebble for Debian's 2.4"
+                )
         return None
 
     def _prepare(self) -> None:
@@ -361,7 +373,7 @@ class PebbleServer(ManagedServer):
                     "-defaultIPv4",
                     "127.0.0.1",
                     "-defaultIPv6",
-                    "",
+                    self.default_ipv6,
                 ],
                 self.challtestsrv_log_path,
                 _clean_env(),

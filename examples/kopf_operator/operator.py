@@ -29,7 +29,8 @@ Configuration (environment): ``ACMECERTS_DIRECTORY`` (default Let's Encrypt stag
 ``ACMECERTS_STORE_NAMESPACE`` (where the store lives; default the kubeconfig's or the
 pod's namespace), ``ACMECERTS_LOCK_LEASE`` (seconds a replica that dies keeps holding a
 certificate's lock; default 120) and, for demonstrations, ``ACMECERTS_RENEWAL_FRACTION``
-(renew when this fraction of the lifetime remains; default a third). The Kubernetes
+(without ARI, renew when this fraction of the lifetime remains; default the library's:
+a third, half for certificates of under 10 days). The Kubernetes
 credentials come from ``$KUBECONFIG`` or the pod's service account.
 """
 
@@ -253,7 +254,8 @@ async def run_manager(operator: Operator) -> None:
     """The manager and what it needs, for the operator's lifetime (one task)."""
     directory = os.environ.get("ACMECERTS_DIRECTORY", STAGING)
     email = os.environ.get("ACMECERTS_EMAIL")
-    fraction = float(os.environ.get("ACMECERTS_RENEWAL_FRACTION", 1 / 3))
+    given = os.environ.get("ACMECERTS_RENEWAL_FRACTION")
+    fraction = float(given) if given else None  # None: a third, or half under 10 days
     # --8<-- [start:manager]
     async with (
         KubernetesStorage(os.environ.get("ACMECERTS_STORE_NAMESPACE")) as storage,

@@ -20,7 +20,8 @@ Faults: :class:`Respond` (answer without forwarding, e.g. 429/503 with ``Retry-A
 :class:`BadNonce`, :class:`Reset` (RST without answering), :class:`Stall` (wait, then forward),
 :class:`Truncate` (a body shorter than its ``Content-Length``, then close),
 :class:`SlowBody` (dribble the body), :class:`Hold` (wait for the test's go, then forward),
-:class:`Rewrite` (forward, then change the answer's headers or JSON body) and
+:class:`Rewrite` (edit the upstream's JSON answer, e.g. :func:`only_challenges`, or set
+headers such as ``Retry-After`` on it) and
 :class:`AriAnswer` (a RenewalInfo object).
 
 A :class:`Match` can also look into the request: ``Match("/order-plz", "POST",
@@ -236,21 +237,37 @@ class Truncate(Fault):
 
 
 @dataclass(frozen=True)
-class Rewrite(Fault):
-    """Forward, then change the upstream's answer before sending it on: ``headers`` are
-    set (replacing any of the same name, e.g. ``Retry-After``), and ``body``, if given,
-    maps the answer's JSON body to the one sent (e.g. a challenge put back to
-    ``pending`` with an ``error``). An answer whose body is not JSON keeps its body."""
-
-    headers: dict[str, str] = field(default_factory=dict)
-    body: Callable[[Any], Any] | None = None
-
-
-@dataclass(frozen=True)
 class SlowBody(Fault):
     """Forward, but send the response body at about ``bytes_per_second``."""
 
     bytes_per_second: float
+
+
+@dataclass(frozen=True)
+class Rewrite(Fault):
+    """Forward, then answer with ``edit(document)`` instead of the upstream's JSON body.
+
+    Only a successful JSON answer is edited (anything else is forwarded as it is); the
+    headers are kept (``Content-Length`` is the new body's). E.g. :func:`only_challenges`
+    makes the CA offer fewer challenge types than it does. ``edit=None`` keeps the body.
+    ``headers`` are set on the answer whatever it is, replacing any of the same name
+    (e.g. a ``Retry-After`` the upstream does not send).
+    """
+
+    edit: Callable[[Any], Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def only_challenges(*types: str) -> Rewrite:
+    """A :class:`Rewrite` of authorizations: only the challenges of ``types`` stay."""
+
+    def edit(document: Any) -> Any:
+        if isinstance(document, dict) and isinstance(document.get("challenges"), list):
+            kept = [c for c in document["challenges"] if c.get("type") in types]
+            return {**document, "challenges": kept}
+        return document
+
+    return Rewrite(edit)
 
 
 @dataclass(frozen=True)
@@ -742,10 +759,12 @@ class FaultProxy:
             await self._hold(fault)
 
         upstream = await self._forward(head, target, body)
-        if isinstance(fault, Rewrite):
-            upstream = _rewritten(upstream, fault)
         if method == "GET" and path == self._directory_path:
             upstream = self._with_renewal_info(upstream, entry)
+        if isinstance(fault, Rewrite):
+            upstream = _with_headers(upstream, fault.headers)
+            if fault.edit is not None:
+                upstream = _rewritten(upstream, fault.edit)
         if isinstance(fault, Truncate):
             await self._send_truncated(conn, writer, entry, head.method, upstream)
         elif isinstance(fault, SlowBody):
@@ -1001,22 +1020,6 @@ class FaultProxy:
             await asyncio.wait_for(writer.wait_closed(), 5.0)
 
 
-def _rewritten(upstream: _Upstream, fault: Rewrite) -> _Upstream:
-    """``upstream`` with ``fault``'s headers set and its body mapped (see :class:`Rewrite`)."""
-    replaced = {k.lower().encode("latin-1") for k in fault.headers}
-    headers = [(k, v) for k, v in upstream.headers if k.lower() not in replaced]
-    headers += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in fault.headers.items()]
-    body = upstream.body
-    if fault.body is not None:
-        try:
-            document = json.loads(body)
-        except ValueError:
-            pass
-        else:
-            body = json.dumps(fault.body(document)).encode()
-    return _Upstream(upstream.status, headers, body)
-
-
 def _quiet_exception_handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
     """Log failed handshakes and dropped connections (clients misbehave on purpose) at debug."""
     exc = context.get("exception")
@@ -1036,6 +1039,30 @@ _BASE64URL = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123
 
 def _is_base64url(text: str) -> bool:
     return set(text) <= _BASE64URL
+
+
+def _with_headers(upstream: _Upstream, headers: dict[str, str]) -> _Upstream:
+    """``upstream`` with ``headers`` set (replacing any of the same name)."""
+    if not headers:
+        return upstream
+    replaced = {k.lower().encode("latin-1") for k in headers}
+    kept = [(k, v) for k, v in upstream.headers if k.lower() not in replaced]
+    added = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+    return _Upstream(upstream.status, kept + added, upstream.body)
+
+
+def _rewritten(upstream: _Upstream, edit: Callable[[Any], Any]) -> _Upstream:
+    """``upstream`` with its JSON body replaced by ``edit(body)`` (a 2xx JSON answer only)."""
+    if not 200 <= upstream.status < 300:
+        return upstream
+    if any(k.lower() == b"content-encoding" for k, _ in upstream.headers):
+        _log.warning("FaultProxy: a compressed answer is forwarded without its rewrite")
+        return upstream
+    try:
+        document = json.loads(upstream.body)
+    except ValueError:
+        return upstream
+    return _Upstream(upstream.status, upstream.headers, json.dumps(edit(document)).encode())
 
 
 def _raw_head(response: h11.Response) -> bytes:

@@ -290,7 +290,7 @@ async def test_a_challenge_put_back_to_pending_is_answered_again_and_the_reason_
             # presenting is left alone)
             if isinstance(event, ChallengeAnswered) and len(seen_answers) == 0:
                 seen_answers.append(event)
-                proxy.add_rule(Match("/authZ/", "POST"), Rewrite(body=_put_back))
+                proxy.add_rule(Match("/authZ/", "POST"), Rewrite(_put_back))
 
         seen_answers: list[ChallengeAnswered] = []
 
@@ -322,7 +322,7 @@ async def test_a_challenge_that_keeps_failing_ends_with_the_cas_reason(
         def arm(event: ClientEvent) -> None:
             if isinstance(event, ChallengeAnswered) and not armed:
                 armed.append(True)
-                proxy.add_rule(Match("/authZ/", "POST"), Rewrite(body=_put_back), times=None)
+                proxy.add_rule(Match("/authZ/", "POST"), Rewrite(_put_back), times=None)
 
         acme.subscribe(arm)
         with pytest.raises(AuthorizationFailed) as failed:

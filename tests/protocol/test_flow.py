@@ -21,8 +21,9 @@ from acmecerts.errors import (
     AttemptTimeout,
     AuthorizationFailed,
     BadServerResponse,
+    InvalidInput,
+    NoSolverForChallenges,
     OrderFailed,
-    UnsupportedChallenge,
 )
 from acmecerts.protocol._flow import (
     Answer,
@@ -485,16 +486,38 @@ def test_a_wildcard_goes_to_a_solver_that_supports_it() -> None:
     assert action.task.dns_txt_value  # the TXT value of the key authorization
 
 
-@pytest.mark.parametrize("offered", [(), (challenge("tls-alpn-01"),)])
+@pytest.mark.parametrize(
+    ("offered", "start", "hint"),
+    [
+        ((), "the CA offered no challenge for a.example; no configured solver answers any", ""),
+        (
+            ("tls-alpn-01",),
+            "the CA offered tls-alpn-01 only for a.example; no configured solver answers it",
+            "tls-alpn-01 (TlsAlpn01Server)",
+        ),
+        (
+            ("dns-account-01", "dns-01"),
+            "the CA offered dns-account-01, dns-01 for a.example; no configured solver answers",
+            "dns-01 (Rfc2136Solver or DnsHookSolver)",
+        ),
+        (("dns-persist-01",), "the CA offered dns-persist-01 only", "no built-in solver"),
+    ],
+)
 def test_no_solver_for_what_the_ca_offers_is_a_typed_failure(
-    offered: tuple[Challenge, ...],
+    offered: tuple[str, ...], start: str, hint: str
 ) -> None:
     f = pending_flow()
-    error = fail_error(f.authorization_received(authz(challenges=offered)))
-    assert isinstance(error, UnsupportedChallenge)
+    error = fail_error(f.authorization_received(authz(challenges=tuple(map(challenge, offered)))))
+    # not InvalidInput: the CA chose the types, another solver (or the CA later) may answer
+    assert isinstance(error, NoSolverForChallenges)
+    assert not isinstance(error, InvalidInput)
     assert error.reached_ca is True
-    names = ", ".join(c.type for c in offered) or "no challenges"
-    assert str(error).startswith(f"the CA offers {names} for a.example")
+    assert error.offered == offered
+    assert error.identifier == "a.example"
+    assert error.solver_types == ("http-01",)
+    assert str(error).startswith(start)
+    assert "(the solvers answer http-01)" in str(error)
+    assert hint in str(error)
     assert f.cleanup() == CleanUp((), tuple(sorted(AUTHZ)))
 
 

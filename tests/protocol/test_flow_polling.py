@@ -184,7 +184,6 @@ def test_a_challenge_put_back_to_pending_is_answered_again_up_to_the_bound(
         again = challenge(status="pending", error=CONNECTION)
         expected = 0.0 if retry_after is None else min(retry_after, POLICY.max_retry_after)
         assert action == Answer(AUTHZ[0], again, after=expected, attempt=attempt)
-        assert f.validation_problem == ("a.example", CONNECTION)
         assert f.challenge_answered(AUTHZ[0], challenge(status="processing")) is None
         f.authorized()
     look(f)

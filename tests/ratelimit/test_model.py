@@ -9,6 +9,7 @@ import pytest
 from acmecerts.errors import InvalidInput
 from acmecerts.ratelimit import (
     LETS_ENCRYPT,
+    LETS_ENCRYPT_STAGING,
     NO_LIMITS,
     Event,
     Limit,
@@ -37,6 +38,7 @@ def test_lets_encrypt_preset_matches_the_published_limits() -> None:
             False,
         ),
         "new_accounts_per_ip": (10, 3 * hour, Scope.SOURCE_ADDRESS, False),
+        "new_accounts_per_ipv6_range": (500, 3 * hour, Scope.SOURCE_IPV6_RANGE, False),
     }
     assert {
         limit.name: (limit.capacity, limit.period, limit.scope, limit.renewal_exempt)
@@ -58,7 +60,10 @@ def test_events_default_from_the_scope() -> None:
     assert Limit("c", 1, 60, Scope.ACCOUNT, event=Event.NEW_CERTIFICATE).event is (
         Event.NEW_CERTIFICATE
     )
-    assert LETS_ENCRYPT.for_event(Event.NEW_ACCOUNT) == (LETS_ENCRYPT["new_accounts_per_ip"],)
+    assert LETS_ENCRYPT.for_event(Event.NEW_ACCOUNT) == (
+        LETS_ENCRYPT["new_accounts_per_ip"],
+        LETS_ENCRYPT["new_accounts_per_ipv6_range"],
+    )
 
 
 def test_overrides_change_numbers_and_keep_the_rest() -> None:
@@ -123,7 +128,7 @@ def test_interval_rounds_up_to_the_microsecond() -> None:
     [
         ("https://acme-v02.api.letsencrypt.org/directory", LETS_ENCRYPT),
         ("https://ACME-V02.api.letsencrypt.org./directory", LETS_ENCRYPT),
-        ("https://acme-staging-v02.api.letsencrypt.org/directory", NO_LIMITS),
+        ("https://acme-staging-v02.api.letsencrypt.org/directory", LETS_ENCRYPT_STAGING),
         ("https://127.0.0.1:14000/dir", NO_LIMITS),
         ("https://acme.zerossl.com/v2/DV90", NO_LIMITS),
     ],

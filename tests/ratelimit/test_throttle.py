@@ -19,6 +19,7 @@ from acmecerts.cli._ca import _rate_limit_model
 from acmecerts.errors import InvalidInput
 from acmecerts.ratelimit import (
     LETS_ENCRYPT,
+    LETS_ENCRYPT_STAGING,
     NO_LIMITS,
     EndpointClass,
     Limit,
@@ -227,7 +228,7 @@ def test_derived_models_keep_or_replace_the_rates() -> None:
     [
         ("https://acme-v02.api.letsencrypt.org/directory", LETS_ENCRYPT),
         ("https://ACME-V02.api.letsencrypt.org./directory", LETS_ENCRYPT),
-        ("https://acme-staging-v02.api.letsencrypt.org/directory", NO_LIMITS),
+        ("https://acme-staging-v02.api.letsencrypt.org/directory", LETS_ENCRYPT_STAGING),
         ("https://127.0.0.1:14000/dir", NO_LIMITS),
         ("https://ca.example/acme-v02.api.letsencrypt.org/directory", NO_LIMITS),
     ],

@@ -14,6 +14,18 @@ For dns-01 the CA looks up the TXT record ``_acme-challenge.<name>`` (for a wild
   authoritative servers (or the resolvers you name) until every one of them serves the
   value, so the CA is not asked to validate before the record is visible.
 
+Two newer DNS challenge types (drafts that Let's Encrypt and Pebble 2.10 offer):
+
+* dns-account-01 (draft-ietf-acme-dns-account-label): the dns-01 value at
+  ``_<account label>._acme-challenge.<name>``, the label derived from the account URL.
+  ``Rfc2136Solver(..., challenge_type="dns-account-01")`` and ``DnsHookSolver(...,
+  challenge_type="dns-account-01")`` write there, so clusters with different accounts
+  validate one name at once without removing each other's records.
+* dns-persist-01 (draft-ietf-acme-dns-persist): one persistent TXT record at
+  ``_validation-persist.<name>`` names the CA and the account;
+  :class:`DnsPersistSolver` checks that it is published and writes nothing (or
+  publishes it once through an :class:`Rfc2136Solver`).
+
 A wildcard and its base name (``*.example.com`` + ``example.com``) need two values at one
 name at the same time. Both solvers add and remove single values, never the whole record
 set, and count who holds a value: it is removed when the last task that presented it is
@@ -28,6 +40,7 @@ foreign dnspython and OS errors never escape)::
         │                         (REFUSED, NOTAUTH, NOTZONE, SERVFAIL; BADSIG, BADKEY, BADTIME)
         ├── DnsZoneNotFound       no zone (SOA) could be found for a record name
         ├── DnsPropagationTimeout the value was not visible everywhere before the deadline
+        ├── DnsPersistRecordMissing no _validation-persist record authorizes CA and account
         └── DnsHookError          a DnsHookSolver callable or command failed
 """
 
@@ -36,12 +49,14 @@ from __future__ import annotations
 from acmecerts.solvers.dns01._errors import (
     DnsError,
     DnsHookError,
+    DnsPersistRecordMissing,
     DnsPropagationTimeout,
     DnsUpdateRefused,
     DnsZoneNotFound,
 )
 from acmecerts.solvers.dns01._hook import DnsHookSolver
 from acmecerts.solvers.dns01._hook import RecordHook as RecordHook  # a type alias, not in __all__
+from acmecerts.solvers.dns01._persist import DnsPersistSolver
 from acmecerts.solvers.dns01._propagation import PropagationCheck
 from acmecerts.solvers.dns01._records import DnsRecordLocation
 from acmecerts.solvers.dns01._rfc2136 import Rfc2136Solver
@@ -50,6 +65,8 @@ __all__ = [
     "DnsError",
     "DnsHookError",
     "DnsHookSolver",
+    "DnsPersistRecordMissing",
+    "DnsPersistSolver",
     "DnsPropagationTimeout",
     "DnsRecordLocation",
     "DnsUpdateRefused",

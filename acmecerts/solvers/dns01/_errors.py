@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DnsError",
     "DnsHookError",
+    "DnsPersistRecordMissing",
     "DnsPropagationTimeout",
     "DnsUpdateRefused",
     "DnsZoneNotFound",
@@ -117,3 +118,21 @@ class DnsHookError(DnsError):
         self.timed_out = timed_out
         if timed_out:
             self.kind = ErrorKind.TRANSIENT
+
+
+class DnsPersistRecordMissing(DnsError):
+    """dns-persist-01: no ``_validation-persist`` TXT record authorizes this CA and account.
+
+    Absent, for another account or issuer, without ``policy=wildcard`` for a wildcard, or
+    past its ``persistUntil``. Someone has to publish :attr:`value` at :attr:`name` (the
+    message says so); retrying before that cannot help.
+    """
+
+    kind = ErrorKind.PERMANENT
+
+    def __init__(self, message: str, *, name: str, value: str, found: Sequence[str]) -> None:
+        super().__init__(message, name=name)
+        #: The TXT value to publish at :attr:`name` (with the first issuer domain name).
+        self.value = value
+        #: The TXT values found at :attr:`name`.
+        self.found = tuple(found)

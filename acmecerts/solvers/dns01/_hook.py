@@ -18,6 +18,7 @@ from acmecerts.solvers.dns01._propagation import PropagationCheck
 from acmecerts.solvers.dns01._records import (
     _CHALLENGE_TYPE,
     _DEFAULT,
+    _challenge_type,
     _DefaultPropagation,
     _dns_name,
     _record_name,
@@ -57,9 +58,12 @@ class DnsHookSolver:
     :param propagation: the check run after ``set_record``; by default
         ``PropagationCheck()`` (the zone's authoritative servers, found through the
         system resolver); ``None`` skips it.
+    :param challenge_type: ``"dns-01"`` (default) or ``"dns-account-01"``: then ``name``
+        is ``_<account label>._acme-challenge.<name>``, a name no other account uses, so
+        hooks of replicas with different accounts never remove each other's values.
     """
 
-    #: The challenge type this solver answers.
+    #: The challenge type this solver answers (``dns-01`` unless given).
     challenge_type: str = _CHALLENGE_TYPE
 
     def __init__(
@@ -68,7 +72,9 @@ class DnsHookSolver:
         clear_record: RecordHook,
         *,
         propagation: PropagationCheck | _DefaultPropagation | None = _DEFAULT,
+        challenge_type: str = _CHALLENGE_TYPE,
     ) -> None:
+        self.challenge_type = _challenge_type(challenge_type)
         if not callable(set_record) or not callable(clear_record):
             raise InvalidInput("set_record and clear_record must be async callables")
         self._set = set_record
@@ -87,6 +93,7 @@ class DnsHookSolver:
         timeout: float | _dt.timedelta = 60.0,
         env: Mapping[str, str] | None = None,
         propagation: PropagationCheck | _DefaultPropagation | None = _DEFAULT,
+        challenge_type: str = _CHALLENGE_TYPE,
     ) -> DnsHookSolver:
         """A hook solver that runs ``cmd present|cleanup <name> <value>``.
 
@@ -101,7 +108,9 @@ class DnsHookSolver:
         runner = _CommandHook(
             tuple(cmd), duration_seconds(timeout, "timeout", positive=True), dict(env or {})
         )
-        solver = cls(runner.present, runner.cleanup, propagation=propagation)
+        solver = cls(
+            runner.present, runner.cleanup, propagation=propagation, challenge_type=challenge_type
+        )
         solver._label = f"command {cmd[0]!r}"
         return solver
 

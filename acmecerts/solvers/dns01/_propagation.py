@@ -6,7 +6,7 @@ import dataclasses
 import datetime as _dt
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 
 import anyio
 import dns.name
@@ -135,9 +135,19 @@ class PropagationCheck:
         lookup: _Lookup | None,
         zone: dns.name.Name | None,
         followed: bool,
+        accept: Callable[[Collection[str]], bool] | None = None,
     ) -> None:
-        """:meth:`wait`, with what a solver already knows (its lookup, zone, CNAMEs)."""
+        """:meth:`wait`, with what a solver already knows (its lookup, zone, CNAMEs).
+
+        ``accept`` says whether a server's TXT values will do (default: ``value`` is
+        among them); ``value`` then only describes what is awaited.
+        """
         clock = self.clock
+        if accept is None:
+
+            def accept(values: Collection[str]) -> bool:
+                return value in values
+
         deadline = clock.now() + _dt.timedelta(seconds=self.timeout)
         qname, targets = await self._targets(name, lookup=lookup, zone=zone, followed=followed)
         checks = 0
@@ -146,7 +156,7 @@ class PropagationCheck:
         async def visible() -> int | Again[int]:
             nonlocal checks, missing
             checks += 1
-            missing = await self._missing(targets, qname, value)
+            missing = await self._missing(targets, qname, accept)
             return Again() if missing else checks
 
         def timed_out() -> DnsPropagationTimeout:
@@ -270,10 +280,24 @@ class PropagationCheck:
         return addresses
 
     async def _missing(
-        self, targets: Sequence[_Target], name: dns.name.Name, value: str
+        self,
+        targets: Sequence[_Target],
+        name: dns.name.Name,
+        accept: Callable[[Collection[str]], bool],
     ) -> list[str]:
-        """The labels of the targets that do not serve ``value`` at ``name`` now."""
-        seen: dict[str, bool] = {}
+        """The labels of the targets whose TXT values at ``name`` ``accept`` refuses now."""
+        seen = await self._values(targets, name)
+        return [
+            target.label
+            for target in targets
+            if (values := seen.get(target.label)) is None or not accept(values)
+        ]
+
+    async def _values(
+        self, targets: Sequence[_Target], name: dns.name.Name
+    ) -> dict[str, set[str] | None]:
+        """Each target's TXT values at ``name`` now (``None``: it did not answer)."""
+        seen: dict[str, set[str] | None] = {}
 
         async def check(target: _Target) -> None:
             for address, port in target.endpoints:
@@ -290,11 +314,11 @@ class PropagationCheck:
                     logger.debug("dns-01: propagation check: %s", exc)
                     continue
                 if response.rcode() in _ANSWERED:
-                    seen[target.label] = value in _txt_values(response)
+                    seen[target.label] = _txt_values(response)
                     return
-            seen[target.label] = False
+            seen[target.label] = None
 
         async with anyio.create_task_group() as tg:
             for target in targets:
                 tg.start_soon(check, target)
-        return [target.label for target in targets if not seen.get(target.label)]
+        return seen

@@ -17,6 +17,9 @@ if TYPE_CHECKING:
     from acmecerts.solvers._base import ChallengeTask
 
 _CHALLENGE_TYPE: Final = "dns-01"
+#: The challenge types the record-writing solvers answer: dns-01 at ``_acme-challenge``,
+#: dns-account-01 at ``_<account label>._acme-challenge`` (the same value).
+_WRITABLE_TYPES: Final = ("dns-01", "dns-account-01")
 #: RFC 8555 §8.4: the label prepended to the validated name.
 _LABEL: Final = "_acme-challenge"
 
@@ -40,10 +43,24 @@ def _supports(identifier: Identifier) -> bool:
     return identifier.type == "dns"
 
 
+def _challenge_type(challenge_type: object) -> str:
+    """Check a record-writing solver's ``challenge_type`` argument."""
+    if challenge_type not in _WRITABLE_TYPES:
+        raise InvalidInput(
+            f"challenge_type must be one of {', '.join(_WRITABLE_TYPES)}, not {challenge_type!r}"
+        )
+    assert isinstance(challenge_type, str)
+    return challenge_type
+
+
 def _record_name(task: ChallengeTask, solver: object) -> str:
-    """Refuse a task a dns-01 solver cannot present; return ``_acme-challenge.<base>``."""
-    _refuse_unsupported(solver, task, _CHALLENGE_TYPE, _supports)
-    return f"{_LABEL}.{task.identifier.base_name}"
+    """Refuse a task the solver cannot present; return the record name the CA reads.
+
+    dns-01: ``_acme-challenge.<base>``; dns-account-01:
+    ``_<account label>._acme-challenge.<base>``.
+    """
+    _refuse_unsupported(solver, task, getattr(solver, "challenge_type", _CHALLENGE_TYPE), _supports)
+    return task.dns_record_name
 
 
 @dataclasses.dataclass(slots=True)

@@ -21,6 +21,7 @@ import dns.update
 
 from acmecerts._time import duration_seconds
 from acmecerts.errors import InvalidInput
+from acmecerts.protocol.challenges import DNS_ACCOUNT_01, dns_account01_record_name
 from acmecerts.solvers.dns01._errors import DnsError, DnsUpdateRefused, DnsZoneNotFound
 from acmecerts.solvers.dns01._lookup import _find_zone, _follow_cnames, _Lookup
 from acmecerts.solvers.dns01._propagation import PropagationCheck
@@ -30,6 +31,7 @@ from acmecerts.solvers.dns01._records import (
     _DEFAULT,
     _LABEL,
     DnsRecordLocation,
+    _challenge_type,
     _check_port,
     _DefaultPropagation,
     _dns_name,
@@ -97,9 +99,14 @@ class Rfc2136Solver:
         zone that ``server`` does not serve.
     :param follow_cnames: follow a CNAME at ``_acme-challenge.<name>`` (default).
     :param timeout: how long one update or query may take (default 10 s).
+    :param challenge_type: ``"dns-01"`` (default) or ``"dns-account-01"``
+        (draft-ietf-acme-dns-account-label): the same value, written at
+        ``_<account label>._acme-challenge.<name>``, a name of the account's own, so that
+        replicas or clusters with different accounts validate one name at the same time
+        without touching each other's records.
     """
 
-    #: The challenge type this solver answers.
+    #: The challenge type this solver answers (``dns-01`` unless given).
     challenge_type: str = _CHALLENGE_TYPE
 
     def __init__(
@@ -116,7 +123,9 @@ class Rfc2136Solver:
         resolvers: Sequence[str] | None = None,
         follow_cnames: bool = True,
         timeout: float | _dt.timedelta = 10.0,
+        challenge_type: str = _CHALLENGE_TYPE,
     ) -> None:
+        self.challenge_type = _challenge_type(challenge_type)
         self._port = _check_port(port)
         self._host, _ = _parse_server(server, self._port)
         algorithm = _TSIG_ALGORITHMS.get(str(tsig_algorithm).lower().rstrip("."))
@@ -200,7 +209,8 @@ class Rfc2136Solver:
             entry.attempted = written_before
             raise
         logger.info(
-            "dns-01: added TXT %s at %s (zone %s) via %s",
+            "%s: added TXT %s at %s (zone %s) via %s",
+            self.challenge_type,
             value,
             location.name,
             location.zone,
@@ -233,17 +243,28 @@ class Rfc2136Solver:
         if location is None:
             location = await self._locate(record)
         await self._update(location, value, add=False)
-        logger.info("dns-01: deleted TXT %s at %s via %s", value, location.name, self.server)
+        logger.info(
+            "%s: deleted TXT %s at %s via %s",
+            self.challenge_type,
+            value,
+            location.name,
+            self.server,
+        )
 
     # -- lookups and updates --------------------------------------------------
 
-    async def locate(self, domain: str) -> DnsRecordLocation:
+    async def locate(self, domain: str, *, account_url: str | None = None) -> DnsRecordLocation:
         """Where the TXT record for ``domain`` (``*.`` allowed) is written: name and zone.
 
-        Follows a CNAME at ``_acme-challenge.<domain>`` and finds its zone, as
+        Follows a CNAME at ``_acme-challenge.<domain>`` (dns-account-01: at
+        ``_<label>._acme-challenge.<domain>``, for ``account_url``) and finds its zone, as
         :meth:`present` does; sends no update.
         """
         base = domain.removeprefix("*.").rstrip(".")
+        if self.challenge_type == DNS_ACCOUNT_01:
+            if account_url is None:
+                raise InvalidInput("locate() of a dns-account-01 record needs account_url")
+            return await self._locate(dns_account01_record_name(base, account_url))
         return await self._locate(f"{_LABEL}.{base}")
 
     async def _locate(self, record: str) -> DnsRecordLocation:
@@ -272,8 +293,13 @@ class Rfc2136Solver:
         """Send one signed UPDATE adding or deleting exactly one TXT value."""
         zone = _dns_name(location.zone)
         name = _dns_name(location.name)
+        # RFC 1035 §3.3: one character-string holds at most 255 octets; a longer value
+        # (a dns-persist-01 record) is split, and read back joined (RFC 7208 §3.3).
+        raw = value.encode("ascii")
         rdata = dns.rdtypes.ANY.TXT.TXT(
-            dns.rdataclass.IN, dns.rdatatype.TXT, [value.encode("ascii")]
+            dns.rdataclass.IN,
+            dns.rdatatype.TXT,
+            [raw[i : i + 255] for i in range(0, len(raw), 255)] or [b""],
         )
         message = dns.update.UpdateMessage(zone, keyring=self._key)
         if add:

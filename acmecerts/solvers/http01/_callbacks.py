@@ -183,6 +183,9 @@ class _Http01Connection(_CallbackConnection):
                 close=self._served >= _MAX_REQUESTS_PER_CONNECTION,
             )
         )
+        if status == 200 and self.transport is not None:
+            info = self.transport.get_extra_info
+            self._http._answered(info("peername"), info("sockname"))
         conn = self._out.h11
         if conn.our_state is h11.DONE and conn.their_state is h11.DONE:
             conn.start_next_cycle()

@@ -12,6 +12,7 @@ import anyio.abc
 import h11
 
 from acmecerts.errors import InvalidInput
+from acmecerts.solvers._bind import _peer
 from acmecerts.solvers._listener import _CallbackConnection, _ListeningServer
 from acmecerts.solvers.http01._callbacks import _Http01Connection
 from acmecerts.solvers.http01._messages import (
@@ -30,7 +31,7 @@ from acmecerts.solvers.http01._tokens import (
 
 if TYPE_CHECKING:
     import datetime as _dt
-    from collections.abc import Callable
+    from collections.abc import Callable, Sequence
 
     from acmecerts.solvers._base import ChallengeTask
     from acmecerts.solvers._listener import _Running
@@ -84,8 +85,12 @@ class Http01Server(_Http01Solver, _ListeningServer):
     answer says ``Connection: close``). A misbehaving client affects only its own
     connection.
 
-    :param host: address to listen on; the default ``"0.0.0.0"`` is every IPv4 interface
-        (``"::"`` for IPv6, ``"localhost"`` for both loopbacks).
+    :param host: address to listen on, or several (one port for all). The default ``"::"``
+        is every IPv4 **and** IPv6 address: one dual-stack socket (two sockets where the
+        system refuses dual-stack ones, IPv4 alone on a host without IPv6), so the CA
+        reaches it over either family. ``"0.0.0.0"`` is every IPv4 address only; any
+        other address is that address alone, ``["127.0.0.1", "::1"]`` both loopbacks, a
+        host name every address it resolves to.
     :param port: port to listen on; the CA always connects to 80, so another port only
         makes sense behind a port forward or a proxy. ``0`` picks a free port.
     :param timeout: per-request deadline in seconds (or a ``timedelta``).
@@ -98,7 +103,7 @@ class Http01Server(_Http01Solver, _ListeningServer):
     def __init__(
         self,
         *,
-        host: str = "0.0.0.0",
+        host: str | Sequence[str] = "::",
         port: int = 80,
         timeout: float | _dt.timedelta = 10.0,
         max_request_size: int = 8192,
@@ -187,6 +192,12 @@ class Http01Server(_Http01Solver, _ListeningServer):
             return False
         status, headers, body = self._route(request)
         await conn.send(conn.render(status, headers=headers, body=body, close=last))
+        if status == 200:
+            extra = conn.stream.extra
+            self._answered(
+                extra(anyio.abc.SocketAttribute.remote_address),
+                extra(anyio.abc.SocketAttribute.local_address),
+            )
         if conn.h11.our_state is h11.DONE and conn.h11.their_state is h11.DONE:
             conn.h11.start_next_cycle()
             conn.method = None
@@ -222,6 +233,19 @@ class Http01Server(_Http01Solver, _ListeningServer):
                 return request
             else:  # ConnectionClosed (PAUSED cannot happen before EndOfMessage)
                 return None
+
+    def _answered(self, peer: object, local: object) -> None:
+        """Log (info) that a challenge was answered: to whom, on which address.
+
+        Says which address family the CA validated over, and which listening address
+        answered it.
+        """
+        if logger.isEnabledFor(logging.INFO):
+            logger.info(
+                "http-01 server: answered a challenge request from %s on %s",
+                _peer(peer),
+                _peer(local),
+            )
 
     def _route(self, request: h11.Request) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
         path = _request_path(request.target)
