@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import functools
+import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -16,6 +17,7 @@ from acmecerts.errors import (
     AccountDoesNotExist,
     AcmeCertsError,
     AttemptTimeout,
+    BadServerResponse,
     ErrorKind,
     ExternalAccountRequired,
     InvalidInput,
@@ -288,22 +290,44 @@ class _AccountRequests:
             url=directory.key_change,
         )
         try:
-            await self._post(directory.key_change, inner, idempotent=False)
+            answer = await self._post(directory.key_change, inner, idempotent=False)
         except AcmeCertsError as exc:
             if exc.kind is not ErrorKind.TRANSIENT or not exc.reached_ca:
                 raise  # the CA refused it, or it never got there: the old key still holds
-            try:  # §7.3.1: onlyReturnExisting finds the account of a key without creating one
-                found = await self.transport.post(
-                    directory.new_account,
-                    key=new_key,
-                    kid=None,
-                    payload={"onlyReturnExisting": True},
-                )
+            try:
+                owner = await self._account_of(new_key, directory.new_account)
             except AcmeCertsError:
                 raise exc from None
-            if found.location != account_url:
+            if owner != account_url:
                 raise
+        else:
+            if not _is_account_object(answer.content):
+                # §7.3.5: a success carries the account object. A bare answer (Pebble
+                # 2.10 gives an empty 200 even when the key belongs to another account)
+                # proves nothing: ask the CA whom the new key belongs to.
+                owner = await self._account_of(new_key, directory.new_account)
+                if owner != account_url:
+                    raise BadServerResponse(
+                        "the CA answered the key rollover without the account object, and "
+                        + (
+                            f"the new key belongs to another account ({owner})"
+                            if owner
+                            else "no account has the new key"
+                        )
+                        + "; the old key still holds",
+                        url=directory.key_change,
+                    )
         self.account_key = new_key
+
+    async def _account_of(self, key: AccountKey, new_account_url: str) -> str | None:
+        """The URL of the account ``key`` belongs to, asked without creating one (§7.3.1)."""
+        try:
+            found = await self.transport.post(
+                new_account_url, key=key, kid=None, payload={"onlyReturnExisting": True}
+            )
+        except AccountDoesNotExist:
+            return None
+        return found.location
 
     async def _ledger_reserve_account(self) -> Decision | None:
         if self.ledger is None:
@@ -329,3 +353,12 @@ def _poll_backoff(policy: PollPolicy) -> Backoff:
         multiplier=policy.multiplier,
         max_retry_after=policy.max_retry_after,
     )
+
+
+def _is_account_object(content: bytes) -> bool:
+    """Whether ``content`` is a JSON account object (it has a ``status``)."""
+    try:
+        body = json.loads(content)
+    except ValueError:
+        return False
+    return isinstance(body, dict) and isinstance(body.get("status"), str)
