@@ -132,8 +132,10 @@ def new_orders(pebble: PebbleServer) -> int:
 
 @pytest.fixture
 def operator_process(
-    kube: KubeApiServer, pebble: PebbleServer, tmp_path: Path
+    kube: KubeApiServer, pebble_2_4: PebbleServer, tmp_path: Path
 ) -> Iterator[Callable[[str], tuple[subprocess.Popen[bytes], Path]]]:
+    # Pebble 2.4: no ARI, so the renewal fraction below decides (five-year certificates)
+    pebble = pebble_2_4
     missing = [name for name in ("kopf", "lightkube") if importlib.util.find_spec(name) is None]
     if missing:
         pytest.fail(
@@ -189,9 +191,10 @@ def operator_process(
 
 def test_operator_issues_renews_and_cancels_on_deletion(
     kube: KubeApiServer,
-    pebble: PebbleServer,
+    pebble_2_4: PebbleServer,
     operator_process: Callable[[str], tuple[subprocess.Popen[bytes], Path]],
 ) -> None:
+    pebble = pebble_2_4  # the operator's CA (see operator_process)
     apply_file(kube, "crd.yaml")
     crd = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/certificates.{GROUP}"
 

@@ -39,7 +39,7 @@ from acmecerts.errors import InvalidInput
 from acmecerts.manager._ledger import RateLimitLedger
 from acmecerts.manager._manager import CertificateManager
 from acmecerts.protocol.keys import KeyType
-from acmecerts.ratelimit import RateLimitModel, model_for_directory
+from acmecerts.ratelimit import CaProfiles, RateLimitModel, model_for_directory
 from acmecerts.ratelimit._throttle import RatesTable
 from acmecerts.retry import AttemptSchedule, RequestRetry
 from acmecerts.solvers._base import Solver
@@ -85,6 +85,7 @@ class ClientOptions(TypedDict, total=False):
     on_request: RequestHook | None
     url_policy: UrlPolicy | None
     proxy: ProxySetting
+    ca_profiles: CaProfiles | Literal["auto"] | None
 
 
 class ManagerOptions(TypedDict, total=False):

@@ -113,7 +113,7 @@ def find_pebble(release: Release | None = None) -> PebbleBinaries:
         hint = "install Debian bookworm's package: apt-get install -y pebble"
     else:
         hint = (
-            "run `bash scripts/test.sh` (it unpacks Debian sid's pebble 2.10 package into "
+            "run `bash scripts/pebble-2.10.sh` (it unpacks Debian sid's pebble 2.10 package into "
             f"{_cached_2_10().parent.parent}), or set ACMECERTS_PEBBLE_DIR to a directory "
             "holding pebble and pebble-challtestsrv"
         )

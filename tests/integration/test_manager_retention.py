@@ -420,11 +420,17 @@ async def test_a_certificate_a_managed_name_waits_for_is_not_purged_from_under_i
 
 
 async def test_retention_zero_forgets_at_once_and_none_keeps_forever(
-    pebble: PebbleServer, http01: Http01Server, tmp_path: Path
+    pebble_2_4: PebbleServer, tmp_path: Path
 ) -> None:
+    # Pebble 2.4: five-year certificates, still valid after the year this test skips
+    pebble = pebble_2_4
     clock = FakeClock(START)
     orders = Orders()
-    async with FileStorage(tmp_path) as storage, client_for(pebble, clock, orders) as client:
+    async with (
+        Http01Server(host="127.0.0.1", port=pebble.http_port) as http01,
+        FileStorage(tmp_path) as storage,
+        client_for(pebble, clock, orders) as client,
+    ):
         at_once = manager_for(client, http01, storage, retention=0)
         await issue(at_once, "zero.example.test", ["zero.example.test"])
         await at_once.unmanage("zero.example.test")
