@@ -1,7 +1,8 @@
-"""Developer sessions: ``nox -s tests lint types docs bench soak stress audit``."""
+"""Developer sessions: ``nox -s tests lint types docs bench soak stress audit build``."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import nox
@@ -127,6 +128,25 @@ def types(session: nox.Session) -> None:
     """mypy --strict on the package."""
     session.install("-e", ".[test,cli]", "mypy")
     session.run("mypy", "--strict", "acmecerts")
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """The sdist and the wheel in ``dist/``, checked by ``twine check --strict``.
+
+    ``python -m build`` in its own isolated environment (the build backend, hatchling, comes
+    from the package index), as a release would be built; the wheel is built from the sdist.
+    ``dist/`` is emptied first, so it holds exactly what was checked.
+    tests/test_packaging.py installs such a wheel in a fresh venv and runs ``acmecerts``.
+    """
+    import shutil
+
+    session.install("build>=1.2", "twine>=6.1")
+    shutil.rmtree("dist", ignore_errors=True)
+    session.run("python", "-m", "build", "--outdir", "dist", ".")
+    archives = sorted(str(path) for path in Path("dist").iterdir())
+    session.run("twine", "check", "--strict", *archives)
+    session.log("built: " + ", ".join(archives))
 
 
 @nox.session
