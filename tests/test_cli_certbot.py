@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from acmecerts.protocol.certificate import certificate_info, parse_pem_chain
 from acmecerts.protocol.ari import cert_id
+from acmecerts.protocol.certificate import certificate_info, parse_pem_chain
 from acmecerts.testing import PebbleServer
 from tests.faults.proxy import FaultProxy
 from tests.servers.certbot import ensure_certbot_venv, run_certbot
@@ -105,7 +105,8 @@ def test_certbot_lineages_are_imported_and_renewed_with_replaces(
 
         status = run_cli("status", "--state-dir", str(state), "--json", env=env)
         assert status.returncode == 0, status.stderr
-        assert standalone in status.stdout and with_root in status.stdout
+        assert standalone in status.stdout
+        assert with_root in status.stdout
 
         seen = len(proxy.requests)
         # the webroot's server holds the http-01 port: the standalone lineage after it

@@ -24,9 +24,10 @@ half-written file. Two separate ``open()`` calls may straddle a switch (a first 
 old key, then of the new certificate); a reader that needs a matching pair resolves the
 directory once (``os.path.realpath(OUT/.live)``, ``os.path.realpath(OUT/live/NAME)``) and
 reads the files from there: that directory is never changed. The previous generation
-stays (so a reader that resolved it a moment ago still finds it); older ones of the plain
-layout are removed, the certbot layout's ``archive/`` keeps every certificate, as certbot
-does.
+stays (so a reader that resolved it a moment ago still finds it); older ones are removed
+(a reader that resolved a set two switches ago gets ``FileNotFoundError`` and resolves
+again: never a mixed pair); the certbot layout's ``archive/`` keeps every certificate,
+as certbot does.
 
 The first switch of a directory written otherwise (an acmecerts that wrote plain files,
 certbot's own ``live/NAME`` directory) cannot be one rename: plain files are replaced by
