@@ -97,6 +97,10 @@ fi
 .venv/bin/python -c 'from tests.servers.a2c import ensure_a2c_venv; ensure_a2c_venv()' ||
     log "could not prepare the acme2certifier venv; its fixture will try again"
 
+# 4a. certbot, for the `acmecerts import certbot` tests, in its own venv (it pins acme/josepy).
+.venv/bin/python -c 'from tests.servers.certbot import ensure_certbot_venv; ensure_certbot_venv()' ||
+    log "could not prepare the certbot venv; its tests will try again"
+
 # 4b. A real Kubernetes API server for the Kubernetes store's tests (tests/storage/).
 #     Debian ships no kube-apiserver binary: scripts/kube-apiserver.sh builds one from Debian's
 #     `kubernetes` source package (about 14 CPU-minutes cold; it also installs etcd) and

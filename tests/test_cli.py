@@ -103,11 +103,13 @@ def test_issue_writes_the_files_and_stores_the_certificate(
         assert str(out / public) in result.stdout
     assert mode(out) == 0o700
     assert sorted(p.name for p in out.iterdir()) == [
+        ".live",
+        ".v1",
         "cert.pem",
         "chain.pem",
         "fullchain.pem",
         "privkey.pem",
-    ]  # no temporary files left behind
+    ]  # no temporary files left behind: four symlinks into the set .live names
     # The state directory is the manager's FileStorage: the library reads what the CLI wrote.
     state = tmp_path / "state"
     key, url = stored_account(state, pebble.directory_url)

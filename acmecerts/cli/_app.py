@@ -82,6 +82,14 @@ account_app = typer.Typer(
     rich_markup_mode="markdown",
 )
 app.add_typer(account_app, name="account")
+import_app = typer.Typer(
+    name="import",
+    help="Import certificates from another ACME client (certbot).",
+    epilog=_EPILOG,
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+)
+app.add_typer(import_app, name="import")
 
 
 @app.callback()
@@ -108,6 +116,7 @@ _COMMANDS: Final[tuple[tuple[typer.Typer, str, Callable[..., None]], ...]] = (
     (account_app, "rollover", commands.account_rollover),
     (account_app, "deactivate", commands.account_deactivate),
     (account_app, "dns-persist-records", commands.account_dns_persist_records),
+    (import_app, "certbot", commands.import_certbot),
 )
 for _group, _name, _command in _COMMANDS:
     _group.command(_name, epilog=_EPILOG)(_command)

@@ -10,12 +10,14 @@ library (``tests/test_cli_start.py``).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Final
 
 import typer
 
 from ._args import AccountArgs, BatchArgs, ChallengeOptions, CommonArgs, HookArgs
 from ._groups import CHALLENGE, shared
+from ._import_options import CertbotDir, ImportAccount, ImportOut, OutLayout
 from ._options import (
     Ari,
     CertKey,
@@ -48,6 +50,7 @@ __all__ = [
     "account_rollover",
     "account_show",
     "delete_command",
+    "import_certbot",
     "issue_command",
     "renew_command",
     "revoke_command",
@@ -74,6 +77,7 @@ def issue_command(
     preferred_chain: PreferredChain = None,
     cert_name: CertName = None,
     force: Force = False,
+    out_layout: OutLayout = "plain",
     *,
     batch: BatchArgs,
     hooks: HookArgs,
@@ -100,6 +104,7 @@ def issue_command(
         preferred_chain=preferred_chain,
         force=force,
         cert_name=cert_name,
+        out_layout=out_layout,
         batch=batch,
         hooks=hooks,
     )
@@ -320,3 +325,27 @@ def account_deactivate(yes: Yes = False, *, common: CommonArgs) -> None:
     from ._account import run_account
 
     raise typer.Exit(run_account("deactivate", common=common, confirmed=yes))
+
+
+@shared()
+def import_certbot(
+    certbot_dir: CertbotDir = Path("/etc/letsencrypt"),
+    account: ImportAccount = False,
+    out: ImportOut = None,
+    out_layout: OutLayout = "plain",
+    *,
+    common: CommonArgs,
+) -> None:
+    """Import certbot's certificates (DIR/renewal/*.conf) into the state directory.
+
+    For each lineage: its names, CA (give --ca-bundle if it needs one), key type, how its
+    http-01 challenges were answered (webroot or standalone), hooks, certificate and key;
+    the next `acmecerts renew` renews it. A lineage certbot's files do not describe
+    completely is reported with the file at fault, and nothing is imported for it.
+    Nothing is sent to the CA; certbot's files are left as they are (stop certbot's own
+    renewals, e.g. its timer, once the import looks right).
+    """
+    from ._import import ImportArgs, run_import
+
+    args = ImportArgs(directory=certbot_dir, account=account, out=out, out_layout=out_layout)
+    raise typer.Exit(run_import(args, common))

@@ -1,8 +1,6 @@
 """Issuing and renewing through :class:`~acmecerts.manager.CertificateManager`.
 
-Every certificate is a :class:`Job`. All jobs run in parallel through one manager
-(``--concurrency`` attempts at once) that keeps certificates, attempt state and orders
-in flight in the state directory. Each job:
+Every :class:`Job` runs in parallel through one manager (``--concurrency`` at once). Each:
 
 1. asks the manager for its certificate (``issue_many``): a stored certificate that is
    current is returned as it is (unless ``--force``), otherwise one is ordered;
@@ -10,10 +8,9 @@ in flight in the state directory. Each job:
    rate-limit ledger's next slot), waits for T if the job's waiting so far plus the wait
    stays within ``--max-wait``, showing a countdown, and asks again; otherwise the job
    ends *deferred* (the manager stored T in the attempt state: the next run sees it);
-3. writes the plain PEM files to its export directory and updates the CLI's record.
+3. writes the PEM files to its export directory (:mod:`._export`), updates its record.
 
-Progress is published on a :class:`Board` (one :class:`Row` per certificate), driven by
-the manager's events and by the client's (:class:`TrackingClient` subscribes to them).
+Progress is on a :class:`Board` (one :class:`Row` per certificate; :class:`TrackingClient`).
 """
 
 from __future__ import annotations
@@ -21,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import enum
+import functools
 import logging
 import math
 import re
@@ -71,11 +69,12 @@ from acmecerts.retry import AttemptSchedule
 from acmecerts.solvers import Solver
 
 from ._args import Hooks
+from ._export import write_certificate_files
 from ._firstcontact import terms_refused
 from ._hooks import HookResult, HookRunner, deploy_environment
 from ._records import CertificateRecord, StoredChallenge
 from ._solvers import failure_text
-from ._state import State, write_certificate_files
+from ._state import State
 
 __all__ = [
     "CLI_SCHEDULE",
@@ -281,8 +280,7 @@ class Job:
     """One certificate to obtain."""
 
     spec: CertificateSpec
-    #: Where the plain PEM files go.
-    out: Path
+    out: Path  # where the PEM files go
     force: bool = False
     record: CertificateRecord | None = None
     #: ``--webroot`` answering its http-01 challenges (stored in the record by ``issue``).
@@ -294,8 +292,9 @@ class Job:
     hooks: Hooks = dataclasses.field(default_factory=Hooks)
     #: Store :attr:`hooks` in the certificate's record (``issue``; ``renew`` keeps it).
     remember_hooks: bool = False
-    #: The CA's directory URL (shown in ``--json``).
+    #: The CA's directory URL (shown in ``--json``); ``--out-layout`` (plain, certbot).
     directory: str | None = None
+    out_layout: str = "plain"
 
     @property
     def name(self) -> str:
@@ -366,6 +365,7 @@ def wanted_record(job: Job) -> CertificateRecord:
         record,
         identifiers=tuple(i.value for i in job.spec.identifiers),
         out=str(job.out),
+        out_layout=None if job.out_layout == "plain" else job.out_layout,
         key_type=job.spec.key_type.value,
         profile=job.spec.profile,
         profile_required=job.spec.profile_required,
@@ -382,7 +382,8 @@ def wanted_record(job: Job) -> CertificateRecord:
 
 
 async def _export(state: State, job: Job, certificate: IssuedCertificate) -> dict[str, Path]:
-    files = await anyio.to_thread.run_sync(write_certificate_files, job.out, certificate)
+    write = functools.partial(write_certificate_files, layout=job.out_layout, name=job.name)
+    files = await anyio.to_thread.run_sync(write, job.out, certificate)
     record = wanted_record(job)
     if record.revoked_serial is not None and record.revoked_serial != certificate.serial:
         record = dataclasses.replace(record, revoked_serial=None)

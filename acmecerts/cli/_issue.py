@@ -32,6 +32,7 @@ from ._batch import (
 from ._ca import CaPlan, plan_ca
 from ._constants import ExitCode
 from ._engine import Job, Outcome
+from ._export import OUT_LAYOUTS
 from ._firstcontact import check_out_dir
 from ._hooks import HookRunner
 from ._interrupt import run_interruptible
@@ -59,6 +60,8 @@ class IssueArgs:
     force: bool = False
     #: The lineage to issue into (``--cert-name``; not with ``--from-file``).
     cert_name: str | None = None
+    #: ``--out-layout``: ``plain`` or ``certbot``.
+    out_layout: str = "plain"
     batch: BatchArgs = dataclasses.field(default_factory=BatchArgs)
     hooks: HookArgs = dataclasses.field(default_factory=HookArgs)
 
@@ -189,6 +192,7 @@ async def _job(
     hooks: Hooks,
     webroot: Path | None = None,
     challenge: StoredChallenge | None = None,
+    out_layout: str = "plain",
 ) -> Job:
     state = ca.state
     name, identifiers = await choose_lineage(
@@ -200,12 +204,16 @@ async def _job(
         from_file=bool(wanted.where),
     )
     record = await state.load_record(name)
+    certbot = out_layout == "certbot"
+    kept = record is not None and record.out and (record.out_layout == "certbot") == certbot
     if wanted.out is not None:
-        out = wanted.out / name if wanted.per_name else wanted.out
-    elif record is not None and record.out:
+        out = wanted.out / name if wanted.per_name and not certbot else wanted.out
+    elif kept:
+        assert record is not None
+        assert record.out is not None
         out = Path(record.out)
     else:
-        out = state.default_out(name)
+        out = state.root / "certbot" if certbot else state.default_out(name)
     if record is not None and record.revoked_serial is not None and not force:
         stored = await state.load_certificate(name)
         force = stored is not None and stored.info.serial == record.revoked_serial
@@ -230,6 +238,7 @@ async def _job(
         hooks=stored_hooks(record).overridden_by(hooks),
         remember_hooks=True,
         directory=ca.directory,
+        out_layout=out_layout,
     )
 
 
@@ -278,6 +287,8 @@ def run_issue(
         cert_name = validate_cert_name(args.cert_name) if args.cert_name is not None else None
         key_type = KeyType.parse(args.key_type)
         hook_timeout = args.hooks.checked_timeout()
+        if args.out_layout not in OUT_LAYOUTS:
+            raise InvalidInput(f"--out-layout must be plain or certbot, not {args.out_layout!r}")
         out = args.out.expanduser() if args.out is not None else None
         if args.from_file is not None:
             wanted = [
@@ -311,6 +322,7 @@ def run_issue(
                 cert_name=cert_name,
                 known=known,
                 hooks=args.hooks.hooks,
+                out_layout=args.out_layout,
             )
             duplicates = sorted({j.name for j in jobs if [k.name for k in jobs].count(j.name) > 1})
             if duplicates:

@@ -26,19 +26,18 @@ finishes the job.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as _dt
-import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from acmecerts.errors import InvalidInput, StorageError
+from acmecerts.errors import InvalidInput
 from acmecerts.protocol.identifiers import Identifier, parse_identifiers
 from acmecerts.storage.keys import certificate_slug
 
+from ._export import remove_exported
 from ._records import CertificateRecord, StoredCertificate
-from ._state import CERTIFICATE_FILES, State, certificate_name
+from ._state import State, certificate_name
 
 __all__ = [
     "Removal",
@@ -160,25 +159,6 @@ def _store_keys(state: State, name: str, listed: Sequence[str]) -> list[str]:
     return keys
 
 
-def _remove_exported(directory: Path) -> list[Path]:
-    """Remove the files acmecerts writes in ``directory`` (then the directory if empty)."""
-    removed = []
-    for _, filename, _ in CERTIFICATE_FILES:
-        path = directory / filename
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            continue
-        except OSError as exc:
-            raise StorageError(
-                f"cannot remove {path}: {exc.strerror or exc}", path=str(path)
-            ) from exc
-        removed.append(path)
-    with contextlib.suppress(OSError):  # not empty (someone else's files): kept
-        os.rmdir(directory)
-    return removed
-
-
 async def remove_lineage(state: State, name: str) -> Removal:
     """Delete certificate ``name`` from the state directory (see the module docstring).
 
@@ -198,8 +178,8 @@ async def remove_lineage(state: State, name: str) -> Removal:
     default = state.default_out(name)
     removal = Removal()
     out = Path(record.out) if record.out else default
-    if out == default:
-        removal.removed_files = _remove_exported(default)
+    if out == default and record.out_layout in (None, "plain"):
+        removal.removed_files = remove_exported(default)
     else:
         removal.kept_out = out
     await state.storage.delete(state.record_key(name))

@@ -148,6 +148,9 @@ class CertificateRecord:
     identifiers: tuple[str, ...] = ()
     #: Where the plain PEM files are written (``--out``).
     out: str | None = None
+    #: ``--out-layout``: ``certbot`` (``out`` is the root of ``live/`` and ``archive/``);
+    #: ``None`` is ``plain``.
+    out_layout: str | None = None
     key_type: str | None = None
     profile: str | None = None
     preferred_chain: str | None = None

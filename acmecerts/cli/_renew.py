@@ -299,6 +299,7 @@ def _jobs(
             hooks=stored_hooks(record).overridden_by(args.hooks.hooks),
             directory=ca.directory,
             webroot=options.webroot,
+            out_layout=record.out_layout if record and record.out_layout else "plain",
         )
         jobs.append((job, options, stored_settings))
     return jobs

@@ -41,7 +41,6 @@ import datetime as _dt
 import json
 import os
 import re
-import secrets
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -68,6 +67,7 @@ from acmecerts.storage import (
 )
 from acmecerts.storage.keys import CertificateBundle, certificate_slug
 
+from ._export import CERTIFICATE_FILES, ensure_private_dir, write_certificate_files
 from ._natural import natural_key
 from ._records import (
     CA_SETTINGS_FILE,
@@ -77,7 +77,7 @@ from ._records import (
 )
 
 if TYPE_CHECKING:
-    from acmecerts import IssuedCertificate
+    pass
 
 __all__ = [
     "CERTIFICATE_FILES",
@@ -90,19 +90,7 @@ __all__ = [
     "write_certificate_files",
 ]
 
-_DIR_MODE = 0o700
-_KEY_MODE = 0o600
-_PUBLIC_MODE = 0o644
 _UNSAFE = re.compile(r"[^A-Za-z0-9.-]")
-
-#: The files ``--out`` receives, in the order they are put in place: the key first,
-#: so a server reloading on a new ``cert.pem`` finds the matching key already there.
-CERTIFICATE_FILES: tuple[tuple[str, str, int], ...] = (
-    ("privkey", "privkey.pem", _KEY_MODE),
-    ("cert", "cert.pem", _PUBLIC_MODE),
-    ("chain", "chain.pem", _PUBLIC_MODE),
-    ("fullchain", "fullchain.pem", _PUBLIC_MODE),
-)
 
 
 #: The state directory of the superuser (euid 0): the system's, as for a service.
@@ -152,94 +140,6 @@ def directory_slug(directory_url: str) -> str:
     if parts.query:
         pieces.append(parts.query)
     return "_".join(_UNSAFE.sub("-", piece) for piece in pieces)
-
-
-# -- plain files for servers (--out) ----------------------------------------------------------
-
-
-def ensure_private_dir(path: Path) -> None:
-    """Create ``path`` and its missing parents with mode 0700 (existing ones are left alone)."""
-    missing: list[Path] = []
-    current = path
-    while not current.is_dir():
-        missing.append(current)
-        if current.parent == current:
-            break
-        current = current.parent
-    for directory in reversed(missing):
-        try:
-            directory.mkdir(mode=_DIR_MODE)
-        except FileExistsError:
-            if not directory.is_dir():
-                raise StorageError(
-                    f"{directory} exists and is not a directory", path=str(directory)
-                ) from None
-        except OSError as exc:
-            raise StorageError(
-                f"cannot create directory {directory}: {exc.strerror or exc}", path=str(directory)
-            ) from exc
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise StorageError(f"directory {path} is not writable", path=str(path))
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _stage(path: Path, data: bytes, mode: int) -> Path:
-    """Write ``data`` to a new temporary file next to ``path``, created with ``mode``."""
-    temp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
-    fd = os.open(temp, flags, mode)
-    try:
-        with open(fd, "wb") as file:  # closes fd
-            # The umask may only have removed bits; make the mode exact (never wider).
-            os.fchmod(fd, mode)
-            file.write(data)
-            file.flush()
-            os.fsync(fd)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-        raise
-    return temp
-
-
-def write_certificate_files(out: Path, issued: IssuedCertificate) -> dict[str, Path]:
-    """Write ``cert.pem``, ``chain.pem``, ``fullchain.pem`` and ``privkey.pem`` (0600) to ``out``.
-
-    All four are staged first and then renamed into place one after the other, so a crash
-    leaves either complete old files or complete new ones (never a half-written file).
-    """
-    ensure_private_dir(out)
-    contents = {
-        "privkey": issued.private_key_pem,
-        "cert": issued.certificate_pem,
-        "chain": issued.chain_pem,
-        "fullchain": issued.fullchain_pem,
-    }
-    staged: list[tuple[Path, Path]] = []
-    files: dict[str, Path] = {}
-    try:
-        for kind, name, mode in CERTIFICATE_FILES:
-            target = out / name
-            staged.append((_stage(target, contents[kind].encode("ascii"), mode), target))
-            files[kind] = target
-        for temp, target in staged:
-            os.replace(temp, target)
-        _fsync_dir(out)
-    except OSError as exc:
-        where = getattr(exc, "filename", None) or out
-        raise StorageError(f"cannot write {where}: {exc.strerror or exc}", path=str(out)) from exc
-    finally:
-        for temp, _ in staged:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temp)
-    return files
 
 
 def _absolute(path: Path) -> str:
