@@ -25,15 +25,12 @@ request to the CA, retried within seconds.
 attempts for one certificate, spaced minutes to a day apart. The default follows Let's
 Encrypt's recommendation: 1 min, 10 min, 100 min, then every 24 h, each with ±10 %
 jitter; a renewal never waits more than a quarter of the time its certificate has left
-(not below 10 min). A later ``retry_after`` from the CA wins over the schedule, and a
-transient error that never reached the CA does not escalate it. :class:`AttemptState` is plain
-data with a JSON form, so it survives restarts.
+(not below 10 min). A later ``retry_after`` from the CA wins over the schedule; a transient
+error that never reached the CA does not escalate it. :class:`AttemptState` has a JSON form.
 
-Request backoff is a :class:`~acmecerts._time.Backoff` slept by
-:func:`~acmecerts._time.poll_until`; attempt schedules use tenacity's wait strategies.
-Every wait goes through an injected :class:`~acmecerts._time.Clock`, and every instant
-is timezone-aware UTC.
-See ``docs/retries.md``.
+Request backoff is a :class:`~acmecerts._time.Backoff` slept by :func:`~acmecerts._time.poll_until`;
+attempt schedules use tenacity's wait strategies. Every wait goes through an injected
+:class:`~acmecerts._time.Clock`; every instant is aware UTC. See ``docs/retries.md``.
 """
 
 from __future__ import annotations
