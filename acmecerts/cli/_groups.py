@@ -42,6 +42,8 @@ from ._options import (
     DnsHook,
     DnsNameserver,
     DnsPropagationTimeout,
+    DnsProvider,
+    DnsProviderOption,
     DnsServer,
     DnsTsigAlgorithm,
     DnsTsigKey,
@@ -162,6 +164,14 @@ CHALLENGE: Final = Group(
         _Member("dns_tsig_secret", DnsTsigSecret),
         _Member("dns_tsig_algorithm", DnsTsigAlgorithm),
         _Member("dns_hook", DnsHook),
+        _Member("dns_provider", DnsProvider),
+        _Member(
+            "dns_provider_option",
+            DnsProviderOption,
+            field="dns_provider_options",
+            default=None,
+            repeatable=True,
+        ),
         _Member(
             "dns_propagation_nameserver",
             DnsNameserver,
