@@ -42,8 +42,6 @@ from ._options import (
     DnsHook,
     DnsNameserver,
     DnsPropagationTimeout,
-    DnsProvider,
-    DnsProviderOption,
     DnsServer,
     DnsTsigAlgorithm,
     DnsTsigKey,
@@ -66,6 +64,7 @@ from ._options import (
     Verbose,
     Webroot,
 )
+from ._provider_options import DnsProvider, DnsProviderOption
 
 __all__ = ["ACCOUNT", "BATCH", "CHALLENGE", "COMMON", "HOOKS", "Group", "shared"]
 
