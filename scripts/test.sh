@@ -62,6 +62,8 @@ fi
 if [ ! -x /usr/sbin/named ] || [ ! -x /usr/bin/nsupdate ]; then
     apt_install bind9 bind9-utils bind9-dnsutils
 fi
+# 1b'. PowerDNS for the LexiconSolver tests (tests/servers/powerdns.py; its own service unused).
+if [ ! -x /usr/sbin/pdns_server ]; then apt_install pdns-server pdns-backend-sqlite3; fi
 
 # 1c. Pebble 2.10 from Debian sid, unpacked into the cache (needs only glibc >= 2.34).
 bash scripts/pebble-2.10.sh >/dev/null

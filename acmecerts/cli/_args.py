@@ -80,6 +80,10 @@ class ChallengeOptions:
     dns_tsig_secret: str | None = dataclasses.field(default=None, repr=False)
     dns_tsig_algorithm: str = "hmac-sha256"
     dns_hook: str | None = None
+    #: ``--dns-provider``: a dns-lexicon provider name (LexiconSolver).
+    dns_provider: str | None = None
+    #: ``--dns-provider-option KEY=VALUE``: its credentials; never stored.
+    dns_provider_options: tuple[str, ...] = dataclasses.field(default=(), repr=False)
     dns_propagation_nameservers: tuple[str, ...] = ()
     dns_propagation_timeout: float = 120.0
 

@@ -114,7 +114,9 @@ def issue_command(
 #: ``renew``'s challenge options, by parameter name: the ``ChallengeOptions`` field each
 #: sets (not the TSIG secret: it is never stored, and always the command's).
 _RENEW_CHALLENGE_OPTIONS: Final = {
-    name: field for name, field in CHALLENGE.fields().items() if name != "dns_tsig_secret"
+    name: field
+    for name, field in CHALLENGE.fields().items()
+    if name not in ("dns_tsig_secret", "dns_provider_option")
 }
 
 

@@ -64,6 +64,7 @@ from ._options import (
     Verbose,
     Webroot,
 )
+from ._provider_options import DnsProvider, DnsProviderOption
 
 __all__ = ["ACCOUNT", "BATCH", "CHALLENGE", "COMMON", "HOOKS", "Group", "shared"]
 
@@ -162,6 +163,14 @@ CHALLENGE: Final = Group(
         _Member("dns_tsig_secret", DnsTsigSecret),
         _Member("dns_tsig_algorithm", DnsTsigAlgorithm),
         _Member("dns_hook", DnsHook),
+        _Member("dns_provider", DnsProvider),
+        _Member(
+            "dns_provider_option",
+            DnsProviderOption,
+            field="dns_provider_options",
+            default=None,
+            repeatable=True,
+        ),
         _Member(
             "dns_propagation_nameserver",
             DnsNameserver,

@@ -103,6 +103,8 @@ class StoredChallenge:
     dns_tsig_key: str | None = None
     dns_tsig_algorithm: str | None = None
     dns_hook: str | None = None
+    #: ``--dns-provider`` (the name only: its credentials are given to every run).
+    dns_provider: str | None = None
     dns_propagation_nameservers: tuple[str, ...] = ()
     dns_propagation_timeout: float | None = None
 

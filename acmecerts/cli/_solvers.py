@@ -69,7 +69,7 @@ DNS_CHALLENGES: Final = ("dns-01", "dns-account-01", "dns-persist-01")
 #: The options that answer each challenge type (what :func:`failure_text` suggests).
 _ANSWERED_BY: Final = {
     "http-01": "--challenge http-01 (--http-01-listen or --webroot)",
-    "dns-01": "--challenge dns-01 with --dns-hook or --dns-rfc2136-server",
+    "dns-01": "--challenge dns-01 with --dns-hook, --dns-rfc2136-server or --dns-provider",
     "tls-alpn-01": "--challenge tls-alpn-01 (--tls-alpn-01-listen)",
     "dns-account-01": "--challenge dns-account-01 with --dns-hook or --dns-rfc2136-server",
     "dns-persist-01": "--challenge dns-persist-01 (records from `account dns-persist-records`)",
@@ -177,11 +177,14 @@ def _dns_solver(options: ChallengeOptions, challenge: str = "dns-01") -> Solver:
     rfc2136 = options.dns_rfc2136_server
     if challenge == "dns-persist-01":
         return _persist_solver(options)
-    if (rfc2136 is None) == (options.dns_hook is None):
+    writers = [rfc2136, options.dns_hook, options.dns_provider]
+    if sum(writer is not None for writer in writers) != 1:
         raise InvalidInput(
-            f"--challenge {challenge} needs either --dns-rfc2136-server (with --dns-tsig-key "
-            "and --dns-tsig-secret) or --dns-hook COMMAND"
+            f"--challenge {challenge} needs one of --dns-rfc2136-server (with --dns-tsig-key "
+            "and --dns-tsig-secret), --dns-hook COMMAND or --dns-provider NAME"
         )
+    if options.dns_provider is not None:
+        return _provider_solver(options, options.dns_provider, challenge)
     # Imported here, not with this module: dnspython is for dns-01 runs only (~0.1 s).
     from acmecerts.solvers import DnsHookSolver, Rfc2136Solver
 
@@ -207,6 +210,32 @@ def _dns_solver(options: ChallengeOptions, challenge: str = "dns-01") -> Solver:
         )
     except InvalidInput as exc:
         raise InvalidInput(f"{challenge}: {exc}") from None
+
+
+def _provider_solver(options: ChallengeOptions, provider: str, challenge: str) -> Solver:
+    """``--dns-provider``: a LexiconSolver; credentials from --dns-provider-option KEY=VALUE
+    and lexicon's LEXICON_<PROVIDER>_<OPTION> variables."""
+    credentials: dict[str, str] = {}
+    for item in options.dns_provider_options:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            # never the text itself: it may be a secret given without its key
+            raise InvalidInput("--dns-provider-option takes KEY=VALUE (e.g. auth_token=...)")
+        credentials[key.strip()] = value
+    from acmecerts.solvers import LexiconSolver
+
+    servers = list(options.dns_propagation_nameservers)
+    try:
+        return LexiconSolver(
+            provider,
+            credentials=credentials,
+            # the servers named for the check also answer the CNAME and zone lookups
+            resolvers=servers or None,
+            propagation=_propagation(options, 53),
+            challenge_type=challenge,
+        )
+    except InvalidInput as exc:
+        raise InvalidInput(f"--dns-provider: {exc}") from None
 
 
 def _persist_solver(options: ChallengeOptions) -> Solver:
@@ -312,6 +341,8 @@ def stored_challenge(options: ChallengeOptions, plan: ChallengePlan) -> StoredCh
     )
     if options.dns_hook is not None:
         return dataclasses.replace(dns, dns_hook=options.dns_hook)
+    if options.dns_provider is not None:
+        return dataclasses.replace(dns, dns_provider=options.dns_provider)
     return dataclasses.replace(
         dns,
         dns_rfc2136_server=options.dns_rfc2136_server,
@@ -331,15 +362,17 @@ OVERRIDABLE: Final = (
     "dns_tsig_key",
     "dns_tsig_algorithm",
     "dns_hook",
+    "dns_provider",
     "dns_propagation_nameservers",
     "dns_propagation_timeout",
 )
 #: Giving one of these to ``renew`` drops the other's stored value: they exclude each other.
 _EXCLUDES: Final = {
-    "webroot": "http_01_listen",
-    "http_01_listen": "webroot",
-    "dns_hook": "dns_rfc2136_server",
-    "dns_rfc2136_server": "dns_hook",
+    "webroot": ("http_01_listen",),
+    "http_01_listen": ("webroot",),
+    "dns_hook": ("dns_rfc2136_server", "dns_provider"),
+    "dns_rfc2136_server": ("dns_hook", "dns_provider"),
+    "dns_provider": ("dns_hook", "dns_rfc2136_server"),
 }
 
 
@@ -374,6 +407,7 @@ def renewal_options(
         "dns_tsig_key": stored.dns_tsig_key,
         "dns_tsig_algorithm": stored.dns_tsig_algorithm or default.dns_tsig_algorithm,
         "dns_hook": stored.dns_hook,
+        "dns_provider": stored.dns_provider,
         "dns_propagation_nameservers": stored.dns_propagation_nameservers,
         "dns_propagation_timeout": (
             stored.dns_propagation_timeout
@@ -382,13 +416,14 @@ def renewal_options(
         ),
     }
     for name in given & set(_EXCLUDES):
-        excluded = _EXCLUDES[name]
-        values[excluded] = default.http_01_listen if excluded == "http_01_listen" else None
+        for excluded in _EXCLUDES[name]:
+            values[excluded] = default.http_01_listen if excluded == "http_01_listen" else None
     if "challenge" in given and command.challenge.lower() != "http-01":
         values["webroot"] = None  # a webroot answers http-01 only
     for name in given & set(OVERRIDABLE):
         values[name] = command_root if name == "webroot" else getattr(command, name)
     values["dns_tsig_secret"] = command.dns_tsig_secret
+    values["dns_provider_options"] = command.dns_provider_options
     return dataclasses.replace(default, **values), True
 
 

@@ -24,9 +24,11 @@ if TYPE_CHECKING:
     from acmecerts.solvers.dns01 import DnsPersistRecordMissing as DnsPersistRecordMissing
     from acmecerts.solvers.dns01 import DnsPersistSolver as DnsPersistSolver
     from acmecerts.solvers.dns01 import DnsPropagationTimeout as DnsPropagationTimeout
+    from acmecerts.solvers.dns01 import DnsProviderError as DnsProviderError
     from acmecerts.solvers.dns01 import DnsRecordLocation as DnsRecordLocation
     from acmecerts.solvers.dns01 import DnsUpdateRefused as DnsUpdateRefused
     from acmecerts.solvers.dns01 import DnsZoneNotFound as DnsZoneNotFound
+    from acmecerts.solvers.dns01 import LexiconSolver as LexiconSolver
     from acmecerts.solvers.dns01 import PropagationCheck as PropagationCheck
     from acmecerts.solvers.dns01 import Rfc2136Solver as Rfc2136Solver
     from acmecerts.solvers.http01 import Http01Server as Http01Server
@@ -43,11 +45,13 @@ _LAZY: dict[str, str] = {
     "DnsPersistRecordMissing": "acmecerts.solvers.dns01",
     "DnsPersistSolver": "acmecerts.solvers.dns01",
     "DnsPropagationTimeout": "acmecerts.solvers.dns01",
+    "DnsProviderError": "acmecerts.solvers.dns01",
     "DnsRecordLocation": "acmecerts.solvers.dns01",
     "DnsUpdateRefused": "acmecerts.solvers.dns01",
     "DnsZoneNotFound": "acmecerts.solvers.dns01",
     "Http01Server": "acmecerts.solvers.http01",
     "Http01Webroot": "acmecerts.solvers.http01",
+    "LexiconSolver": "acmecerts.solvers.dns01",
     "ListenError": "acmecerts.solvers.http01",
     "PropagationCheck": "acmecerts.solvers.dns01",
     "Rfc2136Solver": "acmecerts.solvers.dns01",

@@ -10,6 +10,9 @@ For dns-01 the CA looks up the TXT record ``_acme-challenge.<name>`` (for a wild
   (CNAME delegation), so the update lands in the zone the CA will really read.
 * :class:`DnsHookSolver` calls your async callables (or a command) to set and clear the
   record, for every other DNS provider.
+* :class:`LexiconSolver` writes the record through a DNS provider's API (Cloudflare,
+  Route 53, Google Cloud DNS, Azure, PowerDNS and 100 more) with dns-lexicon (the ``dns``
+  extra).
 * :class:`PropagationCheck` is run by both at the end of ``present``: it polls the zone's
   authoritative servers (or the resolvers you name) until every one of them serves the
   value, so the CA is not asked to validate before the record is visible.
@@ -41,6 +44,7 @@ foreign dnspython and OS errors never escape)::
         ├── DnsZoneNotFound       no zone (SOA) could be found for a record name
         ├── DnsPropagationTimeout the value was not visible everywhere before the deadline
         ├── DnsPersistRecordMissing no _validation-persist record authorizes CA and account
+        ├── DnsProviderError      a LexiconSolver call to the provider's API failed
         └── DnsHookError          a DnsHookSolver callable or command failed
 """
 
@@ -51,11 +55,13 @@ from acmecerts.solvers.dns01._errors import (
     DnsHookError,
     DnsPersistRecordMissing,
     DnsPropagationTimeout,
+    DnsProviderError,
     DnsUpdateRefused,
     DnsZoneNotFound,
 )
 from acmecerts.solvers.dns01._hook import DnsHookSolver
 from acmecerts.solvers.dns01._hook import RecordHook as RecordHook  # a type alias, not in __all__
+from acmecerts.solvers.dns01._lexicon import LexiconSolver
 from acmecerts.solvers.dns01._persist import DnsPersistSolver
 from acmecerts.solvers.dns01._propagation import PropagationCheck
 from acmecerts.solvers.dns01._records import DnsRecordLocation
@@ -68,9 +74,11 @@ __all__ = [
     "DnsPersistRecordMissing",
     "DnsPersistSolver",
     "DnsPropagationTimeout",
+    "DnsProviderError",
     "DnsRecordLocation",
     "DnsUpdateRefused",
     "DnsZoneNotFound",
+    "LexiconSolver",
     "PropagationCheck",
     "Rfc2136Solver",
 ]

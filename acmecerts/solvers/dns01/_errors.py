@@ -14,6 +14,7 @@ __all__ = [
     "DnsHookError",
     "DnsPersistRecordMissing",
     "DnsPropagationTimeout",
+    "DnsProviderError",
     "DnsUpdateRefused",
     "DnsZoneNotFound",
 ]
@@ -136,3 +137,31 @@ class DnsPersistRecordMissing(DnsError):
         self.value = value
         #: The TXT values found at :attr:`name`.
         self.found = tuple(found)
+
+
+class DnsProviderError(DnsError):
+    """A :class:`LexiconSolver` call to the DNS provider's API failed.
+
+    ``TRANSIENT`` when the API did not answer (connection refused, timeout), answered 429 or
+    a 5xx status; ``PERMANENT`` otherwise (bad credentials, unknown zone, a 4xx answer). The
+    message names the provider, the action and the record, never a credential.
+    """
+
+    kind = ErrorKind.PERMANENT
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str,
+        name: str | None = None,
+        status: int | None = None,
+        transient: bool = False,
+    ) -> None:
+        super().__init__(message, name=name)
+        #: The lexicon provider name (``"cloudflare"``, ``"route53"``, ``"powerdns"``...).
+        self.provider = provider
+        #: The HTTP status the provider's API answered, when there was one.
+        self.status = status
+        if transient:
+            self.kind = ErrorKind.TRANSIENT
