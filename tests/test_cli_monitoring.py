@@ -80,6 +80,7 @@ def test_status_check_fails_an_overdue_or_expired_certificate_at_the_instant_ask
     assert failed["directory"] == pebble.directory_url
     assert abs(instant(failed["renew_by"]) - renew_at) <= _dt.timedelta(seconds=1)
     assert failed["not_after"] == issued["not_after"]
+    assert "(grace 6h)" in failed["detail"]
     # the same without --check: status shows it and exits 0 (the check is what fails)
     code, document = status(tmp_path, ca, "--check-grace", "6h", "--at", late)
     assert (code, document["check"]) == (0, None)

@@ -45,6 +45,15 @@ def parse_grace(text: str) -> _dt.timedelta:
     return _dt.timedelta(seconds=float(match[1]) * _UNITS[match[2]])
 
 
+def grace_text(grace: _dt.timedelta) -> str:
+    """``--check-grace`` as written back: ``1d``, ``12h``, ``90m``, ``45s``."""
+    seconds = grace.total_seconds()
+    for unit in ("d", "h", "m"):
+        if seconds and seconds % _UNITS[unit] == 0:
+            return f"{seconds / _UNITS[unit]:g}{unit}"
+    return f"{seconds:g}s"
+
+
 def parse_at(text: str | None, now: _dt.datetime) -> _dt.datetime:
     """``--at``: an ISO 8601 date or date and time (UTC without an offset); ``now`` if
     none is given."""
@@ -87,7 +96,8 @@ def _failure(
     if certificate["status"] == "revoked":
         return "revoked", f"revoked and not replaced yet; expires at {when(not_after)}"
     if by + grace <= at:
-        detail = f"not renewed since {when(by)} (grace {grace}); expires at {when(not_after)}"
+        detail = f"not renewed since {when(by)} (grace {grace_text(grace)}); "
+        detail += f"expires at {when(not_after)}"
         if certificate.get("deferred_until"):
             until = _dt.datetime.fromisoformat(certificate["deferred_until"])
             detail += f"; deferred until {when(until)}"
