@@ -72,6 +72,7 @@ bash scripts/pebble-2.10.sh >/dev/null
 if ! command -v systemd-analyze >/dev/null 2>&1; then
     apt_install systemd
 fi
+command -v promtool >/dev/null 2>&1 || apt_install prometheus # 1e. promtool: examples/ops/prometheus-alerts.yml
 
 # 2. The virtualenv. Debian's python3 needs python3-venv for `python3 -m venv` to work.
 if ! command -v python3 >/dev/null 2>&1; then

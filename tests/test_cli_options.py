@@ -81,6 +81,7 @@ def test_a_command_gets_each_group_as_its_dataclass() -> None:
         timeout=10.0,
         json_output=True,
         verbose=2,
+        log_format="json",
         config=None,
     )
     assert got == [
@@ -91,6 +92,7 @@ def test_a_command_gets_each_group_as_its_dataclass() -> None:
             timeout=10.0,
             json=True,
             verbose=2,
+            log_format="json",
         ),
     ]
 

@@ -38,6 +38,7 @@ def test_all_is_sorted_and_complete() -> None:
         "cli",
         "client",
         "errors",
+        "logging",
         "manager",
         "metrics",
         "protocol",

@@ -39,7 +39,8 @@ __all__ = ["app", "main"]
 
 EXIT_CODES: Final = (
     f"Exit codes: {ExitCode.OK} ok (issued, or nothing was due); {ExitCode.FAILED} failed "
-    "(the CA's problem detail is printed, or an order gave no certificate); "
+    "(the CA's problem detail is printed, or an order gave no certificate; status --check: "
+    "a certificate failed the check); "
     f"{ExitCode.INPUT} bad input or unusable state (one line on stderr, nothing sent to the "
     f"CA); {ExitCode.DEFERRED} deferred by rate limits, or "
     "the CA asked to wait longer than --max-wait (the instant is printed and kept in the state "

@@ -47,6 +47,8 @@ class CommonArgs:
     proxy: str | None = dataclasses.field(default=None, repr=False)
     #: ``--staging``: Let's Encrypt's staging directory.
     staging: bool = False
+    #: ``--log-format``: ``"text"`` or ``"json"`` (one JSON object per log line).
+    log_format: str = "text"
 
     @property
     def only_directory(self) -> bool:

@@ -18,6 +18,7 @@ import typer
 from ._args import AccountArgs, BatchArgs, ChallengeOptions, CommonArgs, HookArgs
 from ._groups import CHALLENGE, shared
 from ._import_options import CertbotDir, ImportAccount, ImportOut, OutLayout
+from ._monitor_options import At, Check, CheckGrace
 from ._options import (
     Ari,
     CertKey,
@@ -236,6 +237,9 @@ def delete_command(
 @shared(directory=StatusDirectory)
 def status_command(
     ari: Ari = False,
+    check: Check = False,
+    check_grace: CheckGrace = "1d",
+    at: At = None,
     *,
     common: CommonArgs,
 ) -> None:
@@ -245,11 +249,14 @@ def status_command(
     each certificate: its names, expiry, next renewal and any deferral; what the
     rate-limit ledger says may be spent now, per limit, and when the next slot opens. A
     missing, empty or unreadable state directory is an error (exit 2). Nothing is sent to
-    the CA unless --ari.
+    the CA unless --ari. With --check it exits 1 when a certificate is expired, revoked, or
+    not renewed --check-grace after its renewal instant (--json: which, and why).
     """
     from ._status import run_status
 
-    raise typer.Exit(run_status(ari=ari, common=common))
+    raise typer.Exit(
+        run_status(ari=ari, common=common, check=check, check_grace=check_grace, at=at)
+    )
 
 
 @shared()

@@ -31,6 +31,7 @@ from ._args import (
     HookArgs,
     Hooks,
 )
+from ._monitor_options import LogFormat
 from ._options import (
     AgreeTos,
     CaBundle,
@@ -137,6 +138,7 @@ COMMON: Final = Group(
         _Member("timeout", Timeout),
         _Member("json_output", Json, field="json"),
         _Member("verbose", Verbose),
+        _Member("log_format", LogFormat),
         # read before the command runs (it names the file of defaults): not passed on
         _Member("config", Config, default=None),
     ),

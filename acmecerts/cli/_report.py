@@ -56,8 +56,12 @@ log = logging.getLogger("acmecerts.cli")
 class Report:
     """Writes results: one line on stderr for errors, rich text or JSON on stdout."""
 
-    def __init__(self, *, json_mode: bool, json_base: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, *, json_mode: bool, json_base: dict[str, Any] | None = None, json_logs: bool = False
+    ) -> None:
         self.json_mode = json_mode
+        #: ``--log-format json``: the error line is a JSON log record too.
+        self.json_logs = json_logs
         #: Fields every error object of this command carries too (``issue`` and ``renew``
         #: add an empty ``certificates`` list, so they always print one shape).
         self.json_base = dict(json_base or {})
@@ -72,6 +76,9 @@ class Report:
         """Write the one ``acmecerts: error: ...`` line to stderr; return the message."""
         line = " ".join(message.split())
         label = "deferred" if code == ExitCode.DEFERRED else "error"
+        if self.json_logs:
+            log.log(logging.WARNING if code == ExitCode.DEFERRED else logging.ERROR, "%s", line)
+            return line
         sys.stderr.write(f"acmecerts: {label}: {line}\n")
         sys.stderr.flush()
         return line
@@ -141,12 +148,27 @@ class _OneLineWarnings(logging.Handler):
 _handler: logging.Handler | None = None
 
 
-def configure_logging(verbose: int, console: Console) -> None:
+def configure_logging(verbose: int, console: Console, log_format: str = "text") -> None:
+    """Send log records to stderr: one line each (``-v``: progress, ``-vv``: debug).
+
+    ``log_format`` ``"json"``: every record is one JSON object
+    (:class:`acmecerts.logging.JsonFormatter`), the manager's failed attempts included
+    (warnings, with their certificate fields), and so is the command's error line.
+    """
     global _handler
     root = logging.getLogger()
     if _handler is not None:
         root.removeHandler(_handler)
-    if verbose:
+    if log_format == "json":
+        from acmecerts.logging import JsonFormatter
+
+        _handler = logging.StreamHandler(sys.stderr)
+        _handler.setFormatter(JsonFormatter())
+        level = (logging.DEBUG if verbose > 1 else logging.INFO) if verbose else logging.WARNING
+        logging.getLogger("acmecerts").setLevel(level)
+        logging.getLogger("acmecerts.manager").setLevel(level)
+        logging.getLogger("httpx").setLevel(logging.INFO if verbose else logging.WARNING)
+    elif verbose:
         if console.is_terminal:
             from rich.logging import RichHandler
 
@@ -158,6 +180,7 @@ def configure_logging(verbose: int, console: Console) -> None:
             )
         level = logging.DEBUG if verbose > 1 else logging.INFO
         logging.getLogger("acmecerts").setLevel(level)
+        logging.getLogger("acmecerts.manager").setLevel(logging.NOTSET)
         logging.getLogger("httpx").setLevel(logging.INFO)
     else:
         _handler = _OneLineWarnings()
@@ -233,6 +256,7 @@ def run_guarded(
 ) -> int:
     """Run a command's ``work`` with its report (``--json``, ``-v`` set up); map errors to
     one line and an exit code (:func:`guarded`)."""
-    report = Report(json_mode=common.json, json_base=json_base)
-    configure_logging(common.verbose, report.err)
+    json_logs = common.log_format == "json"
+    report = Report(json_mode=common.json, json_base=json_base, json_logs=json_logs)
+    configure_logging(common.verbose, report.err, common.log_format)
     return guarded(report, lambda: work(report))

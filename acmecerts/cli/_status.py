@@ -18,6 +18,7 @@ from acmecerts.retry import AttemptState
 
 from ._args import AccountArgs, CommonArgs
 from ._ca import CaPlan
+from ._check import DEFAULT_GRACE, check_certificates, parse_at, parse_grace, print_check
 from ._constants import ExitCode
 from ._firstcontact import resolve_directory
 from ._interrupt import run_interruptible
@@ -30,15 +31,26 @@ from ._state import State
 __all__ = ["run_status"]
 
 
-def run_status(*, ari: bool, common: CommonArgs) -> int:
+def run_status(
+    *,
+    ari: bool,
+    common: CommonArgs,
+    check: bool = False,
+    check_grace: str = DEFAULT_GRACE,
+    at: str | None = None,
+) -> int:
     """Run ``acmecerts status``; return the exit code.
 
     Like ``renew``: every CA of the state directory (``--directory`` or ``--staging``
     narrows to that CA, which must have state there: :attr:`CommonArgs.only_directory`);
     a state directory that is missing, a file, unreadable or holds no CA is exit 2.
+    ``at`` (``--at``) shows the state as it will be then; ``check`` (``--check``) exits 1
+    when a certificate fails the check (:mod:`acmecerts.cli._check`).
     """
 
     def work(report: Report) -> int:
+        grace = parse_grace(check_grace)
+        instant = parse_at(at, _dt.datetime.now(_dt.UTC))
         directory = resolve_directory(common.directory, staging=common.staging)
         resolved = dataclasses.replace(common, directory=directory, staging=False)
         root, cas, problems = ca_plans(
@@ -51,8 +63,7 @@ def run_status(*, ari: bool, common: CommonArgs) -> int:
         )
 
         async def main() -> dict[str, Any]:
-            now = _dt.datetime.now(_dt.UTC)
-            sections = [await _ca_status(ca, now, ari=ari) for ca in cas]
+            sections = [await _ca_status(ca, instant, ari=ari) for ca in cas]
             one = sections[0] if len(sections) == 1 else None
             return {
                 "state_dir": str(root),
@@ -64,16 +75,24 @@ def run_status(*, ari: bool, common: CommonArgs) -> int:
                 "cas": sections,
                 "certificates": [c for section in sections for c in section.pop("certificates")],
                 "errors": problems,
+                "check": None,
             }
 
         document = run_interruptible(main, json_mode=report.json_mode)
+        if check:
+            document["check"] = check_certificates(
+                document["certificates"], at=instant, grace=grace
+            )
         for problem in problems:  # one line each; the JSON object lists them too
             report.err.print(Text(f"acmecerts: error: {' '.join(problem.split())}"), soft_wrap=True)
         if report.json_mode:
             report.json(document)
         else:
+            if check:
+                print_check(report, document["check"])
             _print_status(report, document)
-        return ExitCode.FAILED if problems else ExitCode.OK
+        failed = check and not document["check"]["ok"]
+        return ExitCode.FAILED if problems or failed else ExitCode.OK
 
     return run_guarded(common, work)
 

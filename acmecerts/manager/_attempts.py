@@ -183,10 +183,11 @@ class Attempts:
             # the store failed (read, lock, write): ours to retry, on the error backoff
             name = entry.spec.name
             until = self._hiccup(entry, f"{type(exc).__name__}: {exc}")
-            log.warning("%s: storage failed (%s); next try at %s", name, exc, until)
-            await self._publish(
-                CertificateFailed(name, self.clock.now(), error=exc, next_attempt_at=until)
+            failed = CertificateFailed(name, self.clock.now(), error=exc, next_attempt_at=until)
+            log.warning(
+                "%s: storage failed (%s); next try at %s", name, exc, until, extra={"event": failed}
             )
+            await self._publish(failed)
             return FailedResult(name, exc, until)
 
     async def _attempt_once(
@@ -398,7 +399,7 @@ class Attempts:
             )
         # another solver set is another attempt: this failure's wait is not its (for_solvers)
         entry.state = dataclasses.replace(entry.state, solvers=self._solver_set())
-        next_at = entry.state.next_attempt_at
+        next_at, attempts = entry.state.next_attempt_at, entry.state.attempts
         if error.kind is ErrorKind.RATE_LIMITED and next_at is not None:
             event: CertificateEvent
             if isinstance(error, RateLimited):
@@ -411,10 +412,13 @@ class Attempts:
                 )
             await self._publish(event)
             return DeferredResult(name, next_at, str(error))
-        log.warning("%s: attempt failed (%s), next at %s", name, error, next_at)
-        await self._publish(
-            CertificateFailed(name, self.clock.now(), error=error, next_attempt_at=next_at)
+        failed = CertificateFailed(
+            name, self.clock.now(), error=error, next_attempt_at=next_at, attempt=attempts
         )
+        log.warning(
+            "%s: attempt failed (%s), next at %s", name, error, next_at, extra={"event": failed}
+        )
+        await self._publish(failed)
         return FailedResult(name, error, next_at)
 
     # -- what the scheduler starts (see _scheduler.py) -----------------------------------

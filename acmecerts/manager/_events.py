@@ -67,10 +67,15 @@ class CertificateLoaded(CertificateEvent):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CertificateFailed(CertificateEvent):
-    """An attempt failed; ``next_attempt_at`` is when the schedule tries again."""
+    """An attempt failed; ``next_attempt_at`` is when the schedule tries again.
+
+    ``attempt`` counts the failed attempts since the last success, this one included
+    (0: not counted, e.g. a failure outside an attempt).
+    """
 
     error: AcmeCertsError | None = None
     next_attempt_at: _dt.datetime | None = None
+    attempt: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
