@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from acmecerts import AcmeClient, ChallengeTask, FakeClock
-from acmecerts.protocol._flow import _pick_chain
+from acmecerts.protocol._actions import pick_chain as _pick_chain
 from acmecerts.protocol.certificate import parse_pem_chain
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.transport import AcmeTransport
