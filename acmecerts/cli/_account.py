@@ -18,6 +18,7 @@ from acmecerts.protocol.resources import Account
 from ._args import AccountArgs, CommonArgs
 from ._ca import CaPlan, open_client, plan_ca
 from ._constants import ExitCode
+from ._findca import StateCas, ambiguous, state_cas
 from ._interrupt import run_interruptible
 from ._report import Report, run_guarded
 from ._state import State
@@ -49,7 +50,11 @@ def run_account(
 
     def work(report: Report) -> int:
         kind = KeyType.parse(key_type)
-        ca = plan_ca(common, account)
+        if action == "show":  # the account of the state directory's CA (see _findca)
+            cas = state_cas(common, account, json_mode=report.json_mode)
+            ca = run_interruptible(lambda: _account_ca(cas), json_mode=report.json_mode)
+        else:
+            ca = plan_ca(common, account)
         state = ca.state
         if action == "deactivate" and not confirmed:
             if not (sys.stdin.isatty() and report.out.is_terminal) or report.json_mode:
@@ -109,6 +114,21 @@ def run_account(
         return ExitCode.OK
 
     return run_guarded(common, work)
+
+
+async def _account_ca(cas: StateCas) -> CaPlan:
+    """The CA whose account to show: ``--directory``'s, else the only CA with one."""
+    if cas.chosen:
+        return cas.plans[0]
+    found = [ca for ca in cas.plans if await ca.state.load_account_key() is not None]
+    if len(found) > 1:
+        raise ambiguous("an account", cas.root, found)
+    if not found:
+        raise InvalidInput(
+            f"no account in {cas.root}: create one with `acmecerts account create` "
+            "(issuing a certificate creates one too)"
+        )
+    return found[0]
 
 
 async def _existing_or_register(client: AcmeClient) -> Account:

@@ -6,6 +6,10 @@ certificate in turn: revoked at the CA with ``--revoke`` (the ``revoke`` command
 the account key signs), then removed under its store lock (see :mod:`._lineage` for the
 order that leaves nothing half-deleted). A certificate that could not be revoked is not
 deleted; the others are, and the exit code says that something failed.
+
+Each certificate is looked for at every CA of the state directory (``--directory``
+narrows to one), and revoked at its own CA with the ``--ca-bundle`` stored for it; a name
+found at several CAs is exit 2 (see :mod:`._findca`).
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ from rich.text import Text
 from acmecerts.errors import AcmeCertsError, AcmeProblem, InvalidInput, ProblemType
 
 from ._args import CommonArgs
-from ._ca import CaPlan, open_client, plan_ca
+from ._ca import CaPlan, open_client
 from ._constants import ExitCode
 from ._engine import problem_of
+from ._findca import StateCas, ambiguous, state_cas
 from ._interrupt import run_interruptible
 from ._lineage import lineage_identifiers, remove_lineage
 from ._natural import natural_key
@@ -66,8 +71,8 @@ def _ask_on_terminal(question: str) -> bool | None:
     return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 
-async def _targets(state: State, ca: CaPlan, wanted: tuple[str, ...]) -> list[_Target]:
-    """The certificates named (half-deleted ones too); unknown names are exit 2."""
+async def _known(state: State) -> dict[str, _Target]:
+    """The certificates of one CA by name (half-deleted ones too)."""
     known: dict[str, _Target] = {
         name: _Target(name, lineage_identifiers(stored, record), stored, record)
         for name, stored, record in await state.known_certificates()
@@ -77,17 +82,32 @@ async def _targets(state: State, ca: CaPlan, wanted: tuple[str, ...]) -> list[_T
             stored = await state.load_certificate(record.name)
             names = lineage_identifiers(stored, record)
             known[record.name] = _Target(record.name, names, stored, record)
-    missing = [n for n in dict.fromkeys(wanted) if n.strip().lower() not in known]
+    return known
+
+
+async def _targets(cas: StateCas, wanted: tuple[str, ...]) -> list[tuple[CaPlan, _Target]]:
+    """The certificates named, each with its CA; an unknown name, or one found at several
+    CAs (without ``--directory``), is exit 2."""
+    at = [(ca, await _known(ca.state)) for ca in cas.plans]
+    names = list(dict.fromkeys(n.strip().lower() for n in wanted))
+    missing = [n for n in dict.fromkeys(wanted) if all(n.strip().lower() not in k for _, k in at)]
     if missing:
-        choices = sorted(known, key=natural_key)
+        choices = sorted({name for _, known in at for name in known}, key=natural_key)
         close = {m for n in missing for m in difflib.get_close_matches(n.lower(), choices)}
         hint = f"did you mean {', '.join(sorted(close, key=natural_key))}? " if close else ""
         listed = ", ".join(choices) if choices else "none"
+        where = f" for {cas.plans[0].directory}" if cas.chosen else ""
         raise InvalidInput(
-            f"no certificate named {', '.join(missing)} in {state.root} for {ca.directory} "
+            f"no certificate named {', '.join(missing)} in {cas.root}{where} "
             f"({hint}known: {listed})"
         )
-    return [known[n] for n in dict.fromkeys(n.strip().lower() for n in wanted)]
+    targets = []
+    for name in names:
+        found = [(ca, known[name]) for ca, known in at if name in known]
+        if len(found) > 1:
+            raise ambiguous(f"the certificate {name}", cas.root, [ca for ca, _ in found])
+        targets.append(found[0])
+    return targets
 
 
 def run_delete(
@@ -103,16 +123,13 @@ def run_delete(
 
     def work(report: Report) -> int:
         reason_name, reason_code = _reason(args.reason) if args.revoke else ("", 0)
-        ca = plan_ca(common)
-        state = ca.state
-        targets = run_interruptible(
-            lambda: _targets(state, ca, args.names), json_mode=report.json_mode
-        )
+        cas = state_cas(common, json_mode=report.json_mode)
+        targets = run_interruptible(lambda: _targets(cas, args.names), json_mode=report.json_mode)
         if not args.yes:
-            listed = ", ".join(t.name for t in targets)
+            listed = ", ".join(t.name for _, t in targets)
             what = " and revoke them at the CA" if args.revoke else ""
             noun = "certificate" if len(targets) == 1 else "certificates"
-            answer = ask(f"Delete {noun} {listed} from {state.root}{what}? [y/N] ")
+            answer = ask(f"Delete {noun} {listed} from {cas.root}{what}? [y/N] ")
             if answer is None:
                 raise InvalidInput(
                     "deleting certificates cannot be undone: confirm with --yes "
@@ -123,7 +140,7 @@ def run_delete(
 
         async def main() -> list[dict[str, Any]]:
             results = []
-            for target in targets:
+            for ca, target in targets:
                 results.append(await _delete_one(ca, target, args.revoke, reason_code))
             return results
 

@@ -58,7 +58,16 @@ from ._report import Report, first_error, run_guarded
 from ._solvers import ChallengePlan, plan_challenge, renewal_options
 from ._state import default_state_dir
 
-__all__ = ["RenewArgs", "ca_dirs", "ca_plans", "random_fraction", "run_renew", "sleep"]
+__all__ = [
+    "RenewArgs",
+    "ca_dirs",
+    "ca_plans",
+    "ca_settings",
+    "random_fraction",
+    "run_renew",
+    "sleep",
+    "stored_plan",
+]
 
 log = logging.getLogger("acmecerts.cli")
 
@@ -124,8 +133,9 @@ def ca_dirs(root: Path, *, first_cut_ok: bool = False) -> list[str]:
     return found
 
 
-async def _settings(root: Path, slugs: Sequence[str]) -> tuple[list[CaSettings], list[str]]:
-    """The settings of each CA directory, and a message for each one that has none."""
+async def ca_settings(root: Path, slugs: Sequence[str]) -> tuple[list[CaSettings], list[str]]:
+    """The settings of each CA directory of ``root``, and a message for each one that
+    has none."""
     found: list[CaSettings] = []
     problems: list[str] = []
     async with FileStorage(root) as storage:
@@ -154,9 +164,11 @@ async def _settings(root: Path, slugs: Sequence[str]) -> tuple[list[CaSettings],
     return found, problems
 
 
-def _plan(
+def stored_plan(
     common: CommonArgs, account: AccountArgs, settings: CaSettings | None, max_wait: float
 ) -> CaPlan:
+    """The plan for the CA of ``settings`` (``None``: ``common.directory``), with its
+    stored ``--ca-bundle`` unless one was given."""
     bundle = common.ca_bundle
     stored = settings is not None and settings.ca_bundle is not None and bundle is None
     if stored:
@@ -246,9 +258,9 @@ def ca_plans(
     plan_ca(common, account, max_wait=max_wait)  # the options, before the state
     root = (common.state_dir or default_state_dir()).expanduser().absolute()
     slugs = ca_dirs(root, first_cut_ok=only_directory)
-    found, problems = run_interruptible(lambda: _settings(root, slugs), json_mode=json_mode)
+    found, problems = run_interruptible(lambda: ca_settings(root, slugs), json_mode=json_mode)
     if only_directory:
-        first = _plan(common, account, None, max_wait)
+        first = stored_plan(common, account, None, max_wait)
         if ca_slug(directory) not in slugs and first.state.legacy_account_dir() is None:
             listed = ", ".join(sorted(s.directory for s in found)) or "none it can name"
             raise InvalidInput(
@@ -256,10 +268,10 @@ def ca_plans(
                 f"leave out --directory to {verb} at every CA"
             )
         mine = [s for s in found if s.directory == directory]
-        return root, [_plan(common, account, mine[0] if mine else None, max_wait)], []
+        return root, [stored_plan(common, account, mine[0] if mine else None, max_wait)], []
     if not found:
         raise InvalidInput(problems[0])
-    return root, [_plan(common, account, s, max_wait) for s in found], problems
+    return root, [stored_plan(common, account, s, max_wait) for s in found], problems
 
 
 def _jobs(

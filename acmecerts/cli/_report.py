@@ -26,6 +26,7 @@ from acmecerts.errors import (
     RateLimitDeferred,
     StorageError,
 )
+from acmecerts.transport import trust_hint
 
 from ._args import CommonArgs
 from ._constants import STATUS_WORDS, ExitCode
@@ -259,4 +260,5 @@ def run_guarded(
     json_logs = common.log_format == "json"
     report = Report(json_mode=common.json, json_base=json_base, json_logs=json_logs)
     configure_logging(common.verbose, report.err, common.log_format)
-    return guarded(report, lambda: work(report))
+    with trust_hint("give --ca-bundle FILE (the CA's root certificate) to trust a private CA"):
+        return guarded(report, lambda: work(report))

@@ -14,8 +14,9 @@ from acmecerts.protocol.certificate import CertificateChain, certificate_info, p
 from acmecerts.protocol.keys import PrivateKey, load_private_key
 
 from ._args import CommonArgs
-from ._ca import open_client, plan_ca
+from ._ca import CaPlan, open_client
 from ._constants import ExitCode
+from ._findca import StateCas, ambiguous, state_cas
 from ._interrupt import run_interruptible
 from ._records import CertificateRecord
 from ._report import Report, run_guarded
@@ -45,8 +46,6 @@ def run_revoke(target: str, *, reason: str, cert_key: Path | None, common: Commo
 
     def work(report: Report) -> int:
         reason_name, reason_code = _reason(reason)
-        ca = plan_ca(common)
-        state = ca.state
         certificate_key: PrivateKey | None = None
         if cert_key is not None:
             try:
@@ -68,16 +67,17 @@ def run_revoke(target: str, *, reason: str, cert_key: Path | None, common: Commo
             except AcmeCertsError:
                 raise InvalidInput(f"{path} holds no PEM certificate") from None
 
+        # A file names no CA: the one whose state holds it, else --directory (or Let's
+        # Encrypt's) as before; a stored certificate's name: the CA that holds it.
+        cas = state_cas(common, json_mode=report.json_mode, empty_ok=given is not None)
+
         async def main() -> dict[str, Any]:
-            chain = given
-            if chain is None:
-                stored = await state.load_certificate(certificate_name(target))
-                if stored is None:
-                    raise InvalidInput(
-                        f"{target!r} is neither a file nor a certificate in {state.root} for "
-                        f"{ca.directory} (see `acmecerts status`)"
-                    )
-                chain = stored.chain
+            if given is None:
+                ca, chain = await _stored_chain(cas, target)
+            else:
+                chain = given
+                ca = await _holder(cas, certificate_info(chain.leaf).serial) or cas.default
+            state = ca.state
             info = certificate_info(chain.leaf)
             if certificate_key is not None:
                 async with AcmeClient(
@@ -115,6 +115,33 @@ def run_revoke(target: str, *, reason: str, cert_key: Path | None, common: Commo
         return ExitCode.OK
 
     return run_guarded(common, work)
+
+
+async def _stored_chain(cas: StateCas, target: str) -> tuple[CaPlan, CertificateChain]:
+    """The stored certificate ``target`` and its CA (exit 2: none, or several CAs)."""
+    name = certificate_name(target)
+    found = []
+    for ca in cas.plans:
+        stored = await ca.state.load_certificate(name)
+        if stored is not None:
+            found.append((ca, stored.chain))
+    if not found:
+        where = f" for {cas.plans[0].directory}" if cas.chosen else ""
+        raise InvalidInput(
+            f"{target!r} is neither a file nor a certificate in {cas.root}{where} "
+            "(see `acmecerts status`)"
+        )
+    if len(found) > 1:
+        raise ambiguous(f"the certificate {name}", cas.root, [ca for ca, _ in found])
+    return found[0]
+
+
+async def _holder(cas: StateCas, serial: str) -> CaPlan | None:
+    """The CA whose state holds the certificate with this serial, if one does."""
+    for ca in cas.plans:
+        if any(stored.info.serial == serial for stored in await ca.state.list_certificates()):
+            return ca
+    return None
 
 
 async def _mark_revoked(state: State, serial: str) -> str | None:

@@ -10,7 +10,7 @@ from acmecerts.transport._events import (
 from acmecerts.transport._exchange import HttpExchange, ResponseTooLarge
 from acmecerts.transport._http import USER_AGENT, AcmeTransport, RequestHook
 from acmecerts.transport._nonces import NoncePool
-from acmecerts.transport._policy import UrlPolicy
+from acmecerts.transport._policy import UrlPolicy, trust_hint
 from acmecerts.transport._pool import Http11Pool
 from acmecerts.transport._proxy import ProxyConfig, ProxyFailed, ProxySetting
 from acmecerts.transport._response import AcmeResponse
@@ -36,4 +36,5 @@ __all__ = [
     "ThrottleStats",
     "TransportEvent",
     "UrlPolicy",
+    "trust_hint",
 ]

@@ -21,9 +21,11 @@ certificates, a separate ARI host) are allowed with ``allowed_origins``::
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import ssl
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextvars import ContextVar
 from pathlib import Path
 
 import httpx
@@ -37,6 +39,7 @@ __all__ = [
     "connect_error",
     "origin_of",
     "ssl_context",
+    "trust_hint",
     "warn_if_tls_unverified",
 ]
 
@@ -250,12 +253,34 @@ def warn_if_tls_unverified(client: httpx.AsyncClient) -> bool:
     return False
 
 
+#: How the error for a server certificate that does not verify says to trust a private
+#: CA: by this library's ``ca_bundle`` argument, unless :func:`trust_hint` says otherwise.
+_TRUST_HINT: ContextVar[str] = ContextVar(
+    "acmecerts_trust_hint", default="pass ca_bundle= to trust a private CA"
+)
+
+
+@contextlib.contextmanager
+def trust_hint(hint: str) -> Iterator[None]:
+    """Within the block, the error for a server certificate that does not verify ends
+    with ``hint`` instead of naming ``ca_bundle=`` (a command line names its option).
+
+    A context variable: it holds for the tasks and worker threads started inside the block.
+    """
+    token = _TRUST_HINT.set(hint)
+    try:
+        yield
+    finally:
+        _TRUST_HINT.reset(token)
+
+
 def connect_error(url: str, exc: BaseException) -> ConnectError:
     """The :class:`~acmecerts.errors.ConnectError` for a failed connection to ``url``.
 
     A TLS failure says so. A certificate that does not verify is *permanent* (retrying
     does not make an untrusted server trustworthy) and the message says how to trust a
-    private CA (``ca_bundle``): verification itself cannot be switched off.
+    private CA (``ca_bundle``, or :func:`trust_hint`'s words): verification itself cannot be
+    switched off.
     """
     cause: BaseException | None = exc
     for _ in range(10):
@@ -265,8 +290,7 @@ def connect_error(url: str, exc: BaseException) -> ConnectError:
             reason = cause.verify_message or cause.reason or str(cause)
             error = ConnectError(
                 f"TLS certificate verification of {url} failed ({reason}): the server is not "
-                "the CA it claims to be, or its CA is not trusted; pass ca_bundle= (CLI: "
-                "--ca-bundle) to trust a private CA",
+                f"the CA it claims to be, or its CA is not trusted; {_TRUST_HINT.get()}",
                 url=url,
                 reached_ca=False,
             )
