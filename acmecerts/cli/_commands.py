@@ -39,6 +39,7 @@ from ._options import (
     Revoke,
     RevokeReason,
     RolloverKeyType,
+    StateCaDirectory,
     StatusDirectory,
     Yes,
 )
@@ -183,7 +184,7 @@ def renew_command(
     raise typer.Exit(run_renew(args, common, account, challenge_options))
 
 
-@shared()
+@shared(directory=StateCaDirectory)
 def revoke_command(
     target: Annotated[
         str,
@@ -205,7 +206,7 @@ def revoke_command(
     raise typer.Exit(run_revoke(target, reason=reason, cert_key=cert_key, common=common))
 
 
-@shared()
+@shared(directory=StateCaDirectory)
 def delete_command(
     names: Annotated[
         list[str],
@@ -259,7 +260,7 @@ def status_command(
     )
 
 
-@shared()
+@shared(directory=StateCaDirectory)
 def account_show(*, common: CommonArgs) -> None:
     """Show the stored account and what the CA says about it."""
     from ._account import run_account

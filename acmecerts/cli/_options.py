@@ -69,6 +69,7 @@ __all__ = [
     "RevokeReason",
     "RolloverKeyType",
     "Staging",
+    "StateCaDirectory",
     "StateDir",
     "StatusDirectory",
     "Timeout",
@@ -559,6 +560,18 @@ StatusDirectory = Annotated[
         metavar="URL",
         help="Show only the certificates of this CA (its ACME directory URL) "
         "[default: every CA in the state directory].",
+        show_default=False,
+    ),
+]
+StateCaDirectory = Annotated[
+    str | None,
+    opt(
+        "directory",
+        metavar="URL",
+        help="Act at this CA (its ACME directory URL) [default: the CA in the state "
+        "directory that holds the certificate (the account, for account show), with the "
+        "--ca-bundle stored for it; Let's Encrypt's production directory for a certificate "
+        "file it does not hold].",
         show_default=False,
     ),
 ]
