@@ -63,6 +63,7 @@ def test_commands_without_directory_act_at_the_certificates_ca(
     state = tmp_path / "state"
     issue(pebble, state, "kept.findca.test")
     issue(pebble, state, "gone.findca.test")
+    issue(pebble, state, "file.findca.test")
     only_state = ("--state-dir", str(state), "--json")
 
     shown = run_cli("account", "show", *only_state)
@@ -78,15 +79,23 @@ def test_commands_without_directory_act_at_the_certificates_ca(
     assert one_json(revoked)["stored_name"] == "kept.findca.test"
     assert revocations(pebble) == before + 1
 
+    # A file: the CA whose state holds a certificate with its serial.
+    exported = state / "certificates" / "file.findca.test" / "cert.pem"
+    by_file = run_main(capsys, "revoke", str(exported), *only_state)
+    assert by_file.returncode == 0, by_file.stderr
+    assert one_json(by_file)["stored_name"] == "file.findca.test"
+    assert revocations(pebble) == before + 2
+
     deleted = run_main(capsys, "delete", "gone.findca.test", "--revoke", "--yes", *only_state)
     assert deleted.returncode == 0, deleted.stderr
     (result,) = one_json(deleted)["certificates"]
     assert (result["status"], result["revocation"]) == ("deleted", "revoked")
-    assert revocations(pebble) == before + 2
+    assert revocations(pebble) == before + 3
 
     status = one_json(run_main(capsys, "status", *only_state))
     assert [(c["name"], c["status"]) for c in status["certificates"]] == [
-        ("kept.findca.test", "revoked")
+        ("file.findca.test", "revoked"),
+        ("kept.findca.test", "revoked"),
     ]
 
 
