@@ -17,6 +17,7 @@ import typer
 
 from ._args import AccountArgs, BatchArgs, ChallengeOptions, CommonArgs, HookArgs
 from ._groups import CHALLENGE, shared
+from ._flag_options import RenewCertName
 from ._import_options import CertbotDir, ImportAccount, ImportOut, OutLayout
 from ._monitor_options import At, Check, CheckGrace
 from ._options import (
@@ -146,6 +147,7 @@ def renew_command(
         ),
     ] = None,
     force: RenewForce = False,
+    cert_name: RenewCertName = None,
     *,
     batch: BatchArgs,
     random_delay: RandomDelay = 0.0,
@@ -172,7 +174,7 @@ def renew_command(
     from ._renew import RenewArgs, run_renew
 
     args = RenewArgs(
-        names=tuple(names or ()),
+        names=tuple(dict.fromkeys([*(names or ()), *(cert_name or ())])),
         force=force,
         batch=batch,
         quiet=quiet,

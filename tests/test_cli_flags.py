@@ -1,0 +1,83 @@
+"""What certbot and lego users reach for, against real Pebble 2.10: ``renew --cert-name``,
+``issue --reuse-key``, ``--dry-run`` and ``issue --csr``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from test_cli_support import (
+    ca_args,
+    clean_environment,
+    http01_args,
+    one_json,
+    run_cli,
+    run_main,
+    serial_of,
+)
+
+if TYPE_CHECKING:
+    from acmecerts.testing import PebbleServer
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clean_environment(tmp_path, monkeypatch)
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)  # Pebble is trusted by --ca-bundle only
+
+
+def test_renew_cert_name_renews_only_the_named_certificates(
+    pebble: PebbleServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state"
+    common = [*ca_args(pebble, state), *http01_args(pebble)]
+    names = [
+        "one.certname.example.test",
+        "two.certname.example.test",
+        "three.certname.example.test",
+    ]
+    for name in names:
+        issued = run_main(capsys, "issue", name, "--profile", "classic", *common)
+        assert issued.returncode == 0, issued.stderr
+    out = state / "certificates"
+    serials = {name: serial_of(out / name) for name in names}
+
+    renewed = run_main(
+        capsys,
+        "renew",
+        "--force",
+        "--json",
+        "--cert-name",
+        names[0],
+        "--cert-name",
+        names[2],
+        *common,
+    )
+    assert renewed.returncode == 0, renewed.stderr
+    statuses = {c["name"]: c["status"] for c in one_json(renewed)["certificates"]}
+    assert statuses == {names[0]: "renewed", names[2]: "renewed"}
+    assert serial_of(out / names[0]) != serials[names[0]]
+    assert serial_of(out / names[1]) == serials[names[1]]
+    assert serial_of(out / names[2]) != serials[names[2]]
+
+    # An unknown name: exit 2 naming it, nothing sent (not even for the known one).
+    seen = len(pebble.requests_seen())
+    unknown = run_cli(
+        "renew",
+        "--force",
+        "--cert-name",
+        names[1],
+        "--cert-name",
+        "nope.certname.example.test",
+        *common,
+    )
+    assert unknown.returncode == 2, unknown.stderr
+    assert unknown.stderr.startswith(
+        "acmecerts: error: no certificate named nope.certname.example.test"
+    )
+    assert len(unknown.stderr.splitlines()) == 1
+    assert len(pebble.requests_seen()) == seen
+    assert serial_of(out / names[1]) == serials[names[1]]
