@@ -16,8 +16,8 @@ from typing import Annotated, Final
 import typer
 
 from ._args import AccountArgs, BatchArgs, ChallengeOptions, CommonArgs, HookArgs
-from ._groups import CHALLENGE, shared
 from ._flag_options import RenewCertName
+from ._groups import CHALLENGE, shared
 from ._import_options import CertbotDir, ImportAccount, ImportOut, OutLayout
 from ._monitor_options import At, Check, CheckGrace
 from ._options import (
