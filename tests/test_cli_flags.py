@@ -7,8 +7,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from test_cli_support import (
     ca_args,
+    check_certificate,
     clean_environment,
     http01_args,
     one_json,
@@ -81,3 +84,40 @@ def test_renew_cert_name_renews_only_the_named_certificates(
     assert len(unknown.stderr.splitlines()) == 1
     assert len(pebble.requests_seen()) == seen
     assert serial_of(out / names[1]) == serials[names[1]]
+
+
+def _public_key(out: Path) -> bytes:
+    (leaf,) = x509.load_pem_x509_certificates((out / "cert.pem").read_bytes())
+    spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    return leaf.public_key().public_bytes(*spki)
+
+
+def test_reuse_key_keeps_the_private_key_across_renewals(
+    pebble: PebbleServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state = tmp_path / "state"
+    common = [*ca_args(pebble, state), *http01_args(pebble)]
+    kept, fresh = "kept.reusekey.example.test", "fresh.reusekey.example.test"
+    for name, extra in ((kept, ["--reuse-key"]), (fresh, [])):
+        issued = run_main(capsys, "issue", name, "--profile", "classic", *extra, *common)
+        assert issued.returncode == 0, issued.stderr
+    out = state / "certificates"
+    before = {name: (serial_of(out / name), _public_key(out / name)) for name in (kept, fresh)}
+
+    for _ in range(2):  # renew stored the setting: it holds on every renewal
+        renewed = run_main(capsys, "renew", "--force", "--json", *common)
+        assert renewed.returncode == 0, renewed.stderr
+        statuses = {c["name"]: c["status"] for c in one_json(renewed)["certificates"]}
+        assert statuses == {kept: "renewed", fresh: "renewed"}
+        assert serial_of(out / kept) != before[kept][0]
+        assert _public_key(out / kept) == before[kept][1]
+        assert serial_of(out / fresh) != before[fresh][0]
+        assert _public_key(out / fresh) != before[fresh][1]
+        before[fresh] = (serial_of(out / fresh), _public_key(out / fresh))
+        before[kept] = (serial_of(out / kept), before[kept][1])
+        check_certificate(out / kept, {kept}, pebble.root_pem())
+
+    # issue again without --reuse-key: the setting is dropped, the next key is new
+    again = run_main(capsys, "issue", kept, "--force", "--profile", "classic", *common)
+    assert again.returncode == 0, again.stderr
+    assert _public_key(out / kept) != before[kept][1]

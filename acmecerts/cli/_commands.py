@@ -16,7 +16,7 @@ from typing import Annotated, Final
 import typer
 
 from ._args import AccountArgs, BatchArgs, ChallengeOptions, CommonArgs, HookArgs
-from ._flag_options import RenewCertName
+from ._flag_options import RenewCertName, ReuseKey
 from ._groups import CHALLENGE, shared
 from ._import_options import CertbotDir, ImportAccount, ImportOut, OutLayout
 from ._monitor_options import At, Check, CheckGrace
@@ -80,6 +80,7 @@ def issue_command(
     cert_name: CertName = None,
     force: Force = False,
     out_layout: OutLayout = "plain",
+    reuse_key: ReuseKey = False,
     *,
     batch: BatchArgs,
     hooks: HookArgs,
@@ -107,6 +108,7 @@ def issue_command(
         force=force,
         cert_name=cert_name,
         out_layout=out_layout,
+        reuse_key=reuse_key,
         batch=batch,
         hooks=hooks,
     )

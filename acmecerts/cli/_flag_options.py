@@ -7,7 +7,7 @@ from typing import Annotated
 
 from ._options import Panel, opt
 
-__all__ = ["RenewCertName"]
+__all__ = ["RenewCertName", "ReuseKey"]
 
 RenewCertName = Annotated[
     list[str] | None,
@@ -18,5 +18,14 @@ RenewCertName = Annotated[
         help="Renew only this certificate, as `acmecerts status` names it (repeatable; "
         "the same as giving NAME as an argument).",
         show_default=False,
+    ),
+]
+ReuseKey = Annotated[
+    bool,
+    opt(
+        "reuse-key",
+        panel=Panel.ISSUING,
+        help="Renewals keep the certificate's private key (stored with the certificate "
+        "for `renew`, like certbot's reuse_key) [default: a new key for every certificate].",
     ),
 ]

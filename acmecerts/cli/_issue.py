@@ -62,6 +62,8 @@ class IssueArgs:
     cert_name: str | None = None
     #: ``--out-layout``: ``plain`` or ``certbot``.
     out_layout: str = "plain"
+    #: ``--reuse-key``: renewals keep the private key (stored in the record).
+    reuse_key: bool = False
     batch: BatchArgs = dataclasses.field(default_factory=BatchArgs)
     hooks: HookArgs = dataclasses.field(default_factory=HookArgs)
 
@@ -193,6 +195,7 @@ async def _job(
     webroot: Path | None = None,
     challenge: StoredChallenge | None = None,
     out_layout: str = "plain",
+    reuse_key: bool = False,
 ) -> Job:
     state = ca.state
     name, identifiers = await choose_lineage(
@@ -224,6 +227,7 @@ async def _job(
         profile=profile,
         profile_required=profile_required,
         preferred_chain=preferred_chain,
+        reuse_key=reuse_key,
     )
     out = out.absolute()
     if wanted.out is None or wanted.per_name:  # --out itself was checked already
@@ -323,6 +327,7 @@ def run_issue(
                 known=known,
                 hooks=args.hooks.hooks,
                 out_layout=args.out_layout,
+                reuse_key=args.reuse_key,
             )
             duplicates = sorted({j.name for j in jobs if [k.name for k in jobs].count(j.name) > 1})
             if duplicates:
