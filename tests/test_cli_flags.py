@@ -121,3 +121,59 @@ def test_reuse_key_keeps_the_private_key_across_renewals(
     again = run_main(capsys, "issue", kept, "--force", "--profile", "classic", *common)
     assert again.returncode == 0, again.stderr
     assert _public_key(out / kept) != before[kept][1]
+
+
+def _tree(root: Path) -> dict[str, tuple[int, int, bytes]]:
+    """Every file under ``root``: its mode, size and content (directories: mode only)."""
+    found: dict[str, tuple[int, int, bytes]] = {}
+    for path in sorted(root.rglob("*")):
+        info = path.lstat()
+        content = path.read_bytes() if path.is_file() and not path.is_symlink() else b""
+        found[str(path.relative_to(root))] = (info.st_mode, info.st_size, content)
+    return found
+
+
+FINALIZE = ("POST", "/finalize-order/")
+
+
+def test_issue_dry_run_issues_at_the_ca_and_keeps_nothing(
+    pebble: PebbleServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    state, out = tmp_path / "state", tmp_path / "out"
+    common = [*ca_args(pebble, state), *http01_args(pebble)]
+    name = "dry.issue.example.test"
+    first = run_main(capsys, "issue", name, "--out", str(out), *common)
+    assert first.returncode == 0, first.stderr
+    before = (_tree(state), _tree(out))
+    hook_log = tmp_path / "hooks.log"
+    deploy = f"echo deploy >> {hook_log}"
+
+    seen = len(pebble.requests_seen())
+    dry = run_cli(
+        "issue",
+        name,
+        "--dry-run",
+        "--json",
+        "--out",
+        str(out),
+        "--deploy-hook",
+        deploy,
+        "--pre-hook",
+        f"echo pre >> {hook_log}",
+        *common,
+    )
+    assert dry.returncode == 0, dry.stderr
+    assert f"dry run at {pebble.directory_url} itself" in dry.stderr
+    assert "nothing is saved or exported" in dry.stderr
+    (certificate,) = one_json(dry)["certificates"]
+    assert certificate["status"] in ("issued", "renewed")
+    requests = pebble.requests_seen()[seen:]
+    assert FINALIZE in requests  # the whole issuance, even though a current one is stored
+    assert ("POST", "/sign-me-up") not in requests  # the stored account, not a new one
+    assert (_tree(state), _tree(out)) == before
+    assert hook_log.read_text() == "pre\n"  # the pre-hook ran, the deploy-hook did not
+
+    # without --dry-run the same command writes both (the comparison can fail)
+    real = run_main(capsys, "issue", name, "--force", "--out", str(out), *common)
+    assert real.returncode == 0, real.stderr
+    assert (_tree(state), _tree(out)) != before

@@ -16,7 +16,7 @@ from typing import Annotated, Final
 import typer
 
 from ._args import AccountArgs, BatchArgs, ChallengeOptions, CommonArgs, HookArgs
-from ._flag_options import RenewCertName, ReuseKey
+from ._flag_options import DryRun, RenewCertName, ReuseKey
 from ._groups import CHALLENGE, shared
 from ._import_options import CertbotDir, ImportAccount, ImportOut, OutLayout
 from ._monitor_options import At, Check, CheckGrace
@@ -81,6 +81,7 @@ def issue_command(
     force: Force = False,
     out_layout: OutLayout = "plain",
     reuse_key: ReuseKey = False,
+    dry_run: DryRun = False,
     *,
     batch: BatchArgs,
     hooks: HookArgs,
@@ -109,6 +110,7 @@ def issue_command(
         cert_name=cert_name,
         out_layout=out_layout,
         reuse_key=reuse_key,
+        dry_run=dry_run,
         batch=batch,
         hooks=hooks,
     )

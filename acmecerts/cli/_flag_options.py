@@ -7,7 +7,7 @@ from typing import Annotated
 
 from ._options import Panel, opt
 
-__all__ = ["RenewCertName", "ReuseKey"]
+__all__ = ["DryRun", "RenewCertName", "ReuseKey"]
 
 RenewCertName = Annotated[
     list[str] | None,
@@ -27,5 +27,15 @@ ReuseKey = Annotated[
         panel=Panel.ISSUING,
         help="Renewals keep the certificate's private key (stored with the certificate "
         "for `renew`, like certbot's reuse_key) [default: a new key for every certificate].",
+    ),
+]
+DryRun = Annotated[
+    bool,
+    opt(
+        "dry-run",
+        panel=Panel.ISSUING,
+        help="Go through the whole issuance, at the CA's staging directory where it has "
+        "one (Let's Encrypt's production: its staging), elsewhere at the same CA; nothing "
+        "is saved or exported (state directory and --out untouched), no deploy-hook runs.",
     ),
 ]

@@ -31,6 +31,7 @@ from ._batch import (
 )
 from ._ca import CaPlan, plan_ca
 from ._constants import ExitCode
+from ._dryrun import dry_run_hooks, run_dry
 from ._engine import Job, Outcome
 from ._export import OUT_LAYOUTS
 from ._firstcontact import check_out_dir
@@ -64,6 +65,8 @@ class IssueArgs:
     out_layout: str = "plain"
     #: ``--reuse-key``: renewals keep the private key (stored in the record).
     reuse_key: bool = False
+    #: ``--dry-run``: the whole issuance, nothing saved or exported (:mod:`._dryrun`).
+    dry_run: bool = False
     batch: BatchArgs = dataclasses.field(default_factory=BatchArgs)
     hooks: HookArgs = dataclasses.field(default_factory=HookArgs)
 
@@ -273,6 +276,15 @@ def run_issue(
     args: IssueArgs, common: CommonArgs, account: AccountArgs, challenge: ChallengeOptions
 ) -> int:
     """Run ``acmecerts issue``; return the exit code."""
+    if args.dry_run:
+        dry = dataclasses.replace(args, dry_run=False, force=True, hooks=dry_run_hooks(args.hooks))
+
+        def rehearse(scratch: CommonArgs) -> int:
+            assert scratch.state_dir is not None  # the files go beside the scratch state
+            out = scratch.state_dir.parent / "out"
+            return run_issue(dataclasses.replace(dry, out=out), scratch, account, challenge)
+
+        return run_dry(common, rehearse)
 
     def work(report: Report) -> int:
         if args.from_file is not None and args.names:
