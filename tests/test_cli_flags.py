@@ -177,3 +177,16 @@ def test_issue_dry_run_issues_at_the_ca_and_keeps_nothing(
     real = run_main(capsys, "issue", name, "--force", "--out", str(out), *common)
     assert real.returncode == 0, real.stderr
     assert (_tree(state), _tree(out)) != before
+
+
+def test_a_dry_run_for_lets_encrypt_production_goes_to_its_staging_directory() -> None:
+    from acmecerts.cli._dryrun import dry_run_directory
+    from acmecerts.cli._firstcontact import LETS_ENCRYPT_PRODUCTION, LETS_ENCRYPT_STAGING
+
+    for url in (LETS_ENCRYPT_PRODUCTION, LETS_ENCRYPT_PRODUCTION + "/"):
+        directory, note = dry_run_directory(url)
+        assert directory == LETS_ENCRYPT_STAGING
+        assert LETS_ENCRYPT_STAGING in note
+    other = "https://ca.example.test/directory"
+    assert dry_run_directory(other)[0] == other
+    assert dry_run_directory(LETS_ENCRYPT_STAGING)[0] == LETS_ENCRYPT_STAGING
