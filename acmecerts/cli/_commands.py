@@ -16,6 +16,7 @@ from typing import Annotated, Final
 import typer
 
 from ._args import AccountArgs, BatchArgs, ChallengeOptions, CommonArgs, HookArgs
+from ._flag_options import DryRun, RenewCertName, ReuseKey
 from ._groups import CHALLENGE, shared
 from ._import_options import CertbotDir, ImportAccount, ImportOut, OutLayout
 from ._monitor_options import At, Check, CheckGrace
@@ -80,6 +81,8 @@ def issue_command(
     cert_name: CertName = None,
     force: Force = False,
     out_layout: OutLayout = "plain",
+    reuse_key: ReuseKey = False,
+    dry_run: DryRun = False,
     *,
     batch: BatchArgs,
     hooks: HookArgs,
@@ -107,6 +110,8 @@ def issue_command(
         force=force,
         cert_name=cert_name,
         out_layout=out_layout,
+        reuse_key=reuse_key,
+        dry_run=dry_run,
         batch=batch,
         hooks=hooks,
     )
@@ -147,6 +152,7 @@ def renew_command(
         ),
     ] = None,
     force: RenewForce = False,
+    cert_name: RenewCertName = None,
     *,
     batch: BatchArgs,
     random_delay: RandomDelay = 0.0,
@@ -173,7 +179,7 @@ def renew_command(
     from ._renew import RenewArgs, run_renew
 
     args = RenewArgs(
-        names=tuple(names or ()),
+        names=tuple(dict.fromkeys([*(names or ()), *(cert_name or ())])),
         force=force,
         batch=batch,
         quiet=quiet,

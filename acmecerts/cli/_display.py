@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import sys
 import threading
 import time
@@ -23,7 +24,7 @@ from rich.spinner import Spinner
 from rich.table import Table
 from rich.text import Text
 
-from ._engine import Board, Row, Stage, remaining
+from ._engine import Board, Row, Stage
 
 __all__ = ["LiveView", "NullView", "PlainView", "QuietView", "View", "describe"]
 
@@ -208,3 +209,17 @@ class LiveView(View):
             if counts.get(key):
                 text.append(f"  {key} {counts[key]}", style="dim")
         return text
+
+
+def remaining(until: _dt.datetime | None) -> str:
+    """``"1m 05s"``: the time left until ``until`` (a countdown)."""
+    if until is None:
+        return ""
+    seconds = max(0, math.ceil((until - _dt.datetime.now(_dt.UTC)).total_seconds()))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m {secs:02d}s"
+    if minutes:
+        return f"{minutes}m {secs:02d}s"
+    return f"{secs}s"

@@ -20,7 +20,6 @@ import datetime as _dt
 import enum
 import functools
 import logging
-import math
 import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -371,6 +370,7 @@ def wanted_record(job: Job) -> CertificateRecord:
         profile_required=job.spec.profile_required,
         preferred_chain=job.spec.preferred_chain,
         webroot=webroot,
+        reuse_key=job.spec.reuse_key,
     )
     if job.challenge is not None:
         record = dataclasses.replace(record, challenge=job.challenge)
@@ -584,17 +584,3 @@ def _short(instant: _dt.datetime) -> str:
 
 def _expiry(certificate: IssuedCertificate) -> str:
     return f"expires {_short(certificate.not_after)}, serial {certificate.serial}"
-
-
-def remaining(until: _dt.datetime | None) -> str:
-    """``"1m 05s"``: the time left until ``until`` (a countdown)."""
-    if until is None:
-        return ""
-    seconds = max(0, math.ceil((until - _dt.datetime.now(_dt.UTC)).total_seconds()))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h {minutes:02d}m {secs:02d}s"
-    if minutes:
-        return f"{minutes}m {secs:02d}s"
-    return f"{secs}s"

@@ -31,6 +31,7 @@ from ._batch import (
 )
 from ._ca import CaPlan, plan_ca
 from ._constants import ExitCode
+from ._dryrun import dry_run_hooks, run_dry
 from ._engine import Job, Outcome
 from ._export import OUT_LAYOUTS
 from ._firstcontact import check_out_dir
@@ -62,6 +63,10 @@ class IssueArgs:
     cert_name: str | None = None
     #: ``--out-layout``: ``plain`` or ``certbot``.
     out_layout: str = "plain"
+    #: ``--reuse-key``: renewals keep the private key (stored in the record).
+    reuse_key: bool = False
+    #: ``--dry-run``: the whole issuance, nothing saved or exported (:mod:`._dryrun`).
+    dry_run: bool = False
     batch: BatchArgs = dataclasses.field(default_factory=BatchArgs)
     hooks: HookArgs = dataclasses.field(default_factory=HookArgs)
 
@@ -193,6 +198,7 @@ async def _job(
     webroot: Path | None = None,
     challenge: StoredChallenge | None = None,
     out_layout: str = "plain",
+    reuse_key: bool = False,
 ) -> Job:
     state = ca.state
     name, identifiers = await choose_lineage(
@@ -224,6 +230,7 @@ async def _job(
         profile=profile,
         profile_required=profile_required,
         preferred_chain=preferred_chain,
+        reuse_key=reuse_key,
     )
     out = out.absolute()
     if wanted.out is None or wanted.per_name:  # --out itself was checked already
@@ -269,6 +276,15 @@ def run_issue(
     args: IssueArgs, common: CommonArgs, account: AccountArgs, challenge: ChallengeOptions
 ) -> int:
     """Run ``acmecerts issue``; return the exit code."""
+    if args.dry_run:
+        dry = dataclasses.replace(args, dry_run=False, force=True, hooks=dry_run_hooks(args.hooks))
+
+        def rehearse(scratch: CommonArgs) -> int:
+            assert scratch.state_dir is not None  # the files go beside the scratch state
+            out = scratch.state_dir.parent / "out"
+            return run_issue(dataclasses.replace(dry, out=out), scratch, account, challenge)
+
+        return run_dry(common, rehearse)
 
     def work(report: Report) -> int:
         if args.from_file is not None and args.names:
@@ -323,6 +339,7 @@ def run_issue(
                 known=known,
                 hooks=args.hooks.hooks,
                 out_layout=args.out_layout,
+                reuse_key=args.reuse_key,
             )
             duplicates = sorted({j.name for j in jobs if [k.name for k in jobs].count(j.name) > 1})
             if duplicates:

@@ -174,6 +174,8 @@ class CertificateRecord:
     #: How its challenges were answered at ``issue`` (``None``: written by an acmecerts
     #: that did not store them; ``renew`` then uses its own challenge options).
     challenge: StoredChallenge | None = None
+    #: ``--reuse-key``: renewals keep the certificate's private key.
+    reuse_key: bool = False
 
     def to_json(self) -> dict[str, Any]:
         document = dataclasses.asdict(self)
@@ -187,6 +189,7 @@ class CertificateRecord:
         identifiers = values.pop("identifiers", [])
         challenge_json = values.pop("challenge", None)
         profile_required = values.pop("profile_required", True)
+        reuse_key = values.pop("reuse_key", False)
         challenge = (
             None if challenge_json is None else StoredChallenge.from_json(challenge_json, where)
         )
@@ -194,12 +197,14 @@ class CertificateRecord:
             not _texts(values, required="name")
             or not _string_list(identifiers)
             or not isinstance(profile_required, bool)
+            or not isinstance(reuse_key, bool)
         ):
             raise StorageError(f"{where} is not a valid CLI record; fix or remove it", path=where)
         return cls(
             identifiers=tuple(identifiers),
             challenge=challenge,
             profile_required=profile_required,
+            reuse_key=reuse_key,
             **values,
         )
 

@@ -300,6 +300,7 @@ def _jobs(
             profile=record.profile if record else None,
             profile_required=record.profile_required if record else True,
             preferred_chain=record.preferred_chain if record else None,
+            reuse_key=record.reuse_key if record else False,
         )
         out = Path(record.out) if record and record.out else state.default_out(name)
         options, stored_settings = renewal_options(challenge, args.challenge_given, record)

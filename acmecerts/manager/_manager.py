@@ -45,7 +45,7 @@ from acmecerts.manager._events import (
 )
 from acmecerts.manager._persist import CertificateStore
 from acmecerts.manager._records import OrderRecord
-from acmecerts.manager._retention import DEFAULT_RETENTION, retention_seconds
+from acmecerts.manager._retention import DEFAULT_RETENTION, key_type_of, retention_seconds
 from acmecerts.manager._scheduler import BudgetGate, Scheduler
 from acmecerts.manager._spec import (
     CertificateSpec,
@@ -419,6 +419,15 @@ class CertificateManager(Attempts):
                     ),
                 )
 
+        # reuse_key: the renewal keeps the current key, if it is of the type asked for
+        current = entry.certificate
+        if (
+            private_key is None
+            and spec.reuse_key
+            and current is not None
+            and key_type_of(current.private_key_pem) is spec.key_type
+        ):
+            private_key = load_private_key(current.private_key_pem)
         try:
             return await self.client.issue(
                 [i.value for i in spec.identifiers],

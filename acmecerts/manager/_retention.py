@@ -66,7 +66,7 @@ from acmecerts.protocol.keys import KeyType, load_private_key
 from acmecerts.storage import VersionConflict
 from acmecerts.storage.keys import certificate_slug
 
-__all__ = ["DEFAULT_RETENTION", "RetiredCertificates", "retention_seconds"]
+__all__ = ["DEFAULT_RETENTION", "RetiredCertificates", "key_type_of", "retention_seconds"]
 
 log = logging.getLogger("acmecerts.manager")
 
@@ -103,7 +103,12 @@ def retention_seconds(value: float | _dt.timedelta | None) -> float | None:
 
 def _key_type(certificate: IssuedCertificate) -> KeyType | None:
     """The key type of ``certificate``'s private key (``None``: none acmecerts makes)."""
-    key = load_private_key(certificate.private_key_pem)
+    return key_type_of(certificate.private_key_pem)
+
+
+def key_type_of(private_key_pem: str) -> KeyType | None:
+    """The key type of a PEM private key (``None``: none acmecerts makes)."""
+    key = load_private_key(private_key_pem)
     if isinstance(key, ec.EllipticCurvePrivateKey):
         return {"secp256r1": KeyType.EC256, "secp384r1": KeyType.EC384}.get(key.curve.name)
     if isinstance(key, rsa.RSAPrivateKey):

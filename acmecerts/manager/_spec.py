@@ -40,7 +40,9 @@ class CertificateSpec:
     names the stored certificate and is the single-flight key. ``profile`` is the CA's
     certificate profile to order (``None``: its default), on every issuance and renewal
     alike; ``profile_required=False`` makes it only preferred (see
-    :meth:`AcmeClient.issue <acmecerts.AcmeClient.issue>`).
+    :meth:`AcmeClient.issue <acmecerts.AcmeClient.issue>`). ``reuse_key=True`` orders
+    every renewal with the current certificate's private key (when it is of
+    ``key_type``; otherwise, and for the first certificate, a new key is made).
     """
 
     name: str
@@ -53,6 +55,8 @@ class CertificateSpec:
     preferred_chain: str | None = None
     #: A ``profile`` the CA does not offer is refused (``True``) or falls back to its default.
     profile_required: bool = True
+    #: Renew with the current certificate's private key instead of a new one.
+    reuse_key: bool = False
 
     @classmethod
     def of(
