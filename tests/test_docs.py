@@ -516,3 +516,29 @@ def test_cli_exit_codes_are_the_documented_ones() -> None:
     rows = [int(m) for m in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)]
     assert set(rows) == set(ExitCode)
     assert len(rows) == len(set(rows)), f"one row per exit code, not {rows}"
+
+
+def test_cli_reference_is_readable() -> None:
+    """No type tags or escaped pipes, ``--help`` fits 80 columns, ``--config`` not in Output."""
+    hook = _cli_reference()
+    markdown = hook.render()
+    # a table cell needs `\|` for a pipe, which a code span shows as it is
+    escaped = re.findall(r"`[^`\n]*\\\|[^`\n]*`", markdown)
+    assert not escaped, f"choices shown with a literal backslash: {escaped}"
+    helps = [
+        line.removeprefix("    ")
+        for line in markdown.splitlines()
+        if line.startswith("    ") and not line.strip().startswith("```")
+    ]
+    assert len(helps) > 100, "the --help texts are on the page"
+    for tag in ("<bool>", "<list[", "<str>", "<int>", "<float>", "<path>"):
+        assert tag not in markdown, f"--help shows the type tag {tag}"
+    too_wide = [line for line in helps if len(line) > hook.COLUMNS]
+    assert not too_wide, too_wide[:3]
+    for row in re.findall(r"^\| `--.*$", markdown, re.MULTILINE):
+        assert row.count(" | ") == 1, f"an options row has two columns: {row}"
+    root_help = markdown.split("## `acmecerts issue`")[0]
+    config_panel = root_help.split("╭─ Configuration")[1].split("╰")[0]
+    assert "--config" in config_panel
+    output_panels = [p.split("╰")[0] for p in markdown.split("╭─ Output")[1:]]
+    assert not any("--config" in panel for panel in output_panels)
