@@ -542,3 +542,26 @@ def test_cli_reference_is_readable() -> None:
     assert "--config" in config_panel
     output_panels = [p.split("╰")[0] for p in markdown.split("╭─ Output")[1:]]
     assert not any("--config" in panel for panel in output_panels)
+
+
+@pytest.mark.timeout(300)
+def test_mkdocs_build_is_strict_and_clean(tmp_path: Path) -> None:
+    """``mkdocs build --strict`` passes and prints no warning (the docs extra installs it)."""
+    pytest.importorskip("mkdocs", reason="the docs extra is not installed")
+    pytest.importorskip("mkdocstrings")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "NO_COLOR": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-5000:]
+    warnings = [line for line in output.splitlines() if "WARNING" in line or "Black" in line]
+    assert not warnings, "\n".join(warnings)
+    assert (tmp_path / "site" / "cli" / "index.html").is_file()
+    assert "--key-type" in (tmp_path / "site" / "cli" / "index.html").read_text()
