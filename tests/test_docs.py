@@ -565,3 +565,21 @@ def test_mkdocs_build_is_strict_and_clean(tmp_path: Path) -> None:
     assert not warnings, "\n".join(warnings)
     assert (tmp_path / "site" / "cli" / "index.html").is_file()
     assert "--key-type" in (tmp_path / "site" / "cli" / "index.html").read_text()
+
+
+def test_examples_point_at_staging_not_production() -> None:
+    """Code a reader copies (python and shell blocks, examples/) never defaults to production."""
+    production = "https://acme-v02.api.letsencrypt.org/directory"
+    found = [
+        b.where
+        for b in ALL_BLOCKS
+        if b.language in PYTHON | SHELL and not b.invisible and production in b.body
+    ]
+    found += [
+        str(p.relative_to(ROOT))
+        for p in sorted((ROOT / "examples").rglob("*"))
+        if p.is_file()
+        and p.suffix in {".py", ".sh", ".yaml", ".yml", ".toml", ".service", ".env"}
+        and production in p.read_text(encoding="utf-8", errors="replace")
+    ]
+    assert not found, f"production directory in examples (use staging or Pebble): {found}"
