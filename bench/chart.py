@@ -59,7 +59,9 @@ def draw(results: dict[str, Any], out: Path, *, title: str | None = None) -> Non
     clients += sorted({r["client"] for r in table} - set(clients))
     cell = {(r["client"], _size(r)): r for r in table}
 
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8), constrained_layout=True)
+    # Drawn at the width of the docs' text column (about 700 px), so that 1 pt is about 1 px
+    # there: the panels one above the other, no text under 8 pt.
+    fig, axes = plt.subplots(2, 1, figsize=(7.2, 9.6), constrained_layout=True)
     width = 0.8 / max(1, len(clients))
     panels = (
         ("certs_per_s", "certificates per second (higher is better)", "{:.0f}"),
@@ -84,17 +86,18 @@ def draw(results: dict[str, Any], out: Path, *, title: str | None = None) -> Non
                 edgecolor="white" if client in PROCESS_TIMED else None,
                 linewidth=0,
             )
-            ax.bar_label(bars, [fmt.format(h) for h in heights], fontsize=6, rotation=90, padding=2)
-        ax.set_xticks(range(len(sizes)), [f"N={s}" for s in sizes])
-        ax.set_title(label, fontsize=10)
+            ax.bar_label(bars, [fmt.format(h) for h in heights], fontsize=8, rotation=90, padding=2)
+        ax.set_xticks(range(len(sizes)), [f"N={s}" for s in sizes], fontsize=11)
+        ax.tick_params(axis="y", labelsize=10)
+        ax.set_title(label, fontsize=12)
         ax.margins(y=0.15)
         ax.spines[["top", "right"]].set_visible(False)
         ax.grid(axis="y", linewidth=0.3)
         ax.set_axisbelow(True)
     handles, labels = axes[0].get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=4, fontsize=8, frameon=False)
+    fig.legend(handles, labels, loc="outside lower center", ncol=2, fontsize=10, frameon=False)
     if title:
-        fig.suptitle(title, fontsize=11)
+        fig.suptitle(title, fontsize=13)
     fig.savefig(out, metadata={"Date": None} if out.suffix == ".svg" else None)
     plt.close(fig)
 

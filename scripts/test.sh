@@ -10,7 +10,8 @@
 #      private apt state (the system's apt sources are untouched) and unpacks it into
 #      ${ACMECERTS_CACHE:-~/.cache/acmecerts}/pebble-2.10.0; later runs find it there;
 #   2. a virtualenv in .venv (python3 -m venv) if absent or broken;
-#   3. `pip install -e '.[test,kubernetes]'` into it (skipped when pyproject.toml is unchanged
+#   3. `pip install -e '.[test,kubernetes,docs]'` into it (docs: mkdocs, for the
+#      `mkdocs build --strict` test; about 25 s more) (skipped when pyproject.toml is unchanged
 #      since the last successful install; set ACMECERTS_REINSTALL=1 to force it);
 #   4. acme2certifier's own virtualenv (${ACMECERTS_CACHE:-~/.cache/acmecerts}/a2c-venv), built
 #      once here so that its pip install does not count against a test's timeout;
@@ -91,8 +92,8 @@ fi
 stamp=.venv/.acmecerts-test-install
 want="$(sha256sum pyproject.toml | cut -d' ' -f1)"
 if [ -n "${ACMECERTS_REINSTALL:-}" ] || [ "$(cat "$stamp" 2>/dev/null || true)" != "$want" ]; then
-    log "pip install -e '.[test,kubernetes]'"
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,kubernetes]'
+    log "pip install -e '.[test,kubernetes,docs]'"
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[test,kubernetes,docs]'
     printf '%s\n' "$want" >"$stamp"
 fi
 

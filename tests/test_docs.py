@@ -516,3 +516,70 @@ def test_cli_exit_codes_are_the_documented_ones() -> None:
     rows = [int(m) for m in re.findall(r"^\| (\d+) \|", table, re.MULTILINE)]
     assert set(rows) == set(ExitCode)
     assert len(rows) == len(set(rows)), f"one row per exit code, not {rows}"
+
+
+def test_cli_reference_is_readable() -> None:
+    """No type tags or escaped pipes, ``--help`` fits 80 columns, ``--config`` not in Output."""
+    hook = _cli_reference()
+    markdown = hook.render()
+    # a table cell needs `\|` for a pipe, which a code span shows as it is
+    escaped = re.findall(r"`[^`\n]*\\\|[^`\n]*`", markdown)
+    assert not escaped, f"choices shown with a literal backslash: {escaped}"
+    helps = [
+        line.removeprefix("    ")
+        for line in markdown.splitlines()
+        if line.startswith("    ") and not line.strip().startswith("```")
+    ]
+    assert len(helps) > 100, "the --help texts are on the page"
+    for tag in ("<bool>", "<list[", "<str>", "<int>", "<float>", "<path>"):
+        assert tag not in markdown, f"--help shows the type tag {tag}"
+    too_wide = [line for line in helps if len(line) > hook.COLUMNS]
+    assert not too_wide, too_wide[:3]
+    for row in re.findall(r"^\| `--.*$", markdown, re.MULTILINE):
+        assert row.count(" | ") == 1, f"an options row has two columns: {row}"
+    root_help = markdown.split("## `acmecerts issue`")[0]
+    config_panel = root_help.split("╭─ Configuration")[1].split("╰")[0]
+    assert "--config" in config_panel
+    output_panels = [p.split("╰")[0] for p in markdown.split("╭─ Output")[1:]]
+    assert not any("--config" in panel for panel in output_panels)
+
+
+@pytest.mark.timeout(300)
+def test_mkdocs_build_is_strict_and_clean(tmp_path: Path) -> None:
+    """``mkdocs build --strict`` passes and prints no warning (the docs extra installs it)."""
+    pytest.importorskip("mkdocs", reason="the docs extra is not installed")
+    pytest.importorskip("mkdocstrings")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "NO_COLOR": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(tmp_path / "site")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-5000:]
+    warnings = [line for line in output.splitlines() if "WARNING" in line or "Black" in line]
+    assert not warnings, "\n".join(warnings)
+    assert (tmp_path / "site" / "cli" / "index.html").is_file()
+    assert "--key-type" in (tmp_path / "site" / "cli" / "index.html").read_text()
+
+
+def test_examples_point_at_staging_not_production() -> None:
+    """Code a reader copies (python and shell blocks, examples/) never defaults to production."""
+    production = "https://acme-v02.api.letsencrypt.org/directory"
+    found = [
+        b.where
+        for b in ALL_BLOCKS
+        if b.language in PYTHON | SHELL and not b.invisible and production in b.body
+    ]
+    found += [
+        str(p.relative_to(ROOT))
+        for p in sorted((ROOT / "examples").rglob("*"))
+        if p.is_file()
+        and p.suffix in {".py", ".sh", ".yaml", ".yml", ".toml", ".service", ".env"}
+        and production in p.read_text(encoding="utf-8", errors="replace")
+    ]
+    assert not found, f"production directory in examples (use staging or Pebble): {found}"

@@ -187,13 +187,55 @@ def _none_as_is(param: Any, process: Any, ctx: Any, value: Any) -> Any:
     return value if param.callback is None else param.callback(ctx, param, value)
 
 
+def _plain_types(command: Any) -> None:
+    """Show each option's value as its metavar in ``--help``, never as a type tag.
+
+    Recent typer adds a column of type tags (``<bool>`` for a flag, ``<list[str]>`` for an
+    argument that already shows its metavar); they say nothing a reader can use. A flag and
+    an argument get no value column, an option its metavar (or click's, ``TEXT``).
+    """
+    for param in getattr(command, "params", ()):
+        if hasattr(param, "display_type_rich"):
+            param.display_type_rich = functools.partial(_value_label, param)
+    get_help_option = getattr(command, "get_help_option", None)
+    if get_help_option is not None:  # --help is made per context, not kept in params
+        command.get_help_option = functools.partial(_plain_help_option, get_help_option)
+    for sub in getattr(command, "commands", {}).values():
+        _plain_types(sub)
+
+
+def _plain_help_option(get_help_option: Any, ctx: Any) -> Any:
+    option = get_help_option(ctx)
+    if option is not None and hasattr(option, "display_type_rich"):
+        option.display_type_rich = functools.partial(_value_label, option)
+    return option
+
+
+def _value_label(param: Any, ctx: Any) -> str | None:
+    if param.param_type_name == "argument" or getattr(param, "is_flag", False):
+        return None
+    if getattr(param, "count", False):
+        return None
+    if param.metavar is not None:
+        return str(param.metavar)
+    tag = type(param).display_type_rich(param, ctx)  # typer's own, e.g. "<int>"
+    return None if tag is None else str(tag).strip("<>").upper()
+
+
+def cli_command() -> Any:
+    """The click command that :func:`main` runs (the docs' CLI reference reads it too)."""
+    command = typer.main.get_command(app)
+    _unconverted(command)
+    _plain_types(command)
+    return command
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``acmecerts`` command line; return the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
     json_env = os.environ.get(env("json"), "").strip().lower()
     json_mode = "--json" in args or json_env in ("1", "true", "yes", "on")
-    command = typer.main.get_command(app)
-    _unconverted(command)
+    command = cli_command()
     try:
         path, _ = find_config_path(args)
         default_map: dict[str, Any] | None = None

@@ -85,6 +85,7 @@ __all__ = [
 class Panel(enum.StrEnum):
     """The panels of ``--help`` that group the options (the value is the title)."""
 
+    CONFIG = "Configuration"
     CA = "CA and state"
     CHALLENGE = "Challenge"
     ACCOUNT = "Account"
@@ -184,7 +185,7 @@ Config = Annotated[
     Path | None,
     opt(
         "config",
-        panel=Panel.OUTPUT,
+        panel=Panel.CONFIG,
         metavar="PATH",
         help="TOML file with default option values "
         "[default: the first that exists of /etc/acmecerts/config.toml (root only) and "
@@ -236,8 +237,9 @@ Challenge = Annotated[
     opt(
         "challenge",
         panel=Panel.CHALLENGE,
-        metavar="http-01|dns-01|tls-alpn-01|dns-account-01|dns-persist-01",
-        help="How the CA validates control of the names (dns-persist-01: a persistent "
+        metavar="TYPE",
+        help="How the CA validates control of the names: http-01, dns-01, tls-alpn-01, "
+        "dns-account-01 or dns-persist-01 (dns-persist-01: a persistent "
         "record, published once; see `account dns-persist-records`).",
     ),
 ]
@@ -416,6 +418,13 @@ Force = Annotated[
 _KEY_TYPES: Final = "ec256|ec384|rsa2048|rsa3072|rsa4096"
 _REASONS: Final = "unspecified|keyCompromise|affiliationChanged|superseded|cessationOfOperation"
 
+
+def _one_of(choices: str) -> str:
+    """``"a|b|c"`` as ``"a, b or c"``, for a help text (the metavar stays one short word)."""
+    *rest, last = choices.split("|")
+    return f"{', '.join(rest)} or {last}"
+
+
 FromFile = Annotated[
     Path | None,
     opt(
@@ -441,7 +450,12 @@ Out = Annotated[
 ]
 CertKeyType = Annotated[
     str,
-    opt("key-type", panel=Panel.ISSUING, metavar=_KEY_TYPES, help="The certificate key type."),
+    opt(
+        "key-type",
+        panel=Panel.ISSUING,
+        metavar="TYPE",
+        help=f"The certificate key type: {_one_of(_KEY_TYPES)}.",
+    ),
 ]
 Profile = Annotated[
     str | None,
@@ -526,7 +540,11 @@ Quiet = Annotated[
 ]
 RevokeReason = Annotated[
     str,
-    opt("reason", metavar=_REASONS, help="The revocation reason (RFC 5280)."),
+    opt(
+        "reason",
+        metavar="REASON",
+        help=f"The revocation reason (RFC 5280): {_one_of(_REASONS)}.",
+    ),
 ]
 CertKey = Annotated[
     Path | None,
@@ -547,7 +565,11 @@ Revoke = Annotated[
 ]
 DeleteReason = Annotated[
     str,
-    opt("reason", metavar=_REASONS, help="The revocation reason with --revoke (RFC 5280)."),
+    opt(
+        "reason",
+        metavar="REASON",
+        help=f"The revocation reason with --revoke (RFC 5280): {_one_of(_REASONS)}.",
+    ),
 ]
 Yes = Annotated[
     bool,
@@ -590,8 +612,8 @@ def _account_key_type(which: str) -> Any:
     return opt(
         "key-type",
         panel=Panel.ACCOUNT,
-        metavar=_KEY_TYPES,
-        help=f"The key type of {which} account key.",
+        metavar="TYPE",
+        help=f"The key type of {which} account key: {_one_of(_KEY_TYPES)}.",
     )
 
 

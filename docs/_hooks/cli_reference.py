@@ -2,7 +2,8 @@
 
 As an mkdocs hook it replaces the line ``<!-- cli-reference -->`` in ``docs/cli.md`` with
 one section per command (usage, arguments and options with their defaults and
-environment variables, and the command's own ``--help`` text), so the site always
+environment variables where they are not ``ACMECERTS_<OPTION>``, and the command's own
+``--help`` text at 80 columns), so the site always
 documents the command line as it is. The commands are read from the typer application
 in ``acmecerts.cli._app``. Run it to see the Markdown::
 
@@ -11,6 +12,8 @@ in ``acmecerts.cli._app``. Run it to see the Markdown::
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -19,19 +22,15 @@ MARKER = "<!-- cli-reference -->"
 PROG = "acmecerts"
 
 
+#: The width of the ``--help`` text shown on the page: a terminal's, and the page's column.
+COLUMNS = 80
+
+
 def _root_command() -> Any:
-    """The click command behind ``acmecerts`` (typer's, or a plain click one)."""
+    """The click command that ``acmecerts`` runs."""
     from acmecerts.cli import _app
 
-    app = _app.app
-    try:
-        import typer.main
-
-        if isinstance(app, typer.Typer):
-            return typer.main.get_command(app)
-    except ImportError:  # pragma: no cover - typer is in the cli extra
-        pass
-    return app
+    return _app.cli_command()
 
 
 def _walk(
@@ -58,6 +57,18 @@ def _code(text: object) -> str:
     return f"`{_cell(text)}`" if text not in (None, "") else ""
 
 
+def _value(metavar: str) -> str:
+    """A metavar as code; choices (``a|b``) one code span each, with no escaped pipe."""
+    if "|" in metavar and not metavar.startswith("["):
+        return " or ".join(f"`{choice}`" for choice in metavar.split("|"))
+    return _code(metavar)
+
+
+def _standard_env(param: Any) -> str:
+    long = next((o for o in param.opts if o.startswith("--")), "")
+    return "ACMECERTS_" + long.removeprefix("--").upper().replace("-", "_")
+
+
 def _default(param: Any) -> str:
     if getattr(param, "count", False) or getattr(param, "is_flag", False):
         return ""
@@ -70,14 +81,18 @@ def _default(param: Any) -> str:
 
 
 def _help_text(path: tuple[str, ...]) -> str:
-    """What ``acmecerts ... --help`` prints (plain text, 100 columns), run in-process."""
-    from typer.testing import CliRunner
-
-    from acmecerts.cli import _app
-
-    env = {"COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb", "FORCE_COLOR": None}
-    result = CliRunner().invoke(_app.app, [*path, "--help"], env=env, prog_name=PROG)
-    lines = [line.rstrip() for line in result.output.splitlines()]
+    """What ``acmecerts ... --help`` prints in an 80-column terminal (plain text)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "CLICOLOR_FORCE")}
+    env.update(COLUMNS=str(COLUMNS), NO_COLOR="1", TERM="dumb")
+    result = subprocess.run(  # noqa: S603 - our own command, its own words
+        [sys.executable, "-m", "acmecerts.cli", *path, "--help"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    lines = [line.rstrip() for line in result.stdout.splitlines()]
     while lines and not lines[0]:
         del lines[0]
     return "\n".join(lines).rstrip()
@@ -87,7 +102,10 @@ def render() -> str:
     """The reference as Markdown."""
     root = _root_command()
     root_ctx = root.make_context(PROG, [], resilient_parsing=True)
-    out: list[str] = []
+    out: list[str] = [
+        "Every option can also be set in the environment as `ACMECERTS_<OPTION>` "
+        "(`--state-dir`: `ACMECERTS_STATE_DIR`); the tables name the others.\n"
+    ]
     for path, command, ctx in _walk(root, (), root_ctx):
         title = " ".join((PROG, *path))
         out.append(f"## `{title}`\n")
@@ -104,22 +122,27 @@ def render() -> str:
                 name = param.metavar or param.name.upper()
                 required = " (required)" if param.required else ""
                 out.append(
-                    f"| {_code(name)} | {_cell(getattr(param, 'help', '') or '')}{required} |"
+                    f"| {_value(name)} | {_cell(getattr(param, 'help', '') or '')}{required} |"
                 )
             out.append("")
         if options:
-            out.append("| Option | Value | Default | Environment | Description |")
-            out.append("|---|---|---|---|---|")
+            out.append("| Option | Description |")
+            out.append("|---|---|")
             for param in options:
                 names = ", ".join(_code(o) for o in (*param.opts, *param.secondary_opts))
                 metavar = "" if param.is_flag or getattr(param, "count", False) else param.metavar
+                if metavar:
+                    names += f" {_value(metavar)}"
+                notes = []
+                default = _default(param)
+                if default:
+                    notes.append(f"Default: {default}.")
                 envvar = param.envvar
                 if isinstance(envvar, (list, tuple)):
                     envvar = ", ".join(envvar)
-                out.append(
-                    f"| {names} | {_code(metavar or '')} | {_default(param)} "
-                    f"| {_code(envvar or '')} | {_cell(param.help or '')} |"
-                )
+                if envvar and envvar != _standard_env(param):
+                    notes.append(f"Environment: {_code(envvar)}.")
+                out.append(f"| {names} | {' '.join([_cell(param.help or ''), *notes])} |")
             out.append("")
         help_text = _help_text(path)
         if help_text:
