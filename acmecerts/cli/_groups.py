@@ -31,6 +31,7 @@ from ._args import (
     HookArgs,
     Hooks,
 )
+from ._hook_options import DeployHook, HookTimeout, PostHook, PreHook
 from ._monitor_options import LogFormat
 from ._options import (
     AgreeTos,
@@ -38,7 +39,6 @@ from ._options import (
     Challenge,
     Concurrency,
     Config,
-    DeployHook,
     Directory,
     DnsHook,
     DnsNameserver,
@@ -50,12 +50,9 @@ from ._options import (
     EabHmacKey,
     EabKid,
     Email,
-    HookTimeout,
     Http01Listen,
     Json,
     MaxWait,
-    PostHook,
-    PreHook,
     Proxy,
     RateLimits,
     Staging,

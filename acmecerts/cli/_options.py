@@ -33,7 +33,6 @@ __all__ = [
     "Concurrency",
     "Config",
     "DeleteReason",
-    "DeployHook",
     "Directory",
     "DnsHook",
     "DnsNameserver",
@@ -47,15 +46,12 @@ __all__ = [
     "Email",
     "Force",
     "FromFile",
-    "HookTimeout",
     "Http01Listen",
     "Json",
     "MaxWait",
     "NewAccountKeyType",
     "Out",
     "Panel",
-    "PostHook",
-    "PreHook",
     "PreferredChain",
     "PreferredProfile",
     "Profile",
@@ -358,49 +354,6 @@ MaxWait = Annotated[
 Concurrency = Annotated[
     int,
     opt("concurrency", panel=Panel.ISSUING, metavar="N", help="Certificates ordered at once."),
-]
-PreHook = Annotated[
-    str | None,
-    opt(
-        "pre-hook",
-        panel=Panel.HOOKS,
-        metavar="COMMAND",
-        help="Run COMMAND (/bin/sh -c) once before the first order of a run; stored with "
-        'the certificate for `renew` ("": remove the stored one).',
-        show_default=False,
-    ),
-]
-PostHook = Annotated[
-    str | None,
-    opt(
-        "post-hook",
-        panel=Panel.HOOKS,
-        metavar="COMMAND",
-        help="Run COMMAND once after all the work of a run that ordered anything, also "
-        "after failures; stored like --pre-hook.",
-        show_default=False,
-    ),
-]
-DeployHook = Annotated[
-    str | None,
-    opt(
-        "deploy-hook",
-        panel=Panel.HOOKS,
-        metavar="COMMAND",
-        help="Run COMMAND for each certificate issued or renewed, after its files are "
-        "written (RENEWED_LINEAGE, RENEWED_DOMAINS and ACMECERTS_HOOK_* in its "
-        "environment); stored like --pre-hook.",
-        show_default=False,
-    ),
-]
-HookTimeout = Annotated[
-    float,
-    opt(
-        "hook-timeout",
-        panel=Panel.HOOKS,
-        metavar="SECONDS",
-        help="Kill a hook (and what it started) that runs longer; it counts as failed.",
-    ),
 ]
 Force = Annotated[
     bool,
