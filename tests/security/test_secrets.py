@@ -286,7 +286,9 @@ def _modes(root: Path) -> tuple[dict[str, int], dict[str, int]]:
     dirs = {str(root): stat.S_IMODE(root.stat().st_mode)}
     files: dict[str, int] = {}
     for path in root.rglob("*"):
-        mode = stat.S_IMODE(path.lstat().st_mode)
+        # a symlink's own bits mean nothing on Linux (always 0777): what counts is its
+        # target's (the exported set is OUT/cert.pem -> .live/cert.pem, .live -> .vN)
+        mode = stat.S_IMODE((path.stat() if path.is_symlink() else path.lstat()).st_mode)
         (dirs if path.is_dir() else files)[str(path.relative_to(root))] = mode
     return dirs, files
 
