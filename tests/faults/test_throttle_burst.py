@@ -32,6 +32,7 @@ import collections
 import datetime as dt
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import anyio
 import pytest
@@ -187,7 +188,9 @@ async def test_a_500_certificate_burst_keeps_to_the_rates_and_completes(
 
 
 @pytest.mark.timeout(120)
-async def test_without_rates_nothing_waits_but_the_polls(pebble: PebbleServer) -> None:
+async def test_without_rates_nothing_waits_but_the_polls(pebble_factory: Any) -> None:
+    # a Pebble that sends no Retry-After (the session's does), so every wait is a poll's
+    pebble: PebbleServer = pebble_factory()
     poll = PollPolicy(initial=0.0125, multiplier=1.0, max_interval=0.0125, floor=0.0125)
     clock = MonotonicClock()
     with make_proxy(pebble) as proxy:
