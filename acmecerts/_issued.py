@@ -46,7 +46,8 @@ class LeafInfo:
 
 @dataclasses.dataclass(frozen=True, slots=True, repr=False)
 class IssuedCertificate(LeafInfo):
-    """A certificate the CA issued, with its private key and parsed metadata.
+    """A certificate the CA issued, with its private key (unless it was issued for the
+    caller's CSR) and parsed metadata.
 
     The repr never shows the private key.
     """
@@ -55,8 +56,9 @@ class IssuedCertificate(LeafInfo):
     identifiers: tuple[Identifier, ...]
     #: The chain the CA returned (or the preferred alternate): leaf first.
     chain: CertificateChain
-    #: The certificate's private key, PKCS#8 PEM.
-    private_key_pem: str = dataclasses.field(repr=False)
+    #: The certificate's private key, PKCS#8 PEM; ``None`` when it was issued for the
+    #: caller's own CSR (``issue(csr=...)``): the key never left its owner.
+    private_key_pem: str | None = dataclasses.field(repr=False)
     #: Names, validity and serial of the leaf.
     info: CertificateInfo
     #: The order URL at the CA.

@@ -16,7 +16,7 @@ from typing import Annotated, Final
 import typer
 
 from ._args import AccountArgs, BatchArgs, ChallengeOptions, CommonArgs, HookArgs
-from ._flag_options import DryRun, RenewCertName, ReuseKey
+from ._flag_options import Csr, DryRun, RenewCertName, ReuseKey
 from ._groups import CHALLENGE, shared
 from ._import_options import CertbotDir, ImportAccount, ImportOut, OutLayout
 from ._monitor_options import At, Check, CheckGrace
@@ -83,6 +83,7 @@ def issue_command(
     out_layout: OutLayout = "plain",
     reuse_key: ReuseKey = False,
     dry_run: DryRun = False,
+    csr: Csr = None,
     *,
     batch: BatchArgs,
     hooks: HookArgs,
@@ -112,6 +113,7 @@ def issue_command(
         out_layout=out_layout,
         reuse_key=reuse_key,
         dry_run=dry_run,
+        csr=csr,
         batch=batch,
         hooks=hooks,
     )

@@ -139,12 +139,15 @@ def _link(target: str, path: Path) -> None:
 
 
 def _contents(issued: IssuedCertificate) -> dict[str, bytes]:
-    return {
-        "privkey": issued.private_key_pem.encode("ascii"),
+    """The files' contents by kind; no ``privkey`` for a certificate of the user's CSR."""
+    contents = {
         "cert": issued.certificate_pem.encode("ascii"),
         "chain": issued.chain_pem.encode("ascii"),
         "fullchain": issued.fullchain_pem.encode("ascii"),
     }
+    if issued.private_key_pem is not None:
+        contents["privkey"] = issued.private_key_pem.encode("ascii")
+    return contents
 
 
 def _generations(directory: Path, pattern: re.Pattern[str]) -> list[int]:
@@ -160,7 +163,9 @@ def _holds(directory: Path, contents: dict[str, bytes]) -> bool:
     is: no new generation)."""
     try:
         return all(
-            (directory / name).read_bytes() == contents[kind] for kind, name, _ in CERTIFICATE_FILES
+            (directory / name).read_bytes() == contents[kind]
+            for kind, name, _ in CERTIFICATE_FILES
+            if kind in contents
         )
     except OSError:
         return False
@@ -168,7 +173,7 @@ def _holds(directory: Path, contents: dict[str, bytes]) -> bool:
 
 def _write_plain(out: Path, contents: dict[str, bytes]) -> dict[str, Path]:
     ensure_private_dir(out)
-    paths = {kind: out / name for kind, name, _ in CERTIFICATE_FILES}
+    paths = {kind: out / name for kind, name, _ in CERTIFICATE_FILES if kind in contents}
     if (out / _LIVE).is_symlink() and _holds(out, contents):
         return paths
     known = _generations(out, _GENERATION)
@@ -177,7 +182,8 @@ def _write_plain(out: Path, contents: dict[str, bytes]) -> dict[str, Path]:
     generation.mkdir(mode=_DIR_MODE)
     try:
         for kind, name, mode in CERTIFICATE_FILES:
-            _write_new(generation / name, contents[kind], mode)
+            if kind in contents:
+                _write_new(generation / name, contents[kind], mode)
         _fsync_dir(generation)
     except BaseException:
         for _, name, _ in CERTIFICATE_FILES:
@@ -188,8 +194,11 @@ def _write_plain(out: Path, contents: dict[str, bytes]) -> dict[str, Path]:
         raise
     previous = os.readlink(out / _LIVE) if (out / _LIVE).is_symlink() else None
     _link(generation.name, out / _LIVE)  # the switch: one rename
-    for _, name, _ in CERTIFICATE_FILES:  # once per directory: later runs find them
-        _link(f"{_LIVE}/{name}", out / name)
+    for kind, name, _ in CERTIFICATE_FILES:  # once per directory: later runs find them
+        if kind in contents:
+            _link(f"{_LIVE}/{name}", out / name)
+        elif (out / name).is_symlink() and os.readlink(out / name) == f"{_LIVE}/{name}":
+            (out / name).unlink()  # a key of an earlier set: no longer this set's
     _fsync_dir(out)
     for old in known:  # keep the previous generation for readers still in it
         if f".v{old}" != previous:
@@ -208,6 +217,8 @@ def _remove_generation(directory: Path) -> None:
 def _write_certbot(root: Path, name: str, contents: dict[str, bytes]) -> dict[str, Path]:
     if not name or "/" in name or name.startswith("."):
         raise InvalidInput(f"cannot lay out certificate {name!r} as certbot does")
+    if "privkey" not in contents:
+        raise InvalidInput("the certbot layout needs a private key: a CSR's certificate has none")
     archive, live = root / "archive" / name, root / "live"
     current = live / name
     paths = {kind: current / filename for kind, filename, _ in CERTIFICATE_FILES}
@@ -247,6 +258,9 @@ def write_certificate_files(
     out: Path, issued: IssuedCertificate, *, layout: str = "plain", name: str = ""
 ) -> dict[str, Path]:
     """Write the certificate's four PEM files to ``out`` as one set; return their paths.
+
+    A certificate without a private key (issued for the user's CSR) gets the three
+    others, in the plain layout only.
 
     ``layout`` is ``plain`` or ``certbot`` (then ``out`` is the root of ``live/`` and
     ``archive/`` and ``name`` the certificate's directory name in them). See the module

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 from ._options import Panel, opt
 
-__all__ = ["DryRun", "RenewCertName", "ReuseKey"]
+__all__ = ["Csr", "DryRun", "RenewCertName", "ReuseKey"]
 
 RenewCertName = Annotated[
     list[str] | None,
@@ -27,6 +28,19 @@ ReuseKey = Annotated[
         panel=Panel.ISSUING,
         help="Renewals keep the certificate's private key (stored with the certificate "
         "for `renew`, like certbot's reuse_key) [default: a new key for every certificate].",
+    ),
+]
+Csr = Annotated[
+    Path | None,
+    opt(
+        "csr",
+        panel=Panel.ISSUING,
+        metavar="FILE",
+        help="Your own certificate signing request (PEM or DER): the names are its "
+        "subjectAltNames (NAME... may repeat them), the key stays with you: --out gets "
+        "cert.pem, chain.pem and fullchain.pem, no privkey.pem. The certificate is not "
+        "stored, so `renew` does not manage it.",
+        show_default=False,
     ),
 ]
 DryRun = Annotated[

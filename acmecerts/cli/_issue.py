@@ -67,6 +67,8 @@ class IssueArgs:
     reuse_key: bool = False
     #: ``--dry-run``: the whole issuance, nothing saved or exported (:mod:`._dryrun`).
     dry_run: bool = False
+    #: ``--csr FILE``: the user's own CSR (:mod:`._csr`): no key, not stored for ``renew``.
+    csr: Path | None = None
     batch: BatchArgs = dataclasses.field(default_factory=BatchArgs)
     hooks: HookArgs = dataclasses.field(default_factory=HookArgs)
 
@@ -285,6 +287,10 @@ def run_issue(
             return run_issue(dataclasses.replace(dry, out=out), scratch, account, challenge)
 
         return run_dry(common, rehearse)
+    if args.csr is not None:
+        from ._csr import run_issue_csr
+
+        return run_issue_csr(args, common, account, challenge)
 
     def work(report: Report) -> int:
         if args.from_file is not None and args.names:

@@ -63,7 +63,7 @@ from acmecerts.protocol.certificate import (
     certificate_info,
     check_certificate_matches,
 )
-from acmecerts.protocol.csr import build_csr
+from acmecerts.protocol.csr import build_csr, parse_csr
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.protocol.keys import KeyType, PrivateKey, generate_private_key, private_key_pem
 from acmecerts.protocol.resources import Challenge, Order, parse_order
@@ -105,8 +105,8 @@ class _Attempt:
         return self.request.identifiers
 
     @property
-    def key(self) -> PrivateKey:
-        assert self.request.private_key is not None
+    def key(self) -> PrivateKey | None:
+        """The certificate key (``None``: the caller's CSR, the key stays with them)."""
         return self.request.private_key
 
 
@@ -121,6 +121,7 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
         solvers: Iterable[Solver] = (),
         key_type: KeyType | str = KeyType.EC256,
         private_key: PrivateKey | None = None,
+        csr: bytes | None = None,
         profile: str | None = None,
         profile_required: bool = True,
         replaces: str | None = None,
@@ -146,6 +147,13 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
                 tried in order of preference).
             key_type: Certificate key type when ``private_key`` is not given.
             private_key: Reuse this key for the certificate.
+            csr: The caller's own certificate signing request, PEM or DER (not with
+                ``private_key``): finalize sends it as it is, so the private key never
+                reaches acmecerts, and the :class:`IssuedCertificate` has none
+                (``private_key_pem`` is ``None``). Its names (subjectAltName entries and
+                common name) are the certificate's: ``names`` must be the same set, or
+                empty. A CSR whose signature does not verify, or that names nothing,
+                raises :class:`InvalidInput` before any request is sent.
             profile: A certificate profile the CA offers (``meta.profiles``), e.g.
                 ``"tlsserver"``; ``None``: the CA's default.
             profile_required: With ``True`` (the default), a ``profile`` the CA does not
@@ -182,7 +190,22 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
                 rel="alternate"``) the one whose root issuer has this name wins, then one
                 with an intermediate so named; the CA's default chain when none matches.
         """
-        identifiers = _as_identifiers(names)
+        request_csr = None
+        if csr is not None:
+            if private_key is not None:
+                raise InvalidInput("give private_key or csr, not both")
+            if on_order is not None or before_order is not None:
+                raise InvalidInput("on_order/before_order take a private key: not with csr")
+            request_csr = parse_csr(bytes(csr))
+            given = list(names)
+            identifiers = request_csr.identifiers
+            if given and set(_as_identifiers(given)) != set(identifiers):
+                raise InvalidInput(
+                    f"the names {', '.join(i.value for i in _as_identifiers(given))} differ "
+                    f"from the CSR's: {', '.join(i.value for i in identifiers)}"
+                )
+        else:
+            identifiers = _as_identifiers(names)
         solver_list = ([solver] if solver is not None else []) + list(solvers)
         if not solver_list:
             raise InvalidInput("issue() needs a solver (e.g. Http01Server)")
@@ -193,8 +216,12 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
                     f"no solver for {ident.value} among {types}"
                     + (" (wildcards need dns-01)" if ident.is_wildcard else "")
                 )
-        key = private_key or generate_private_key(key_type)
-        csr_der = build_csr(identifiers, key)
+        key: PrivateKey | None
+        if request_csr is not None:
+            key, csr_der = None, request_csr.der
+        else:
+            key = private_key or generate_private_key(key_type)
+            csr_der = build_csr(identifiers, key)
         timeout = (
             as_seconds(attempt_timeout) if attempt_timeout is not None else self.attempt_timeout
         )
@@ -270,7 +297,7 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
         outcome: BaseException | None = None
         try:
             finish = await self._drive(flow, csr_der, attempt)
-            issued = self._issued(finish, attempt.key, flow.identifiers)
+            issued = self._issued(finish, attempt, csr_der, flow.identifiers)
             downloaded = CertificateDownloaded(
                 identifiers=flow.identifiers,
                 order=finish.order,
@@ -483,15 +510,21 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
         return chains
 
     def _issued(
-        self, finish: Finish, key: PrivateKey, identifiers: tuple[Identifier, ...]
+        self,
+        finish: Finish,
+        attempt: _Attempt,
+        csr_der: bytes,
+        identifiers: tuple[Identifier, ...],
     ) -> IssuedCertificate:
         order, chain = finish.order, finish.chain
         assert order.certificate is not None
-        check_certificate_matches(chain, key=key, identifiers=identifiers)
+        key = attempt.key
+        expected = key if key is not None else parse_csr(csr_der).public_key
+        check_certificate_matches(chain, key=expected, identifiers=identifiers)
         return IssuedCertificate(
             identifiers=identifiers,
             chain=chain,
-            private_key_pem=private_key_pem(key).decode("ascii"),
+            private_key_pem=private_key_pem(key).decode("ascii") if key is not None else None,
             info=certificate_info(chain.leaf),
             order_url=order.url,
             certificate_url=order.certificate,

@@ -63,7 +63,7 @@ class HeldCertificate(LeafInfo):
 def hold(issued: IssuedCertificate) -> HeldCertificate | IssuedCertificate:
     """``issued`` in the form the manager keeps (``issued`` itself if it cannot be held)."""
     chain = issued.chain
-    if issued.alternate_chains:
+    if issued.alternate_chains or issued.private_key_pem is None:
         return issued
     leaf_der = chain.leaf.public_bytes(Encoding.DER)
     issuers, issuers_pem = _shared(chain.certificates[1:])

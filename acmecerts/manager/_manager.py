@@ -425,6 +425,7 @@ class CertificateManager(Attempts):
             private_key is None
             and spec.reuse_key
             and current is not None
+            and current.private_key_pem is not None
             and key_type_of(current.private_key_pem) is spec.key_type
         ):
             private_key = load_private_key(current.private_key_pem)

@@ -231,6 +231,11 @@ class CertificateStore:
         returns then), ``meta.json`` first; a crash in between leaves the record, which
         loads, and the files, which the next save removes.
         """
+        if issued.private_key_pem is None:
+            raise InvalidInput(
+                f"certificate {name} was issued for the caller's own CSR: without its "
+                "private key it cannot be stored (nor renewed) by the manager"
+            )
         keys = self.layout.certificate(name)
         bundle = CertificateBundle(
             name=name,

@@ -103,7 +103,8 @@ def retention_seconds(value: float | _dt.timedelta | None) -> float | None:
 
 def _key_type(certificate: IssuedCertificate) -> KeyType | None:
     """The key type of ``certificate``'s private key (``None``: none acmecerts makes)."""
-    return key_type_of(certificate.private_key_pem)
+    pem = certificate.private_key_pem
+    return key_type_of(pem) if pem is not None else None
 
 
 def key_type_of(private_key_pem: str) -> KeyType | None:

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from cryptography import x509
 from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.hazmat.primitives.asymmetric.types import CertificatePublicKeyTypes
 from cryptography.utils import CryptographyDeprecationWarning
 
 from acmecerts.errors import BadServerResponse, CertificateMismatch
@@ -27,6 +29,8 @@ __all__ = [
 _BEGIN = b"-----BEGIN CERTIFICATE-----"
 _END = b"-----END CERTIFICATE-----"
 _MAX_CHAIN = 10
+#: The private key types :func:`check_certificate_matches` takes (else a public key).
+_PRIVATE_KEYS = (ec.EllipticCurvePrivateKey, rsa.RSAPrivateKey)
 #: What cryptography raises for a certificate it cannot (fully) parse. Its deprecation
 #: warnings (e.g. a negative serial in the Authority Key Identifier) are errors under
 #: ``-W error`` and "will cause an exception in a future release".
@@ -202,9 +206,13 @@ def certificate_info(cert: x509.Certificate) -> CertificateInfo:
 
 
 def check_certificate_matches(
-    chain: CertificateChain, *, key: PrivateKey, identifiers: Sequence[Identifier]
+    chain: CertificateChain,
+    *,
+    key: PrivateKey | CertificatePublicKeyTypes,
+    identifiers: Sequence[Identifier],
 ) -> None:
-    """Raise :class:`CertificateMismatch` unless the leaf is for ``key`` and ``identifiers``."""
+    """Raise :class:`CertificateMismatch` unless the leaf is for ``key`` (a private key, or
+    the public key of a CSR) and ``identifiers``."""
     leaf = chain.leaf
     try:
         leaf_key = leaf.public_key()
@@ -215,7 +223,8 @@ def check_certificate_matches(
     # cryptography compares the key material (EVP_PKEY public_eq: curve and point, or
     # modulus and exponent), what comparing the DER SubjectPublicKeyInfo did at 5x the cost;
     # keys of different types are never equal.
-    if leaf_key != key.public_key():
+    expected = key.public_key() if isinstance(key, _PRIVATE_KEYS) else key
+    if leaf_key != expected:
         raise CertificateMismatch("the CA's certificate is not for the requested key")
     wanted = {i.value for i in identifiers}
     got = set(_san_names(leaf))
