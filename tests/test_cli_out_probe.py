@@ -67,3 +67,19 @@ def test_a_probe_that_works_leaves_nothing_behind(tmp_path: Path) -> None:
 def test_the_probe_names_what_failed() -> None:
     with pytest.raises(InvalidInput, match=r"--out /proc/x is unusable: .*No such file"):
         check_out_dir(Path("/proc/x"))
+
+
+def test_instants_are_shown_to_the_second_rounded_up() -> None:
+    import datetime as dt
+
+    from acmecerts._time import show_instant, whole_second
+    from acmecerts.cli._report import iso, when
+
+    exact = dt.datetime(2026, 12, 2, 1, 2, 3, tzinfo=dt.UTC)
+    later = exact.replace(microsecond=1)
+    assert whole_second(later) == exact + dt.timedelta(seconds=1)  # never shown earlier
+    assert whole_second(exact) == exact
+    assert iso(later) == "2026-12-02T01:02:04+00:00"
+    assert when(later) == show_instant(later) == "2026-12-02 01:02:04 UTC"
+    east = dt.timezone(dt.timedelta(hours=2))
+    assert iso(exact.astimezone(east)) == "2026-12-02T01:02:03+00:00"  # always UTC

@@ -132,7 +132,7 @@ def check_certificates(
                 }
             )
     return {
-        "at": at.isoformat(),
+        "at": iso(at),
         "grace_seconds": grace.total_seconds(),
         "ok": not failed,
         "checked": checked,

@@ -18,6 +18,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from acmecerts._time import show_instant, whole_second
 from acmecerts.errors import (
     AcmeCertsError,
     AcmeProblem,
@@ -125,11 +126,13 @@ def problem_json(problem: AcmeProblem | None) -> dict[str, Any] | None:
 
 
 def iso(instant: _dt.datetime | None) -> str | None:
-    return None if instant is None else instant.isoformat()
+    """An instant in ``--json``: ISO 8601 in UTC, to the second (rounded up)."""
+    return None if instant is None else whole_second(instant).isoformat()
 
 
 def when(instant: _dt.datetime) -> str:
-    return f"{instant.astimezone(_dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
+    """An instant for people: ``2026-12-02 01:02:03 UTC`` (rounded up to the second)."""
+    return show_instant(instant)
 
 
 # -- logging --------------------------------------------------------------------------------
@@ -235,7 +238,7 @@ def guarded(report: Report, work: Callable[[], int]) -> int:
                 ExitCode.DEFERRED, str(exc), problem_of(exc.error), until=iso(exc.until)
             )
         if isinstance(exc, RateLimitDeferred):
-            until = exc.retry_after.isoformat() if exc.retry_after else None
+            until = iso(exc.retry_after)
             return report.error(ExitCode.DEFERRED, str(exc), until=until)
         if isinstance(exc, AcmeCertsError):
             return report.error(ExitCode.FAILED, str(exc), problem_of(exc))

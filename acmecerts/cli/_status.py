@@ -170,7 +170,7 @@ async def _certificate_status(
     if client is not None:
         try:
             renewal_info = await client.renewal_info(stored.chain.leaf)
-            window = [renewal_info.window_start.isoformat(), renewal_info.window_end.isoformat()]
+            window = [iso(renewal_info.window_start), iso(renewal_info.window_end)]
         except AcmeCertsError as exc:
             log.warning("%s: no renewal window from the CA (%s)", stored.name, exc)
     decision = decide_renewal(
@@ -191,9 +191,9 @@ async def _certificate_status(
         "names": list(info.names),
         "status": state_text,
         "serial": info.serial,
-        "not_before": info.not_before.isoformat(),
-        "not_after": info.not_after.isoformat(),
-        "next_renewal": decision.renew_at.isoformat(),
+        "not_before": iso(info.not_before),
+        "not_after": iso(info.not_after),
+        "next_renewal": iso(decision.renew_at),
         "renewal_source": decision.source,
         "renewal_window": window,
         # the CA's word on why (RFC 9773 explanationURL): a mass revocation names its notice
