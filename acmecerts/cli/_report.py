@@ -18,7 +18,6 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from acmecerts._time import show_instant, whole_second
 from acmecerts.errors import (
     AcmeCertsError,
     AcmeProblem,
@@ -125,14 +124,23 @@ def problem_json(problem: AcmeProblem | None) -> dict[str, Any] | None:
     return {"type": problem.type, "detail": problem.detail, "status": problem.status_code}
 
 
+def _whole_second(instant: _dt.datetime) -> _dt.datetime:
+    """``instant`` in UTC rounded **up** to the second: a "not before" is never shown
+    earlier than it is (the library's messages round the same way)."""
+    instant = instant.astimezone(_dt.UTC)
+    if instant.microsecond:
+        instant = instant.replace(microsecond=0) + _dt.timedelta(seconds=1)
+    return instant
+
+
 def iso(instant: _dt.datetime | None) -> str | None:
     """An instant in ``--json``: ISO 8601 in UTC, to the second (rounded up)."""
-    return None if instant is None else whole_second(instant).isoformat()
+    return None if instant is None else _whole_second(instant).isoformat()
 
 
 def when(instant: _dt.datetime) -> str:
     """An instant for people: ``2026-12-02 01:02:03 UTC`` (rounded up to the second)."""
-    return show_instant(instant)
+    return f"{_whole_second(instant):%Y-%m-%d %H:%M:%S} UTC"
 
 
 # -- logging --------------------------------------------------------------------------------
