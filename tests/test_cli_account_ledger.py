@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ from test_cli_support import (
 )
 
 from acmecerts import AccountKey
+from acmecerts._time import show_instant, whole_second
 from acmecerts.ratelimit import LETS_ENCRYPT, RateLimitLedger
 from acmecerts.storage import FileStorage, KeyLayout, save_account_url
 
@@ -85,7 +87,10 @@ def test_account_create_is_deferred_without_room_but_an_existing_account_is_foun
     assert document["status"] == "deferred"
     until = next_account_at(fresh, pebble.directory_url)
     assert until is not None
-    assert document["until"] == until.isoformat()
+    # to the second (rounded up), in JSON and in the error line: never microseconds
+    assert document["until"] == whole_second(until).isoformat()
+    assert show_instant(until) in deferred.stderr
+    assert not re.search(r"[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]", deferred.stderr + deferred.stdout)
     assert "new_accounts_per_ip" in document["error"]
     assert new_accounts_seen(pebble) == seen + 1  # the lookup; no account was created
     key, url = stored_account(fresh, pebble.directory_url)
@@ -131,7 +136,7 @@ def test_a_stale_account_without_room_for_a_new_one_ends_deferred(
     (document,) = top["certificates"]  # the job's own outcome
     assert document["status"] == "deferred"
     assert document["name"] == "stale-deferred.example.test"
-    assert document["until"] == until.isoformat()
+    assert document["until"] == whole_second(until).isoformat()
     sent = new_accounts_seen(pebble) - seen
     assert sent == 2  # two lookups (registering again, then the job): no account created
     assert stored_account(state, pebble.directory_url) == (key, gone)

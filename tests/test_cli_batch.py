@@ -148,7 +148,7 @@ def test_status_json_lists_the_certificates_and_the_budget(
         assert cert["serial"] == serial_of(batch.out / names[0])
         not_before = _dt.datetime.fromisoformat(cert["not_before"])
         not_after = _dt.datetime.fromisoformat(cert["not_after"])
-        renewal = _dt.datetime.fromisoformat(cert["next_renewal"])
+        renewal = _dt.datetime.fromisoformat(cert["renewal_at"])
         assert not_before <= now < renewal < not_after
         # status without --ari: a third of the lifetime before expiry, half of it under 10
         # days (Pebble picked the profile at random: 90 d, 45 d or 160 h)
@@ -157,8 +157,8 @@ def test_status_json_lists_the_certificates_and_the_budget(
             seconds=1
         )
         assert cert["renewal_source"] == "fallback"
-        assert cert["deferred_until"] is None
-        assert cert["files"] == str(batch.out / names[0])
+        assert cert["until"] is None
+        assert cert["files"]["fullchain"] == str(batch.out / names[0] / "fullchain.pem")
     assert document["rate_limits"] == {"model": "no-limits", "budget": []}
 
 

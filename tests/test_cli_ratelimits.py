@@ -130,7 +130,7 @@ def test_a_long_wait_defers_exit_3_and_the_next_run_does_not_ask(
     document = one_json(status)
     entries = {c["name"]: c for c in document["certificates"]}
     assert entries[deferred]["status"] == "deferred"
-    assert _dt.datetime.fromisoformat(entries[deferred]["deferred_until"]) == until
+    assert _dt.datetime.fromisoformat(entries[deferred]["until"]) == until
     assert entries[issued]["status"] == "valid"
     (line,) = document["rate_limits"]["budget"]
     assert line["limit"] == "certificates_per_exact_identifier_set"

@@ -1,7 +1,7 @@
 """The CLI's renewal instant for Let's Encrypt's lifetimes, against a real Pebble 2.10.
 
 ``issue --json`` reports when the certificate will be renewed (``renewal_at``, the
-manager's plan) and ``status --json`` when it is due (``next_renewal``). Without ARI both
+manager's plan) and ``status --json`` when it is due (``renewal_at`` too). Without ARI both
 say half the life for a ``shortlived`` (160-hour) certificate and two thirds of it for a
 ``classic`` (90-day) one. Pebble 2.10 serves ARI, so the CLI talks to it through the
 fault proxy, which answers every ``renewalInfo`` GET with 404; ``status --ari`` once
@@ -77,7 +77,7 @@ def test_without_ari_issue_and_status_say_half_for_shortlived_two_thirds_for_cla
     for profile, part in (("shortlived", 1 / 2), ("classic", 2 / 3)):
         row = rows[f"{profile}.cli-lifetimes.example.test"]
         assert (row["status"], row["renewal_source"]) == ("valid", "fallback")
-        assert abs(instant(row["next_renewal"]) - part_of_life(row, part)) <= SECOND, profile
+        assert abs(instant(row["renewal_at"]) - part_of_life(row, part)) <= SECOND, profile
     # the manager asked the CA for both windows and was refused (status did not ask)
     assert {r.status for r in proxy.requests_to(RENEWAL_INFO, "GET")} == {404}
     assert len(proxy.requests_to(RENEWAL_INFO, "GET")) == 2
@@ -98,7 +98,7 @@ def test_without_ari_issue_and_status_say_half_for_shortlived_two_thirds_for_cla
     ]
     assert row["renewal_source"] == "ari"
     start, end = (instant(t) for t in row["renewal_window"])
-    assert start <= instant(row["next_renewal"]) <= end
+    assert start <= instant(row["renewal_at"]) <= end
     assert part_of_life(row, 1 / 2) < start  # later than the fallback would have said
 
 

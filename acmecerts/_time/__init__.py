@@ -26,7 +26,9 @@ from ._clock import (
     aware_utc,
     cancel_at,
     duration_seconds,
+    show_instant,
     utcnow,
+    whole_second,
 )
 from ._polling import Again, Backoff, poll_until
 from ._polling import _running_loop as _running_loop  # private, for the solvers and transport
@@ -46,5 +48,7 @@ __all__ = [
     "parse_retry_after",
     "poll_until",
     "retry_after_from_detail",
+    "show_instant",
     "utcnow",
+    "whole_second",
 ]

@@ -139,6 +139,23 @@ def aware_utc(
     return instant.astimezone(_dt.UTC)
 
 
+def whole_second(instant: _dt.datetime) -> _dt.datetime:
+    """``instant`` in UTC, rounded **up** to a whole second (what output shows).
+
+    Up, not down: an instant meant as "not before" (a deferral, a renewal) is never shown
+    earlier than it is.
+    """
+    instant = instant.astimezone(_dt.UTC)
+    if instant.microsecond:
+        instant = instant.replace(microsecond=0) + _dt.timedelta(seconds=1)
+    return instant
+
+
+def show_instant(instant: _dt.datetime) -> str:
+    """``instant`` for people: ``2026-12-02 01:02:03 UTC`` (:func:`whole_second`)."""
+    return f"{whole_second(instant):%Y-%m-%d %H:%M:%S} UTC"
+
+
 def _after(now: _dt.datetime, seconds: float) -> _dt.datetime:
     """``now + seconds``, saturating at the largest representable instant."""
     try:

@@ -31,6 +31,7 @@ from ._report import Report, choose_view, interrupted_code, iso, problem_json, s
 from ._solvers import ChallengePlan, running_solvers
 
 __all__ = [
+    "CERTIFICATE_FIELDS",
     "RESULT_JSON_BASE",
     "batch_result",
     "report_hook_failures",
@@ -64,11 +65,17 @@ def _outcome_json(outcome: Outcome) -> dict[str, Any]:
         "status": outcome.status,
         "names": list(cert.names) if cert is not None else [i.value for i in job.spec.identifiers],
         "serial": cert.serial if cert is not None else None,
-        "not_before": cert.not_before.isoformat() if cert is not None else None,
-        "not_after": cert.not_after.isoformat() if cert is not None else None,
+        "not_before": iso(cert.not_before) if cert is not None else None,
+        "not_after": iso(cert.not_after) if cert is not None else None,
         "order_url": cert.order_url if cert is not None else None,
         "certificate_url": cert.certificate_url if cert is not None else None,
         "renewal_at": iso(outcome.renewal_at) if cert is not None else None,
+        # what `status` knows besides (the CA's renewal window, the stored settings)
+        "renewal_source": None,
+        "renewal_window": None,
+        "renewal_explanation": None,
+        "key_type": job.spec.key_type.value,
+        "challenge": None,
         "files": (
             {kind: str(path) for kind, path in outcome.files.items()}
             if outcome.files is not None
@@ -82,8 +89,9 @@ def _outcome_json(outcome: Outcome) -> dict[str, Any]:
     }
 
 
-#: The fields of every entry of ``certificates`` (``null`` where they do not apply).
-_ENTRY_FIELDS: tuple[str, ...] = (
+#: The fields of every entry of ``certificates`` (``null`` where they do not apply): one
+#: shape for one certificate in ``issue``, ``renew`` and ``status``.
+CERTIFICATE_FIELDS: tuple[str, ...] = (
     "name",
     "status",
     "names",
@@ -93,6 +101,11 @@ _ENTRY_FIELDS: tuple[str, ...] = (
     "order_url",
     "certificate_url",
     "renewal_at",
+    "renewal_source",
+    "renewal_window",
+    "renewal_explanation",
+    "key_type",
+    "challenge",
     "files",
     "until",
     "error",
@@ -222,7 +235,7 @@ def _interrupted_json(
     done, rest = _interrupted_parts(certificates, finished)
     documents = {o.job.name: _outcome_json(o) for o in done}
     for name, names in rest:
-        entry = dict.fromkeys(_ENTRY_FIELDS)  # the same fields as every other entry
+        entry = dict.fromkeys(CERTIFICATE_FIELDS)  # the same fields as every other entry
         documents[name] = {**entry, "name": name, "status": "interrupted", "names": list(names)}
     counts: dict[str, int] = {}
     for document in documents.values():

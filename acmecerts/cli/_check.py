@@ -98,11 +98,11 @@ def _failure(
     if by + grace <= at:
         detail = f"not renewed since {when(by)} (grace {grace_text(grace)}); "
         detail += f"expires at {when(not_after)}"
-        if certificate.get("deferred_until"):
-            until = _dt.datetime.fromisoformat(certificate["deferred_until"])
+        if certificate.get("until"):
+            until = _dt.datetime.fromisoformat(certificate["until"])
             detail += f"; deferred until {when(until)}"
-        if certificate.get("last_error"):
-            detail += f"; last error: {certificate['last_error']}"
+        if certificate.get("error"):
+            detail += f"; last error: {certificate['error']}"
         return "overdue", detail
     return None
 
@@ -127,12 +127,12 @@ def check_certificates(
                     "detail": found[1],
                     "not_after": certificate["not_after"],
                     "renew_by": iso(by),
-                    "deferred_until": certificate.get("deferred_until"),
-                    "last_error": certificate.get("last_error"),
+                    "deferred_until": certificate.get("until"),
+                    "last_error": certificate.get("error"),
                 }
             )
     return {
-        "at": at.isoformat(),
+        "at": iso(at),
         "grace_seconds": grace.total_seconds(),
         "ok": not failed,
         "checked": checked,

@@ -18,7 +18,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -158,11 +160,41 @@ def _usable_dir(path: Path) -> str | None:
 def check_out_dir(path: Path, *, option: str = "--out") -> None:
     """Raise :class:`InvalidInput` unless ``path`` is (or can be made) a writable directory.
 
-    Nothing is created: a missing directory is made when the files are written.
+    It is tried, not guessed from permission bits (``root`` passes every ``access(2)``
+    check, yet cannot create ``/proc/x``): the missing directories are created and a
+    temporary file is written in the last one, then all of that is removed again. Nothing
+    is left behind; the directory is made again when the files are written.
     """
-    reason = _usable_dir(path.expanduser().absolute())
+    absolute = path.expanduser().absolute()
+    reason = _usable_dir(absolute) or _try_create(absolute)
     if reason is not None:
         raise InvalidInput(f"{option} {path} is unusable: {reason}")
+
+
+def _try_create(path: Path) -> str | None:
+    """Create ``path``'s missing directories and a file in it, then remove them; why not."""
+    created: list[Path] = []
+    try:
+        missing = []
+        current = path
+        while not current.is_dir():
+            missing.append(current)
+            current = current.parent
+        for directory in reversed(missing):
+            directory.mkdir(mode=0o700)
+            created.append(directory)
+        probe = path / f".acmecerts-probe-{os.getpid()}-{secrets.token_hex(4)}"
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename and Path(exc.filename) != path else ""
+        return f"{where}{exc.strerror or exc}"
+    finally:
+        for directory in reversed(created):
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+    return None
 
 
 def check_webroot(root: Path, *, option: str = "--webroot") -> Path:

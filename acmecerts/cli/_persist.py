@@ -15,7 +15,7 @@ from ._args import CommonArgs
 from ._ca import open_client, plan_ca
 from ._constants import ExitCode
 from ._interrupt import run_interruptible
-from ._report import Report, run_guarded
+from ._report import Report, iso, run_guarded
 
 __all__ = ["parse_persist_until", "run_dns_persist_records"]
 
@@ -78,7 +78,7 @@ def run_dns_persist_records(
                     "status": "ok",
                     "account": account_url,
                     "issuer": chosen,
-                    "persist_until": until.isoformat() if until else None,
+                    "persist_until": iso(until),
                     "records": records,
                 }
             )

@@ -124,12 +124,23 @@ def problem_json(problem: AcmeProblem | None) -> dict[str, Any] | None:
     return {"type": problem.type, "detail": problem.detail, "status": problem.status_code}
 
 
+def _whole_second(instant: _dt.datetime) -> _dt.datetime:
+    """``instant`` in UTC rounded **up** to the second: a "not before" is never shown
+    earlier than it is (the library's messages round the same way)."""
+    instant = instant.astimezone(_dt.UTC)
+    if instant.microsecond:
+        instant = instant.replace(microsecond=0) + _dt.timedelta(seconds=1)
+    return instant
+
+
 def iso(instant: _dt.datetime | None) -> str | None:
-    return None if instant is None else instant.isoformat()
+    """An instant in ``--json``: ISO 8601 in UTC, to the second (rounded up)."""
+    return None if instant is None else _whole_second(instant).isoformat()
 
 
 def when(instant: _dt.datetime) -> str:
-    return f"{instant.astimezone(_dt.UTC):%Y-%m-%d %H:%M:%S} UTC"
+    """An instant for people: ``2026-12-02 01:02:03 UTC`` (rounded up to the second)."""
+    return f"{_whole_second(instant):%Y-%m-%d %H:%M:%S} UTC"
 
 
 # -- logging --------------------------------------------------------------------------------
@@ -235,7 +246,7 @@ def guarded(report: Report, work: Callable[[], int]) -> int:
                 ExitCode.DEFERRED, str(exc), problem_of(exc.error), until=iso(exc.until)
             )
         if isinstance(exc, RateLimitDeferred):
-            until = exc.retry_after.isoformat() if exc.retry_after else None
+            until = iso(exc.retry_after)
             return report.error(ExitCode.DEFERRED, str(exc), until=until)
         if isinstance(exc, AcmeCertsError):
             return report.error(ExitCode.FAILED, str(exc), problem_of(exc))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as _dt
+from pathlib import Path
 from typing import Any
 
 from rich.table import Table
@@ -17,9 +18,11 @@ from acmecerts.protocol.ari import decide_renewal
 from acmecerts.retry import AttemptState
 
 from ._args import AccountArgs, CommonArgs
+from ._batch import CERTIFICATE_FIELDS
 from ._ca import CaPlan
 from ._check import DEFAULT_GRACE, check_certificates, parse_at, parse_grace, print_check
 from ._constants import ExitCode
+from ._export import exported_paths
 from ._firstcontact import resolve_directory
 from ._interrupt import run_interruptible
 from ._natural import natural_key
@@ -170,7 +173,7 @@ async def _certificate_status(
     if client is not None:
         try:
             renewal_info = await client.renewal_info(stored.chain.leaf)
-            window = [renewal_info.window_start.isoformat(), renewal_info.window_end.isoformat()]
+            window = [iso(renewal_info.window_start), iso(renewal_info.window_end)]
         except AcmeCertsError as exc:
             log.warning("%s: no renewal window from the CA (%s)", stored.name, exc)
     decision = decide_renewal(
@@ -187,25 +190,35 @@ async def _certificate_status(
     else:
         state_text = "valid"
     return {
+        **dict.fromkeys(CERTIFICATE_FIELDS),
         "name": stored.name,
         "names": list(info.names),
         "status": state_text,
         "serial": info.serial,
-        "not_before": info.not_before.isoformat(),
-        "not_after": info.not_after.isoformat(),
-        "next_renewal": decision.renew_at.isoformat(),
+        "not_before": iso(info.not_before),
+        "not_after": iso(info.not_after),
+        "renewal_at": iso(decision.renew_at),
         "renewal_source": decision.source,
         "renewal_window": window,
         # the CA's word on why (RFC 9773 explanationURL): a mass revocation names its notice
         "renewal_explanation": (
             renewal_info.info.explanation_url if renewal_info is not None else None
         ),
-        "deferred_until": iso(deferred),
-        "last_error": attempt.last_error if attempt is not None else None,
+        "until": iso(deferred),
+        "error": attempt.last_error if attempt is not None else None,
         "key_type": stored.key_type.value if stored.key_type is not None else None,
-        "files": record.out if record is not None else None,
+        "files": _files_json(record),
         "challenge": _challenge_json(record),
     }
+
+
+def _files_json(record: CertificateRecord | None) -> dict[str, str] | None:
+    """Where the certificate's files are written (by kind), as ``issue`` and ``renew`` say."""
+    if record is None or record.out is None:
+        return None
+    layout = record.out_layout or "plain"
+    paths = exported_paths(Path(record.out), layout=layout, name=record.name)
+    return {kind: str(path) for kind, path in paths.items()}
 
 
 def _deferred_until(attempt: AttemptState | None, now: _dt.datetime) -> _dt.datetime | None:
@@ -246,23 +259,14 @@ def _not_issued(
 ) -> dict[str, Any]:
     """The entry of a certificate with none stored: the fields of one are ``null``."""
     return {
+        **dict.fromkeys(CERTIFICATE_FIELDS),
         "name": record.name,
         "names": list(record.identifiers),
         "status": status,
-        **dict.fromkeys(
-            (
-                "serial",
-                "not_before",
-                "not_after",
-                "next_renewal",
-                "renewal_source",
-                "renewal_window",
-            )
-        ),
-        "deferred_until": iso(until),
-        "last_error": last_error,
+        "until": iso(until),
+        "error": last_error,
         "key_type": record.key_type,
-        "files": record.out,
+        "files": _files_json(record),
         "challenge": _challenge_json(record),
     }
 
@@ -297,20 +301,20 @@ def _print_ca(report: Report, section: dict[str, Any], certificates: list[dict[s
             notes = []
             if len(cert["names"]) > 1:
                 notes.append(f"+{len(cert['names']) - 1} names")
-            if cert["deferred_until"]:
-                until = _dt.datetime.fromisoformat(cert["deferred_until"])
+            if cert["until"]:
+                until = _dt.datetime.fromisoformat(cert["until"])
                 notes.append(f"deferred until {when(until)}")
             if cert.get("renewal_explanation"):
                 notes.append(f"the CA explains: {cert['renewal_explanation']}")
-            if cert["last_error"]:
-                notes.append(f"last error: {cert['last_error']}")
+            if cert["error"]:
+                notes.append(f"last error: {cert['error']}")
             style = {"valid": "green", "due": "yellow", "pending": "yellow"}.get(
                 cert["status"], "red"
             )
             expires = renewal = "-"
             if cert["not_after"] is not None:
                 expires = f"{_dt.datetime.fromisoformat(cert['not_after']):%Y-%m-%d}"
-                renewal = f"{_dt.datetime.fromisoformat(cert['next_renewal']):%Y-%m-%d}"
+                renewal = f"{_dt.datetime.fromisoformat(cert['renewal_at']):%Y-%m-%d}"
                 renewal += " (ARI)" if cert["renewal_source"] == "ari" else ""
             table.add_row(
                 cert["name"], Text(cert["status"], style=style), expires, renewal, "; ".join(notes)

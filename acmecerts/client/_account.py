@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
-from acmecerts._time import Again, Backoff, Clock, poll_until
+from acmecerts._time import Again, Backoff, Clock, poll_until, show_instant
 from acmecerts.errors import (
     AccountDoesNotExist,
     AcmeCertsError,
@@ -223,7 +223,7 @@ class _AccountRequests:
         try:
             account = await self.find_account()
         except AccountDoesNotExist:
-            when = refusal.not_before.isoformat() if refusal.not_before else "later"
+            when = show_instant(refusal.not_before) if refusal.not_before else "later"
             raise RateLimitDeferred(
                 f"newAccount deferred to {when}: a new account would exceed "
                 f"{refusal.limit} for {refusal.scope_key} and this key has no account at the "

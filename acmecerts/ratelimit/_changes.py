@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import NotRequired, Required, TypedDict, TypeVar
 
-from acmecerts._time import retry_after_from_detail
+from acmecerts._time import retry_after_from_detail, show_instant
 from acmecerts.errors import (
     AcmeCertsError,
     AcmeProblem,
@@ -259,7 +259,7 @@ def deferred(decision: Decision, request: OrderRequest) -> RateLimitDeferred:
     """The error for an order the ledger refused (nothing was sent)."""
     idents = request.identifiers
     names = ", ".join(i.value for i in idents)
-    when = decision.not_before.isoformat() if decision.not_before else "later"
+    when = show_instant(decision.not_before) if decision.not_before else "later"
     return RateLimitDeferred(
         f"order for {names} deferred to {when}: it would exceed {decision.limit} "
         f"for {decision.scope_key} (nothing was sent)",

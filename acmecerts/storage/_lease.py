@@ -36,7 +36,7 @@ from typing import Protocol
 import anyio
 import anyio.abc
 
-from acmecerts._time import Again, Backoff, Clock, duration_seconds, poll_until
+from acmecerts._time import Again, Backoff, Clock, duration_seconds, poll_until, show_instant
 from acmecerts.errors import StorageError
 from acmecerts.storage._base import LockTimeout
 from acmecerts.storage.keys import validate_key
@@ -76,7 +76,7 @@ class LeaseRecord:
     def describe(self) -> str:
         """Who holds the lock and until when, for messages."""
         where = f" (pid {self.pid} on {self.host})" if self.host else ""
-        until = self.expires_at.isoformat() if self.expires_at is not None else "?"
+        until = show_instant(self.expires_at) if self.expires_at is not None else "?"
         return f"{self.holder}{where} until {until}"
 
 
@@ -383,7 +383,7 @@ class LeaseLocks:
             if not quiet:
                 raise StorageError(
                     f"cannot release lock {held.name!r} (it expires on its own at "
-                    f"{held.expires_at.isoformat()}): {exc}",
+                    f"{show_instant(held.expires_at)}): {exc}",
                     path=self._backend.where(held.name),
                 ) from exc
             log.warning("cannot release lock %r: %s", held.name, exc)

@@ -57,6 +57,7 @@ from acmecerts.transport._policy import (
     BoundUrlPolicy,
     UrlPolicy,
     connect_error,
+    retry_reporter,
     ssl_context,
     warn_if_tls_unverified,
 )
@@ -420,8 +421,9 @@ class AcmeTransport(Observable):
             raise connect_error(url, exc) from exc
 
     async def _with_retry(self, attempt: Callable[[], Any], *, idempotent: bool) -> AcmeResponse:
+        report = retry_reporter(self.retry.max_attempts)  # a failed connection, at once
         result: AcmeResponse = await retry_request(
-            attempt, policy=self.retry, clock=self.clock, idempotent=idempotent
+            attempt, policy=self.retry, clock=self.clock, idempotent=idempotent, on_retry=report
         )
         return result
 

@@ -24,13 +24,21 @@ from __future__ import annotations
 import contextlib
 import logging
 import ssl
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
 
 import httpx
 
-from acmecerts.errors import ConnectError, ErrorKind, InvalidInput, UnsafeUrl
+from acmecerts.errors import (
+    AcmeCertsError,
+    BadNonce,
+    ConnectError,
+    ErrorKind,
+    InvalidInput,
+    RequestTimeout,
+    UnsafeUrl,
+)
 
 __all__ = [
     "BoundUrlPolicy",
@@ -272,6 +280,28 @@ def trust_hint(hint: str) -> Iterator[None]:
         yield
     finally:
         _TRUST_HINT.reset(token)
+
+
+def retry_reporter(max_attempts: int) -> Callable[[int, AcmeCertsError, float], None]:
+    """An ``on_retry`` for :func:`~acmecerts.retry.retry_request` that logs, at once, a
+    connection that failed (a warning naming the address) and what happens next."""
+    failures = 0
+
+    def on_retry(calls: int, error: AcmeCertsError, delay: float) -> None:
+        nonlocal failures
+        if isinstance(error, BadNonce):
+            return
+        failures += 1
+        if isinstance(error, ConnectError | RequestTimeout) and not error.reached_ca:
+            log.warning(
+                "%s; trying again in %.1f s (attempt %d of %d; then it gives up)",
+                error,
+                delay,
+                failures + 1,
+                max_attempts,
+            )
+
+    return on_retry
 
 
 def connect_error(url: str, exc: BaseException) -> ConnectError:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final
 
 import anyio
 
-from acmecerts._time import Clock, SystemClock, duration_seconds
+from acmecerts._time import Clock, SystemClock, duration_seconds, show_instant
 from acmecerts.errors import InvalidInput
 from acmecerts.protocol.challenges import (
     DNS_PERSIST_01,
@@ -263,7 +263,7 @@ def _why_not(
         return f"{value!r} names another account"
     if wildcard and not record.wildcard:
         return f"{value!r} lacks policy=wildcard"
-    until = record.persist_until.isoformat() if record.persist_until else "?"
+    until = show_instant(record.persist_until) if record.persist_until else "?"
     return f"{value!r} ended at its persistUntil {until}"
 
 
