@@ -29,6 +29,7 @@ from acmecerts.manager import (
     CertificateObtained,
     CertificateObtaining,
     CertificateReplacementRequested,
+    CertificateReplacesRefused,
 )
 from acmecerts.metrics import PrometheusMetrics
 from acmecerts.protocol.ari import cert_id
@@ -145,11 +146,28 @@ async def test_windows_moved_into_the_past_replace_every_certificate_at_once(
         == COUNT
     )
 
-    # all 50 renewed with replaces naming the certificate each one replaces
+    # all 50 renewed with replaces naming the certificate each one replaces. Pebble 2.10
+    # now and then answers a replaces with 500 "could not find an order for the given
+    # certificate" (seen once in a fresh-clone CI run, for 1 of 50): the client then falls
+    # back to one order without it, announced as CertificateReplacesRefused
     orders = proxy.requests_to("/order-plz", "POST")
-    assert len(orders) == COUNT
-    by_name = {r.payload["identifiers"][0]["value"]: r.payload.get("replaces") for r in orders}
-    assert by_name == {n: cert_id(first[n].chain.leaf) for n in names}
+    accepted = [r for r in orders if r.status == 201]
+    refused = [r for r in orders if r.status is not None and r.status >= 400]
+    assert len(accepted) == COUNT
+    assert len(accepted) + len(refused) == len(orders)
+    refused_names = [r.payload["identifiers"][0]["value"] for r in refused]
+    assert len(refused_names) == len(set(refused_names)) <= 2, refused_names
+    for r in refused:
+        assert r.status == 500, r.response_body
+        assert r.payload["replaces"] == cert_id(
+            first[r.payload["identifiers"][0]["value"]].chain.leaf
+        )
+    refusals = [e.name for e in events if isinstance(e, CertificateReplacesRefused)]
+    assert sorted(refusals) == sorted(refused_names)
+    by_name = {r.payload["identifiers"][0]["value"]: r.payload.get("replaces") for r in accepted}
+    assert by_name == {
+        n: None if n in refused_names else cert_id(first[n].chain.leaf) for n in names
+    }
     assert all(renewed[n].serial != first[n].serial for n in names)
 
     # started after every certificate was re-checked, highest priority first
@@ -162,7 +180,7 @@ async def test_windows_moved_into_the_past_replace_every_certificate_at_once(
 
     # within the throttle: the k-th newOrder no earlier than the bucket allows
     assert throttle is not None
-    assert len(new_order_grants) == COUNT
+    assert len(new_order_grants) == len(orders)
     t0 = new_order_grants[0]
     interval = 1 / NEW_ORDER_RATE
     for k, granted in enumerate(new_order_grants):
