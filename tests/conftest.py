@@ -89,16 +89,18 @@ def anyio_backend() -> str:
 
 @pytest.fixture(scope="session")
 def pebble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PebbleServer]:
-    """Pebble 2.10 shared by the session: three profiles, Retry-After 1 s on busy polls
-    (as Let's Encrypt sends them), no VA sleeps, no nonce rejection."""
+    """Pebble 2.10 shared by the session: three profiles, no VA sleeps, no nonce rejection.
+
+    No ``retryAfter``: many tests share a FakeClock between the client and the manager's
+    background tasks, and a Retry-After slept on it let those tasks move fake time past
+    the attempt deadline while Pebble worked in real time (a retention test failed 1 run
+    in 5). The polling tests start their own Pebble with ``retry_after_*`` set."""
     _require_pebble("2.10")
     server = PebbleServer(
         tmp_path_factory.mktemp("pebble"),
         va_nosleep=True,
         nonce_reject_percent=0,
         release="2.10",
-        retry_after_authz=1,
-        retry_after_order=1,
     )
     server.start()
     try:
