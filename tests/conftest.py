@@ -8,7 +8,9 @@
   each test that uses it, :func:`_session_pebble_answers` checks that it still answers a
   ``newOrder`` and replaces it when it does not: Pebble 2.4 can deadlock (an
   authorization deactivated while its validation is in flight, heavy concurrency), and
-  one stuck server must not fail every test after the one that broke it.
+  one stuck server must not fail every test after the one that broke it. Pebble 2.10
+  deadlocks too (see :func:`pytest_runtest_teardown`), so the session Pebbles are also
+  recycled, empty, between test modules.
 * ``pebble_2_4``: the compatibility CA for the session, Debian bookworm's Pebble 2.4 (no
   profiles, no ARI, no ``Retry-After``): a small set of tests keeps running against it.
 * ``pebble_factory``: ``pebble_factory(**kwargs)`` starts a dedicated server with the given
@@ -103,6 +105,7 @@ def pebble(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PebbleServer]:
         release="2.10",
     )
     server.start()
+    _SESSION_PEBBLES["pebble"] = server
     try:
         yield server
     finally:
@@ -120,10 +123,52 @@ def pebble_2_4(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PebbleServe
         release="2.4",
     )
     server.start()
+    _SESSION_PEBBLES["pebble_2_4"] = server
     try:
         yield server
     finally:
         server.stop()
+
+
+#: The session Pebbles started so far, by fixture name.
+_SESSION_PEBBLES: dict[str, PebbleServer] = {}
+
+#: The session Pebbles that served a test since they were last (re)started.
+_USED_SINCE_START: set[str] = set()
+
+
+@pytest.fixture(autouse=True)
+def _note_session_pebbles_used(request: pytest.FixtureRequest) -> None:
+    """Remember which session Pebbles this test (or its module's fixtures) reached."""
+    _USED_SINCE_START.update(name for name in _SESSION_PEBBLES if name in request.fixturenames)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Restart the session Pebbles a module used, empty, once that module is done.
+
+    Pebble's in-memory store keeps every account, order and authorization, and a
+    ``newOrder`` walks all authorizations under the store's read lock
+    (``FindValidAuthorization``), taking each one's lock in turn. The authorization handler
+    holds an authorization's lock while it looks the account up under the store's read
+    lock; with a writer (another ``newOrder``) queued between the two, Go's RWMutex lets
+    none of them on: Pebble deadlocks (2.4 and 2.10 alike, letsencrypt/pebble's
+    db/memorystore.go and wfe.go). The longer the walk, the wider that window: over a
+    whole session the store grew to thousands of orders and a parallel test hung one CI
+    run in 3. A restart between modules (about 0.2 s) keeps the store small. Module
+    fixtures built on a session Pebble are torn down before this runs, and tests read
+    its URLs from the same :class:`PebbleServer` object, so nothing holds the old ports.
+    """
+    result = yield
+    if nextitem is None or nextitem.module is item.module:
+        return result
+    for name in sorted(_USED_SINCE_START):
+        server = _SESSION_PEBBLES[name]
+        if server.pids:
+            server.stop()
+            server.start()
+    _USED_SINCE_START.clear()
+    return result
 
 
 _PROBE = PebbleProbe()
