@@ -1,4 +1,9 @@
-"""``acmecerts account show|create|rollover|deactivate``."""
+"""``acmecerts account show|create|rollover|deactivate``.
+
+Each finds its CA in the state directory as ``delete`` and ``revoke`` do
+(:func:`account_ca`): no ``--directory`` or ``--ca-bundle`` is needed for the account of
+the only CA that has one.
+"""
 
 from __future__ import annotations
 
@@ -16,14 +21,14 @@ from acmecerts.protocol.keys import AccountKey, KeyType
 from acmecerts.protocol.resources import Account
 
 from ._args import AccountArgs, CommonArgs
-from ._ca import CaPlan, open_client, plan_ca
+from ._ca import CaPlan, open_client
 from ._constants import ExitCode
 from ._findca import StateCas, ambiguous, state_cas
 from ._interrupt import run_interruptible
 from ._report import Report, run_guarded
 from ._state import State
 
-__all__ = ["run_account"]
+__all__ = ["account_ca", "run_account"]
 
 
 def _account_json(account: Account, key: AccountKey, state: State) -> dict[str, Any]:
@@ -50,11 +55,7 @@ def run_account(
 
     def work(report: Report) -> int:
         kind = KeyType.parse(key_type)
-        if action == "show":  # the account of the state directory's CA (see _findca)
-            cas = state_cas(common, account, json_mode=report.json_mode)
-            ca = run_interruptible(lambda: _account_ca(cas), json_mode=report.json_mode)
-        else:
-            ca = plan_ca(common, account)
+        ca = account_ca(common, account, json_mode=report.json_mode, create=action == "create")
         state = ca.state
         if action == "deactivate" and not confirmed:
             if not (sys.stdin.isatty() and report.out.is_terminal) or report.json_mode:
@@ -116,19 +117,43 @@ def run_account(
     return run_guarded(common, work)
 
 
-async def _account_ca(cas: StateCas) -> CaPlan:
-    """The CA whose account to show: ``--directory``'s, else the only CA with one."""
+def account_ca(
+    common: CommonArgs, account: AccountArgs | None, *, json_mode: bool, create: bool = False
+) -> CaPlan:
+    """The CA an ``account`` command acts on, found as ``delete`` and ``revoke`` find theirs
+    (:mod:`._findca`): ``--directory``'s (with its stored ``--ca-bundle``), else the only
+    CA of the state directory with an account; several: :class:`InvalidInput` naming them.
+
+    ``create``: a state directory with no CA is no error (``--directory``, else Let's
+    Encrypt's), nor one CA without an account (the account is registered again there).
+    """
+    cas = state_cas(common, account, json_mode=json_mode, empty_ok=create)
     if cas.chosen:
         return cas.plans[0]
+    if not cas.plans:
+        return cas.default
+    return run_interruptible(lambda: _account_ca(cas, create=create), json_mode=json_mode)
+
+
+async def _account_ca(cas: StateCas, *, create: bool) -> CaPlan:
+    """The only CA of ``cas`` with an account (``create``: or the only CA)."""
     found = [ca for ca in cas.plans if await ca.state.load_account_key() is not None]
     if len(found) > 1:
         raise ambiguous("an account", cas.root, found)
-    if not found:
+    if found:
+        return found[0]
+    if create and len(cas.plans) == 1:
+        return cas.plans[0]
+    if create:
+        listed = ", ".join(plan.directory for plan in cas.plans)
         raise InvalidInput(
-            f"no account in {cas.root}: create one with `acmecerts account create` "
-            "(issuing a certificate creates one too)"
+            f"{cas.root} holds several CAs and no account: {listed}; give --directory URL "
+            "to choose one (nothing was sent)"
         )
-    return found[0]
+    raise InvalidInput(
+        f"no account in {cas.root}: create one with `acmecerts account create` "
+        "(issuing a certificate creates one too)"
+    )
 
 
 async def _existing_or_register(client: AcmeClient) -> Account:

@@ -60,6 +60,12 @@ def _outcome_json(outcome: Outcome) -> dict[str, Any]:
     job = outcome.job
     cert = outcome.certificate
     trouble = outcome.status in ("failed", "deferred", "cancelled")
+    if job.dry_run:  # its files were written to a scratch directory, removed since
+        real = dataclasses.replace(job, dry_run=False)
+        return {
+            **_outcome_json(dataclasses.replace(outcome, job=real, files=None)),
+            "dry_run": True,
+        }
     return {
         "name": job.name,
         "status": outcome.status,

@@ -12,13 +12,13 @@ import dataclasses
 import datetime as _dt
 import math
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 
-from acmecerts import Clock, SystemClock
+from acmecerts import Clock, IssuedCertificate, SystemClock
 from acmecerts.client import AcmeClient, ExternalAccountBinding
 from acmecerts.errors import (
     AccountDoesNotExist,
@@ -27,6 +27,7 @@ from acmecerts.errors import (
     InvalidInput,
     RateLimitDeferred,
 )
+from acmecerts.protocol.identifiers import Identifier
 from acmecerts.protocol.keys import AccountKey, KeyType
 from acmecerts.ratelimit import LETS_ENCRYPT as LETS_ENCRYPT_LIMITS
 from acmecerts.ratelimit import NO_LIMITS, RateLimitModel, model_for_directory
@@ -70,6 +71,18 @@ class CaPlan:
     agree_tos: bool = False
     #: A question may be asked on the terminal (terms of service).
     prompt: bool = False
+    #: ``renew --dry-run``'s run (:mod:`._dryrenew`): orders never send ``replaces``.
+    dry_run: bool = False
+
+
+class _DryRunClient(TrackingClient):
+    """The client of a dry run: it orders without ``replaces`` (RFC 9773 §5), whatever the
+    manager asks; a renewal it made would count at the CA as the certificate's replacement."""
+
+    async def issue(self, names: Iterable[str | Identifier], **kwargs: Any) -> IssuedCertificate:
+        """:meth:`AcmeClient.issue` without ``replaces``."""
+        kwargs["replaces"] = None
+        return await super().issue(names, **kwargs)
 
 
 def _contacts(emails: Sequence[str]) -> tuple[str, ...]:
@@ -163,7 +176,7 @@ async def open_client(
         )
     # Read without a key too: a corrupt account.json stops the command before any request.
     url = await state.load_account_url(key)
-    client = TrackingClient(
+    client = (_DryRunClient if ca.dry_run else TrackingClient)(
         ca.directory,
         account_key=key,  # None: a throwaway key until the terms are agreed to
         account_url=url if key is not None else None,

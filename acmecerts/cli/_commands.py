@@ -16,7 +16,7 @@ from typing import Annotated, Final
 import typer
 
 from ._args import AccountArgs, BatchArgs, ChallengeOptions, CommonArgs, HookArgs
-from ._flag_options import Csr, DryRun, RenewCertName, ReuseKey
+from ._flag_options import Csr, DryRun, RenewCertName, RenewDryRun, ReuseKey
 from ._groups import CHALLENGE, shared
 from ._import_options import CertbotDir, ImportAccount, ImportOut, OutLayout
 from ._monitor_options import At, Check, CheckGrace
@@ -155,6 +155,7 @@ def renew_command(
     ] = None,
     force: RenewForce = False,
     cert_name: RenewCertName = None,
+    dry_run: RenewDryRun = False,
     *,
     batch: BatchArgs,
     random_delay: RandomDelay = 0.0,
@@ -188,6 +189,7 @@ def renew_command(
         random_delay=random_delay,
         hooks=hooks,
         challenge_given=_given(ctx, _RENEW_CHALLENGE_OPTIONS),
+        dry_run=dry_run,
     )
     raise typer.Exit(run_renew(args, common, account, challenge_options))
 

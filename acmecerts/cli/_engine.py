@@ -294,6 +294,8 @@ class Job:
     #: The CA's directory URL (shown in ``--json``); ``--out-layout`` (plain, certbot).
     directory: str | None = None
     out_layout: str = "plain"
+    #: A dry run's (``renew --dry-run``): marked so in ``--json``, its files not listed.
+    dry_run: bool = False
 
     @property
     def name(self) -> str:

@@ -8,7 +8,7 @@ from typing import Annotated
 
 from ._options import Panel, opt
 
-__all__ = ["Csr", "DryRun", "RenewCertName", "ReuseKey"]
+__all__ = ["Csr", "DryRun", "RenewCertName", "RenewDryRun", "ReuseKey"]
 
 RenewCertName = Annotated[
     list[str] | None,
@@ -51,5 +51,16 @@ DryRun = Annotated[
         help="Go through the whole issuance, at the CA's staging directory where it has "
         "one (Let's Encrypt's production: its staging), elsewhere at the same CA; nothing "
         "is saved or exported (state directory and --out untouched), no deploy-hook runs.",
+    ),
+]
+RenewDryRun = Annotated[
+    bool,
+    opt(
+        "dry-run",
+        panel=Panel.ISSUING,
+        help="Renew the certificates that are due (those named, or all with --force) "
+        "at each CA's staging directory where it has one (Let's Encrypt's production: its "
+        "staging), elsewhere at the same CA, without replaces; nothing is saved, exported "
+        "or journaled (state directory and files untouched), no deploy-hook runs.",
     ),
 ]

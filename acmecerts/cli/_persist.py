@@ -11,8 +11,9 @@ from acmecerts.errors import InvalidInput
 from acmecerts.protocol.challenges import dns_persist01_record_name, dns_persist01_txt_value
 from acmecerts.protocol.identifiers import parse_identifier
 
+from ._account import account_ca
 from ._args import CommonArgs
-from ._ca import open_client, plan_ca
+from ._ca import open_client
 from ._constants import ExitCode
 from ._interrupt import run_interruptible
 from ._report import Report, iso, run_guarded
@@ -47,7 +48,7 @@ def run_dns_persist_records(
             if ident.type != "dns":
                 raise InvalidInput(f"{ident.value}: dns-persist-01 validates DNS names only")
         until = parse_persist_until(persist_until) if persist_until is not None else None
-        ca = plan_ca(common, None)
+        ca = account_ca(common, None, json_mode=report.json_mode)  # as `account show`
 
         async def main() -> tuple[str, str, list[dict[str, Any]]]:
             async with open_client(ca, create=False) as client:

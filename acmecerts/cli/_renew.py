@@ -96,6 +96,10 @@ class RenewArgs:
     #: :data:`~acmecerts.cli._solvers.OVERRIDABLE`): they replace the stored ones for
     #: this run.
     challenge_given: frozenset[str] = frozenset()
+    #: ``--dry-run`` (:mod:`._dryrenew`); ``rehearsal``: this is the dry run's own run,
+    #: in its scratch state (entries marked, no ``replaces`` sent).
+    dry_run: bool = False
+    rehearsal: bool = False
 
 
 def ca_dirs(root: Path, *, first_cut_ok: bool = False) -> list[str]:
@@ -313,6 +317,7 @@ def _jobs(
             directory=ca.directory,
             webroot=options.webroot,
             out_layout=record.out_layout if record and record.out_layout else "plain",
+            dry_run=args.rehearsal,
         )
         jobs.append((job, options, stored_settings))
     return jobs
@@ -360,6 +365,10 @@ def run_renew(
     args: RenewArgs, given: CommonArgs, account: AccountArgs, challenge: ChallengeOptions
 ) -> int:
     """Run ``acmecerts renew``; return the exit code."""
+    if args.dry_run:
+        from ._dryrenew import run_renew_dry
+
+        return run_renew_dry(args, given, account, challenge, run_renew)
 
     def work(report: Report) -> int:
         directory = resolve_directory(given.directory, staging=given.staging)
@@ -375,6 +384,8 @@ def run_renew(
             max_wait=args.batch.max_wait,
             json_mode=report.json_mode,
         )
+        if args.rehearsal:  # never `replaces` (see _dryrenew)
+            cas = [dataclasses.replace(ca, dry_run=True) for ca in cas]
 
         async def load() -> list[tuple[CaPlan, _Known]]:
             loaded = [(ca, await ca.state.known_certificates()) for ca in cas]
@@ -483,13 +494,15 @@ def run_renew(
 
         def finish(outcomes: list[Outcome]) -> int:
             extra: dict[str, object] = {"random_delay": round(delay, 3)}
+            if args.rehearsal:
+                extra["dry_run"] = True
             if problems:
                 extra["errors"] = problems
             every = sorted([*refused, *outcomes], key=lambda o: position[_place(o.job)])
             code = batch_result(
                 report,
                 every,
-                verb="Checked",
+                verb="Dry run: checked" if args.rehearsal else "Checked",
                 runner=runner,
                 failed=bool(problems),
                 quiet=args.quiet,
