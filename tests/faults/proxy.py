@@ -411,6 +411,10 @@ class FaultProxy:
     or ``/dir`` when it has none. ``certfile``/``keyfile`` are the proxy's own TLS
     certificate chain and key (for ``127.0.0.1``); ``upstream_ca`` the CA bundle that verifies
     the upstream (``None``: the system trust store). ``port`` 0 picks a free port.
+    ``upstream_connections`` caps the connections to the upstream (``None``: httpx's
+    default, 100): with 1, the upstream answers one request at a time, which a test of
+    heavy client concurrency needs against Pebble, whose store deadlocks under it (see
+    ``pytest_runtest_teardown`` in tests/conftest.py).
 
     Use as a context manager, or call :meth:`start` and :meth:`stop`.
     """
@@ -425,6 +429,7 @@ class FaultProxy:
         directory_path: str | None = None,
         host: str = "127.0.0.1",
         port: int = 0,
+        upstream_connections: int | None = None,
     ) -> None:
         parts = urllib.parse.urlsplit(upstream)
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -436,6 +441,11 @@ class FaultProxy:
         self._upstream_ca = None if upstream_ca is None else Path(upstream_ca)
         self._host = host
         self._requested_port = port
+        self._limits = (
+            httpx.Limits(max_connections=upstream_connections)
+            if upstream_connections is not None
+            else httpx.Limits(max_connections=100, max_keepalive_connections=20)
+        )
 
         self._lock = threading.Lock()
         self._rules: list[Rule] = []
@@ -613,7 +623,7 @@ class FaultProxy:
         else:
             client_ctx = ssl.create_default_context()
         async with httpx.AsyncClient(
-            verify=client_ctx, trust_env=False, timeout=_UPSTREAM_TIMEOUT
+            verify=client_ctx, trust_env=False, timeout=_UPSTREAM_TIMEOUT, limits=self._limits
         ) as client:
             self._client = client
             server = await asyncio.start_server(
@@ -1072,7 +1082,9 @@ def _raw_head(response: h11.Response) -> bytes:
     return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
-def make_proxy(pebble: PebbleServer, *, port: int = 0) -> FaultProxy:
+def make_proxy(
+    pebble: PebbleServer, *, port: int = 0, upstream_connections: int | None = None
+) -> FaultProxy:
     """A (not yet started) proxy in front of ``pebble``, with Pebble's TLS certificate."""
     return FaultProxy(
         pebble.directory_url,
@@ -1080,4 +1092,5 @@ def make_proxy(pebble: PebbleServer, *, port: int = 0) -> FaultProxy:
         keyfile=pebble.tls_key_path,
         upstream_ca=pebble.ca_bundle,
         port=port,
+        upstream_connections=upstream_connections,
     )
