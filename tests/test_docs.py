@@ -600,6 +600,13 @@ def test_not_run_markers_are_few_and_justified() -> None:
     # a marker must sit right before a block: count them in the raw text too
     markers = sum(not_run_markers(path) for path in FILES)
     assert markers == len(skipped), f"a not-run marker is not right before a block:\n{report}"
+    continued = [b for b in ALL_BLOCKS if b.continues]
+    found = sum(
+        # outside blocks and inline code (docs/contributing.md quotes the marker)
+        len(re.findall(r"(?<!`)<!--[ \t]*continues[ \t]*-->", _masked(path.read_text())))
+        for path in FILES
+    )
+    assert found == len(continued), "a <!-- continues --> marker is not right before a block"
 
 
 def test_every_block_has_a_known_language() -> None:
