@@ -2,20 +2,24 @@
 
 The convention, also described for writers in ``docs/contributing.md``:
 
-* **python** blocks run for real, in order, in one namespace per page (like a REPL
-  session): a later block may use what an earlier one defined. Top-level ``await`` is
-  allowed; all the awaiting blocks of a page share one event loop, so a server or client
-  started in one block is still running in the next. Blocks that talk to a CA talk to the
-  session's Pebble, because the source is rewritten before it runs (:data:`REWRITES`):
-  Let's Encrypt's directory URLs become Pebble's, ``port=80`` (and ``Http01Server()``)
-  the port where Pebble validates http-01 (on ``127.0.0.1``, not every address), and
-  absolute state paths (``/var/lib/...``, ``/etc/ssl/...``) paths under a temporary
-  directory, which is also the working directory. ``SSL_CERT_FILE`` names a bundle with
-  Pebble's HTTPS CA, so the client trusts Pebble without a ``ca_bundle=`` the reader
-  would not write. The names ``DIRECTORY``, ``CA_BUNDLE``, ``HTTP_PORT`` and
-  ``TLS_PORT`` are injected too.
-* ``<!-- invisible-code-block: python ... -->`` holds a python block that runs at its
-  place but is not shown (set-up a fragment needs: a ``clock``, an ``error``...).
+* **python** blocks run as a reader would run them: each is written to a file of its own
+  and run with ``python FILE`` (a subprocess), so top-level ``await`` or ``async with``
+  fails: wrap the code in ``async def main()`` and ``anyio.run(main)``. A block preceded
+  by ``<!-- continues -->`` builds on the python block before it: it is appended to that
+  block's file, and the file runs once, whole (the reader pastes both into one file).
+  Blocks that talk to a CA talk to the session's Pebble, because the source is rewritten
+  before it runs (:func:`rewrite`): Let's Encrypt's directory URLs become Pebble's,
+  ``port=80`` (and ``Http01Server()``) the port where Pebble validates http-01 (on
+  ``127.0.0.1``, not every address), and absolute state paths (``/var/lib/...``,
+  ``/etc/ssl/...``) paths under a temporary directory, which is the working directory of
+  every block of the page. ``SSL_CERT_FILE`` names a bundle with Pebble's HTTPS CA, so the
+  client trusts Pebble without a ``ca_bundle=`` the reader would not write; nothing else
+  is injected: a block defines or imports every name it uses.
+* ``<!-- invisible-code-block: python ... -->`` holds python that is not shown. After a
+  python block it is appended to that block's file (hidden checks: it runs after the
+  shown code, so the shown code cannot depend on it); elsewhere (first, or after another
+  kind of block) it runs in a file of its own (set-up for the shell blocks that follow,
+  such as a file they read).
 * **sh**/**console** blocks: every command runs. ``acmecerts ...`` runs the CLI as a
   subprocess against Pebble (``ACMECERTS_DIRECTORY``, ``ACMECERTS_CA_BUNDLE``,
   ``ACMECERTS_STATE_DIR`` set, ``--staging`` dropped: Pebble stands in for Let's
@@ -35,10 +39,7 @@ The convention, also described for writers in ``docs/contributing.md``:
 
 from __future__ import annotations
 
-import ast
-import asyncio
 import contextlib
-import inspect
 import json
 import os
 import re
@@ -92,6 +93,7 @@ _INVISIBLE = re.compile(
     re.MULTILINE | re.DOTALL,
 )
 _NOT_RUN = re.compile(r"<!--[ \t]*not-run:(?P<reason>[^\n]*?)-->[ \t]*\n(?:[ \t]*\n)*\Z")
+_CONTINUES = re.compile(r"<!--[ \t]*continues[ \t]*-->[ \t]*\n(?:[ \t]*\n)*\Z")
 _SNIPPET = re.compile(r'^--8<--[ \t]+"(?P<path>[^"]+)"[ \t]*$')
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 _REQUIREMENT = re.compile(r"(?:acmecerts|\.)(?:\[(?P<extras>[^\]]*)\])?(?:[<>=!~].*)?")
@@ -107,10 +109,12 @@ class Block:
     body: str
     invisible: bool = False
     not_run: str | None = None
+    continues: bool = False
 
     @property
     def where(self) -> str:
-        return f"{self.path.relative_to(ROOT)}:{self.line}"
+        path = self.path.relative_to(ROOT) if self.path.is_relative_to(ROOT) else self.path
+        return f"{path}:{self.line}"
 
 
 def _masked(text: str) -> str:
@@ -143,8 +147,10 @@ def blocks_of(path: Path) -> list[Block]:
         language = match["info"].strip().split(" ")[0].lower().lstrip(".")
         marker = _NOT_RUN.search(masked, 0, match.start())
         reason = marker["reason"].strip() if marker else None
+        continues = _CONTINUES.search(masked, 0, match.start()) is not None
         line = text.count("\n", 0, match.start()) + 1
-        found.append((match.start(), Block(path, line, language, body, not_run=reason)))
+        block = Block(path, line, language, body, not_run=reason, continues=continues)
+        found.append((match.start(), block))
     return [block for _, block in sorted(found, key=lambda item: item[0])]
 
 
@@ -187,37 +193,94 @@ def rewrite(source: str, target: Target) -> str:
     return source
 
 
-def injected(target: Target) -> dict[str, Any]:
-    """What every block of a page may use without importing or defining it."""
-    return {
-        "__name__": "__main__",
-        "DIRECTORY": target.directory,
-        "CA_BUNDLE": str(target.ca_bundle),
-        "HTTP_PORT": target.http_port,
-        "TLS_PORT": target.tls_port,
-    }
+def python_files(blocks: list[Block]) -> Iterator[list[Block]]:
+    """The python files of a page, in order, each as the blocks it is made of, interleaved
+    with the page's other blocks (each alone in its list), so that a python file runs
+    before the shell blocks that follow it.
 
-
-_FLAGS = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
-
-
-def run_python(block: Block, namespace: dict[str, Any], runner: asyncio.Runner, target: Target):
-    source = rewrite(block.body, target)
-    # line numbers in tracebacks point into the Markdown file
-    code = compile("\n" * (block.line) + source, str(block.path), "exec", flags=_FLAGS)
-    result = eval(code, namespace)  # the docs are our own code
-    if code.co_flags & inspect.CO_COROUTINE:
-        runner.run(result)
-
-
-async def _close_leftovers(namespace: dict[str, Any]) -> None:
-    """Close what a page left open (clients, solvers, stores), newest first."""
-    for value in reversed(list(namespace.values())):
-        if isinstance(value, type) or inspect.ismodule(value):
+    A python block starts a file; a block marked ``<!-- continues -->``, and an invisible
+    block after a python block, are appended to the file before them. A continuation with
+    no python block right before it (another kind of block in between, or none) fails.
+    """
+    current: list[Block] | None = None
+    for block in blocks:
+        if block.not_run is not None:
             continue
-        close = getattr(value, "aclose", None)
-        if close is not None and inspect.iscoroutinefunction(close):
-            await close()
+        if block.language in PYTHON:
+            if block.continues or (block.invisible and current is not None):
+                assert current is not None, (
+                    f"{block.where}: marked <!-- continues --> but no python block is right "
+                    "before it"
+                )
+                current.append(block)
+                continue
+            if current is not None:
+                yield current
+            current = [block]
+            continue
+        assert not block.continues, f"{block.where}: only a python block can continue one"
+        if current is not None:
+            yield current
+            current = None
+        yield [block]
+    if current is not None:
+        yield current
+
+
+def python_source(parts: list[Block], target: Target) -> str:
+    """The file the blocks make, rewritten for Pebble; each block's lines are at their line
+    in the Markdown file, so a traceback's line numbers point into the page."""
+    lines: list[str] = []
+    for part in parts:
+        lines.extend([""] * (part.line - len(lines)))
+        lines.extend(rewrite(part.body, target).splitlines())
+    return "\n".join(lines) + "\n"
+
+
+def check_runs_as_a_file(source: str, where: str) -> None:
+    """Fail with a clear message if ``source`` is not a valid program on its own, as top-level
+    ``await`` or ``async with`` is not (a REPL accepts them; ``python FILE`` does not)."""
+    try:
+        compile(source, where, "exec", dont_inherit=True)
+    except SyntaxError as error:
+        hint = ""
+        if "outside" in str(error.msg) and ("await" in error.msg or "async" in error.msg):
+            hint = (
+                " (top-level await: put the code in `async def main()` and end the block "
+                "with `anyio.run(main)`)"
+            )
+        pytest.fail(
+            f"{where}: line {error.lineno} is not valid in a file run with python: "
+            f"{error.msg}{hint}",
+            pytrace=False,
+        )
+
+
+def run_python(parts: list[Block], target: Target, env: dict[str, str]) -> float:
+    """Write the blocks to a file and run it with ``python FILE``; the seconds it took."""
+    first = parts[0]
+    where = first.where + "".join(f"+{part.line}" for part in parts[1:])
+    source = python_source(parts, target)
+    check_runs_as_a_file(source, where)
+    name = f"{first.path.stem}_{first.line}.py"
+    file = target.tmp.parent / "blocks" / name
+    file.parent.mkdir(exist_ok=True)
+    file.write_text(source, encoding="utf-8")
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, str(file)],
+        env=env,
+        cwd=target.tmp,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        check=False,
+    )
+    assert result.returncode == 0, (
+        f"{where}: `python {name}` exited {result.returncode} (line numbers are the page's)\n"
+        f"{result.stdout[-3000:]}\n{result.stderr[-5000:]}"
+    )
+    return time.monotonic() - started
 
 
 # -- running shell ----------------------------------------------------------------------------
@@ -402,45 +465,130 @@ def target(pebble: PebbleServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     return Target(pebble.directory_url, pebble.ca_bundle, pebble.http_port, pebble.tls_port, work)
 
 
-@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
-@pytest.mark.timeout(300)
-def test_code_blocks_run(path: Path, target: Target) -> None:
-    """Run (or check) every block of one page, in order, against Pebble."""
-    namespace = injected(target)
-    env = {
+def block_env(target: Target) -> dict[str, str]:
+    """The environment of the python files and commands a page runs: pointed at Pebble."""
+    return {
         **os.environ,
         "ACMECERTS_DIRECTORY": target.directory,
         "ACMECERTS_CA_BUNDLE": str(target.ca_bundle),
         "ACMECERTS_STATE_DIR": str(target.tmp / "state"),
     }
-    with asyncio.Runner() as runner:
+
+
+def run_page(path: Path, target: Target) -> list[tuple[str, float]]:
+    """Run (or check) every block of one page, in order; the python files' run times."""
+    env = block_env(target)
+    timings: list[tuple[str, float]] = []
+    for parts in python_files(blocks_of(path)):
+        block = parts[0]
+        if check_snippet(block):
+            continue
         try:
-            for block in blocks_of(path):
-                if block.not_run is not None:
-                    continue
-                if check_snippet(block):
-                    continue
-                try:
-                    if block.language in PYTHON:
-                        run_python(block, namespace, runner, target)
-                    elif block.language in SHELL:
-                        run_shell(block, target, env)
-                    elif block.language in PARSED:
-                        check_parsed(block)
-                    elif block.language in NOT_CODE:
-                        pass
-                    else:
-                        pytest.fail(
-                            f"{block.where}: a block needs a language the docs test knows "
-                            f"(python, sh, console, json, yaml, toml, text), not "
-                            f"{block.language!r}",
-                            pytrace=False,
-                        )
-                except Exception as exc:
-                    exc.add_note(f"in the {block.language} block at {block.where}")
-                    raise
-        finally:
-            runner.run(_close_leftovers(namespace))
+            if block.language in PYTHON:
+                timings.append((block.where, run_python(parts, target, env)))
+            elif block.language in SHELL:
+                run_shell(block, target, env)
+            elif block.language in PARSED:
+                check_parsed(block)
+            elif block.language in NOT_CODE:
+                pass
+            else:
+                pytest.fail(
+                    f"{block.where}: a block needs a language the docs test knows "
+                    f"(python, sh, console, json, yaml, toml, text), not {block.language!r}",
+                    pytrace=False,
+                )
+        except Exception as exc:
+            exc.add_note(f"in the {block.language} block at {block.where}")
+            raise
+    return timings
+
+
+@pytest.mark.parametrize("path", FILES, ids=[str(p.relative_to(ROOT)) for p in FILES])
+@pytest.mark.timeout(300)
+def test_code_blocks_run(path: Path, target: Target) -> None:
+    """Run (or check) every block of one page, in order, against Pebble: each python block
+    (with its continuations) as a file of its own, with ``python FILE``."""
+    for where, seconds in run_page(path, target):
+        print(f"{where}: {seconds:.2f} s")
+
+
+# -- the checker itself -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def offline(tmp_path: Path) -> Target:
+    """A target for pages that talk to no CA."""
+    work = tmp_path / "work"
+    work.mkdir()
+    return Target("https://ca.invalid/directory", tmp_path / "none.pem", 1, 1, work)
+
+
+def _page(tmp_path: Path, text: str) -> Path:
+    page = tmp_path / "page.md"
+    page.write_text(text, encoding="utf-8")
+    return page
+
+
+def test_a_block_with_top_level_await_fails(tmp_path: Path, offline: Target) -> None:
+    """What a REPL accepts but ``python FILE`` refuses is refused, with the way out."""
+    page = _page(
+        tmp_path,
+        "# A page\n\n```python\nimport anyio\n\nawait anyio.sleep(0)\n```\n",
+    )
+    with pytest.raises(pytest.fail.Exception, match=r"page.md:3: line 6 .*anyio.run\(main\)"):
+        run_page(page, offline)
+    page.write_text(
+        "```python\nimport anyio\n\nasync with anyio.create_task_group():\n    pass\n```\n"
+    )
+    with pytest.raises(pytest.fail.Exception, match="top-level await"):
+        run_page(page, offline)
+    # wrapped, the same code runs
+    page.write_text(
+        "```python\nimport anyio\n\n\nasync def main() -> None:\n"
+        "    await anyio.sleep(0)\n\n\nanyio.run(main)\n```\n"
+    )
+    [(where, _)] = run_page(page, offline)
+    assert where.endswith("page.md:1")
+
+
+def test_each_block_is_a_file_of_its_own(tmp_path: Path, offline: Target) -> None:
+    """A block sees nothing of the blocks before it, unless marked as a continuation; an
+    invisible block after a python block is appended to its file, so it can check it."""
+    first = "```python\nanswer = 42\n```\n\n"
+    page = _page(tmp_path, first + "```python\nassert answer == 42\n```\n")
+    with pytest.raises(AssertionError, match=r"(?s)page.md:5: .*NameError: name 'answer'"):
+        run_page(page, offline)
+    page.write_text(
+        first + "<!-- continues -->\n\n```python\nassert answer == 42\nprint('seen')\n```\n"
+        "\n<!-- invisible-code-block: python\nassert answer == 41\n-->\n"
+    )
+    with pytest.raises(AssertionError, match=r"(?s)page.md:1\+7\+12: .*line 13"):
+        run_page(page, offline)
+    page.write_text(first + "<!-- continues -->\n```python\nassert answer == 42\n```\n")
+    [(where, _)] = run_page(page, offline)
+    assert where.endswith("page.md:1")
+    # a continuation after another kind of block continues nothing
+    page.write_text(
+        first + "```json\n{}\n```\n\n<!-- continues -->\n```python\nprint(answer)\n```\n"
+    )
+    with pytest.raises(AssertionError, match="no python block is right before it"):
+        run_page(page, offline)
+
+
+def test_a_block_runs_with_the_environment_pointing_at_pebble(
+    tmp_path: Path, target: Target
+) -> None:
+    """The page's python files get Pebble's directory and bundle, and the rewrites."""
+    page = _page(
+        tmp_path,
+        "```python\nimport os\n\n"
+        'url = "https://acme-staging-v02.api.letsencrypt.org/directory"\n'
+        'assert url == os.environ["ACMECERTS_DIRECTORY"], url\n'
+        'assert os.environ["SSL_CERT_FILE"]\n```\n',
+    )
+    [(_, seconds)] = run_page(page, target)
+    assert seconds < 60
 
 
 def test_not_run_markers_are_few_and_justified() -> None:
@@ -452,6 +600,13 @@ def test_not_run_markers_are_few_and_justified() -> None:
     # a marker must sit right before a block: count them in the raw text too
     markers = sum(not_run_markers(path) for path in FILES)
     assert markers == len(skipped), f"a not-run marker is not right before a block:\n{report}"
+    continued = [b for b in ALL_BLOCKS if b.continues]
+    found = sum(
+        # outside blocks and inline code (docs/contributing.md quotes the marker)
+        len(re.findall(r"(?<!`)<!--[ \t]*continues[ \t]*-->", _masked(path.read_text())))
+        for path in FILES
+    )
+    assert found == len(continued), "a <!-- continues --> marker is not right before a block"
 
 
 def test_every_block_has_a_known_language() -> None:
@@ -567,19 +722,69 @@ def test_mkdocs_build_is_strict_and_clean(tmp_path: Path) -> None:
     assert "--key-type" in (tmp_path / "site" / "cli" / "index.html").read_text()
 
 
-def test_examples_point_at_staging_not_production() -> None:
-    """Code a reader copies (python and shell blocks, examples/) never defaults to production."""
-    production = "https://acme-v02.api.letsencrypt.org/directory"
+PRODUCTION = "https://acme-v02.api.letsencrypt.org/directory"
+#: ``acmecerts`` commands that take their CA from the command line (the others use the CA
+#: each certificate or account was stored with).
+_PICKS_A_CA = (["issue"], ["account", "create"])
+
+
+def production_defaults(blocks: list[Block], example_files: list[Path]) -> list[str]:
+    """Where code a reader copies would talk to Let's Encrypt production as written: the
+    production directory URL in a python, shell or config block or in a file of
+    ``examples/``, or an ``acmecerts issue``/``account create`` command with neither ``--staging``
+    nor ``--directory`` (the CLI's default CA is production)."""
     found = [
         b.where
-        for b in ALL_BLOCKS
-        if b.language in PYTHON | SHELL and not b.invisible and production in b.body
+        for b in blocks
+        if b.language in PYTHON | SHELL | {"yaml", "toml"}
+        and not b.invisible
+        and PRODUCTION in b.body
     ]
+    for block in blocks:
+        if block.language not in SHELL:
+            continue
+        exported = "ACMECERTS_DIRECTORY=" in block.body
+        for command in shell_commands(block.body):
+            picks = any(command[1 : 1 + len(c)] == c for c in _PICKS_A_CA)
+            if command[0] != "acmecerts" or not picks or exported:
+                continue
+            if not any(a == "--staging" or a.startswith("--directory") for a in command):
+                found.append(f"{block.where}: {shlex.join(command)} (add --staging)")
     found += [
-        str(p.relative_to(ROOT))
-        for p in sorted((ROOT / "examples").rglob("*"))
-        if p.is_file()
-        and p.suffix in {".py", ".sh", ".yaml", ".yml", ".toml", ".service", ".env"}
-        and production in p.read_text(encoding="utf-8", errors="replace")
+        str(p.relative_to(ROOT) if p.is_relative_to(ROOT) else p)
+        for p in example_files
+        if PRODUCTION in p.read_text(encoding="utf-8", errors="replace")
     ]
-    assert not found, f"production directory in examples (use staging or Pebble): {found}"
+    return found
+
+
+def test_examples_point_at_staging_not_production() -> None:
+    """Code a reader copies (blocks of the docs, examples/) never defaults to production."""
+    examples = sorted(p for p in (ROOT / "examples").rglob("*") if p.is_file())
+    found = production_defaults(ALL_BLOCKS, examples)
+    assert not found, "production by default in examples (use staging or Pebble):\n" + (
+        "\n".join(found)
+    )
+
+
+def test_the_production_scan_finds_production(tmp_path: Path) -> None:
+    """The scan is not vacuous: each way of defaulting to production is found."""
+    page = _page(
+        tmp_path,
+        f'```python\nAcmeClient("{PRODUCTION}")\n```\n\n'
+        f'```toml\ndirectory = "{PRODUCTION}"\n```\n\n'
+        "```sh\nacmecerts issue --out ./certs example.com\n"
+        "acmecerts issue --staging example.com\nacmecerts renew\n```\n\n"
+        "```sh\nexport ACMECERTS_DIRECTORY=https://ca.example/dir\nacmecerts issue x.example\n```\n"
+        f'```json\n{{"directory": "{PRODUCTION}"}}\n```\n',
+    )
+    example = tmp_path / "acmecerts.cron"
+    example.write_text(f"0 0 * * * root acmecerts renew --directory {PRODUCTION}\n")
+    found = production_defaults(blocks_of(page), [example])
+    where = str(page)
+    assert found == [
+        f"{where}:1",
+        f"{where}:5",
+        f"{where}:9: acmecerts issue --out ./certs example.com (add --staging)",
+        str(example),
+    ], found
