@@ -301,6 +301,16 @@ def retry_reporter(max_attempts: int) -> Callable[[int, AcmeCertsError, float], 
                 failures + 1,
                 max_attempts,
             )
+        else:  # the CA answered, or may have: a wait it asked for, or a backoff (-v)
+            why = "the CA's Retry-After" if error.retry_after is not None else "backoff"
+            log.info(
+                "%s; waiting %.1f s before trying again (%s; attempt %d of %d)",
+                error,
+                delay,
+                why,
+                failures + 1,
+                max_attempts,
+            )
 
     return on_retry
 
