@@ -34,6 +34,7 @@ from ._waits import RequestWatch
 
 __all__ = [
     "CERTIFICATE_FIELDS",
+    "CLEANED_UP",
     "RESULT_JSON_BASE",
     "batch_result",
     "report_hook_failures",
@@ -263,6 +264,14 @@ def _interrupted_lines(
     return lines
 
 
+#: Said after an interrupted run (the clean-up ran within its budget: a run it did not
+#: finish for exits on the spot, saying so, see acmecerts.cli._signals).
+CLEANED_UP = (
+    "Clean-up done: challenge responses removed, pending authorizations deactivated "
+    "(where the CA answered), state saved, locks released"
+)
+
+
 def run_batch(
     report: Report,
     certificates: Sequence[tuple[str, Sequence[str]]],
@@ -292,6 +301,7 @@ def run_batch(
             return report.error(code, message, **_interrupted_json(certificates, finished))
         for line in _interrupted_lines(certificates, finished):
             report.out.print(Text(line))
+        report.out.print(Text(CLEANED_UP))
         return report.error(code, message)
     return finish(outcomes)
 
