@@ -68,7 +68,7 @@ class Poll:
     url: str
     after: float
     #: Why ``after``: ``"poll interval"``, or ``"the CA's Retry-After"`` when it decided.
-    reason: str = "poll interval"
+    reason: str = dataclasses.field(default="poll interval", compare=False)
 
     def __str__(self) -> str:
         """``waiting 0.5 s before asking about the order URL again (poll interval)``."""
