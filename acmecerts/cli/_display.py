@@ -144,6 +144,8 @@ class LiveView(View):
         super().__init__(board)
         self.console = console
         self.title = title
+        #: What the CLI waits for right now (the CA's answer to a request), if anything.
+        self.waiting: Callable[[], str | None] | None = None
         self._live = Live(
             console=console,
             get_renderable=self._render,
@@ -154,8 +156,6 @@ class LiveView(View):
         )
         self._last_redraw = 0.0
         self._spinner = Spinner("dots", style="cyan")
-        #: What the CLI waits for right now (the CA's answer to a request), if anything.
-        self.waiting: Callable[[], str | None] | None = None
 
     def open(self) -> None:
         self._live.__enter__()
