@@ -202,6 +202,10 @@ class TransportError(AcmeCertsError):
 class ConnectError(TransportError):
     """No connection to the CA could be made (refused, reset, DNS, TLS handshake)."""
 
+    #: The host name DNS said does not exist, when that is why: such a request is not
+    #: retried (a later attempt of the schedule may still find it).
+    unknown_host: str | None = None
+
 
 class ProxyError(ConnectError):
     """The HTTP proxy in between could not be reached, or refused the tunnel to the CA.

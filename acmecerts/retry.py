@@ -56,6 +56,7 @@ from acmecerts._time import (
 from acmecerts.errors import (
     AcmeCertsError,
     BadNonce,
+    ConnectError,
     ErrorKind,
     InvalidInput,
     StorageError,
@@ -199,6 +200,8 @@ class RequestRetry:
         """Seconds to sleep before the next call, or ``None``: raise ``error``."""
         if attempt >= self.max_attempts:
             return None
+        if isinstance(error, ConnectError) and error.unknown_host is not None:
+            return None  # a name that does not exist does not come to exist in a second
         retry_after = _retry_after(error)
         if retry_after is not None and (retry_after - now).total_seconds() > as_seconds(
             self.max_wait

@@ -39,6 +39,7 @@ from test_cli_support import (
 from waits import wait_ready
 
 from acmecerts.cli import main
+from acmecerts.cli._batch import CLEANED_UP
 from acmecerts.cli._state import directory_slug
 from acmecerts.protocol.keys import AccountKey
 from acmecerts.storage import FileStorage, KeyLayout, save_account_url
@@ -456,7 +457,11 @@ def test_ctrl_c_exits_130_without_a_traceback(tmp_path: Path) -> None:
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert stderr.splitlines() == ["acmecerts: error: interrupted"]
-    assert stdout == ""
+    assert stdout.splitlines() == [
+        "Interrupted: 0 of 1 certificates finished",
+        "  not finished  interrupted.example.test",
+        CLEANED_UP,
+    ]
 
 
 def test_help_documents_the_commands_and_the_exit_codes(

@@ -29,6 +29,7 @@ from test_cli_support import (
 )
 from waits import wait_ready
 
+from acmecerts.cli._batch import CERTIFICATE_FIELDS, CLEANED_UP
 from acmecerts.cli._interrupt import INTERRUPT_GRACE
 from tests.faults.proxy import FaultProxy, Match, Stall
 
@@ -181,15 +182,16 @@ def start_slow_issue(
     )
 
 
+@pytest.mark.parametrize("json_mode", [False, True], ids=["text", "json"])
 def test_ctrl_c_during_validation_cleans_up_and_exits_130(
-    pebble: PebbleServer, tmp_path: Path
+    pebble: PebbleServer, tmp_path: Path, json_mode: bool
 ) -> None:
     # Ctrl-C while the hook still presents: the challenge is not answered yet, so the
     # authorization is deactivated before Pebble validates it (Pebble 2.4 deadlocks when
     # one is deactivated while its validation is in flight; see docs/contributing.md).
     log = tmp_path / "hook.log"
     seen = len(pebble.requests_seen())
-    with start_slow_issue(pebble, tmp_path) as proc:
+    with start_slow_issue(pebble, tmp_path, json_mode=json_mode) as proc:
         try:
             wait_ready(proc, tmp_path / "ready")
             wait_for(lambda: "present" in hook_calls(log), proc, "the dns hook to be called")
@@ -201,7 +203,21 @@ def test_ctrl_c_during_validation_cleans_up_and_exits_130(
 
     assert proc.returncode == 130, stderr
     assert stderr.splitlines() == ["acmecerts: error: interrupted"]
-    assert stdout == ""
+    name = "slow.cli-dns.example.test"
+    if json_mode:  # the certificate it was working on, interrupted, in the one JSON shape
+        document = one_json_line(stdout)
+        assert isinstance(document, dict)
+        assert (document["status"], document["exit_code"]) == ("interrupted", 130)
+        assert document["counts"] == {"interrupted": 1}
+        (entry,) = document["certificates"]
+        assert (entry["name"], entry["status"], entry["names"]) == (name, "interrupted", [name])
+        assert set(entry) == set(CERTIFICATE_FIELDS)
+    else:  # which certificate did not finish, and that the clean-up ran
+        assert stdout.splitlines() == [
+            "Interrupted: 0 of 1 certificates finished",
+            f"  not finished  {name}",
+            CLEANED_UP,
+        ]
     # The solver cleaned up (the hook ran again with "cleanup") ...
     assert hook_calls(log) == ["present", "cleanup"]
     # ... and the pending authorization was looked at and deactivated: after the one

@@ -26,6 +26,7 @@ from test_cli_challenges import dns_args, hook_calls, wait_for
 from test_cli_support import CLI, REPO, ca_args, cli_env
 from waits import finish, wait_ready
 
+from acmecerts.cli._batch import CLEANED_UP
 from acmecerts.cli._interrupt import run_interruptible
 from acmecerts.cli._signals import INTERRUPT_GRACE, Interrupted, guard_signals
 from tests.faults.proxy import FaultProxy, Match, Stall
@@ -89,7 +90,12 @@ def test_sigterm_during_validation_cleans_up_and_exits_143(
     assert proc.returncode == 143, stderr
     assert "Traceback" not in stderr
     assert stderr.splitlines() == ["acmecerts: error: terminated"]
-    assert stdout == ""
+    # the certificate it was working on, and that the clean-up ran
+    assert stdout.splitlines() == [
+        "Interrupted: 0 of 1 certificates finished",
+        f"  not finished  {SLOW}",
+        CLEANED_UP,
+    ]
     # The challenge response was removed ...
     assert hook_calls(log) == ["present", "cleanup"]
     # ... and the pending authorization deactivated: after the POST that fetched it, a

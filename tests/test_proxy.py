@@ -412,7 +412,10 @@ async def test_an_unreachable_proxy_is_a_transient_proxy_error(pebble: PebbleSer
         proxy=f"http://user:s3cret@127.0.0.1:{port}",
         request_retry=retry,
     ) as client:
-        with pytest.raises(ProxyError, match=f"cannot connect to proxy http://127.0.0.1:{port}"):
+        with pytest.raises(
+            ProxyError,
+            match=f"cannot connect to the proxy http://127.0.0.1:{port}: connection refused",
+        ):
             await client.directory()
         assert client.transport.request_count == 2  # transient: retried
     with pytest.raises(ProxyError) as caught:

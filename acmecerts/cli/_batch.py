@@ -8,10 +8,11 @@ signal stops it; :func:`batch_result` prints the outcomes (one JSON object with
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import functools
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from rich.text import Text
@@ -22,16 +23,18 @@ from acmecerts.retry import AttemptState
 from ._args import Hooks
 from ._ca import CaPlan, ensure_registered, open_client, wait_or_defer
 from ._constants import ExitCode
-from ._display import NullView
+from ._display import LiveView, NullView
 from ._engine import Board, Deferred, Job, Outcome, Stage, execute, problem_of, wanted_record
 from ._hooks import HookRunner
 from ._interrupt import Interrupted, run_interruptible
 from ._records import CertificateRecord
 from ._report import Report, choose_view, interrupted_code, iso, problem_json, status_word, when
 from ._solvers import ChallengePlan, running_solvers
+from ._waits import RequestWatch
 
 __all__ = [
     "CERTIFICATE_FIELDS",
+    "CLEANED_UP",
     "RESULT_JSON_BASE",
     "batch_result",
     "report_hook_failures",
@@ -267,6 +270,14 @@ def _interrupted_lines(
     return lines
 
 
+#: Said after an interrupted run (the clean-up ran within its budget: a run it did not
+#: finish for exits on the spot, saying so, see acmecerts.cli._signals).
+CLEANED_UP = (
+    "Clean-up done: challenge responses removed, pending authorizations deactivated "
+    "(where the CA answered), state saved, locks released"
+)
+
+
 def run_batch(
     report: Report,
     certificates: Sequence[tuple[str, Sequence[str]]],
@@ -296,6 +307,7 @@ def run_batch(
             return report.error(code, message, **_interrupted_json(certificates, finished))
         for line in _interrupted_lines(certificates, finished):
             report.out.print(Text(line))
+        report.out.print(Text(CLEANED_UP))
         return report.error(code, message)
     return finish(outcomes)
 
@@ -347,7 +359,11 @@ async def run_jobs(
                 board.set(job.name, Stage.WAITING, detail=reason, until=until)
 
         view = NullView(board) if quiet else choose_view(report, board, single=single, title=title)
-        with view:
+        watch = RequestWatch()  # says which request the CA is slow to answer
+        stop_watching = watch.attach(client.transport)
+        if isinstance(view, LiveView):
+            view.waiting = watch.waiting_line
+        with view, watch, _finally(stop_watching):
             # The CA may ask to wait already here (503 or rateLimited with Retry-After on
             # the directory, newNonce or newAccount): within --max-wait, wait with the
             # countdown; past it, the certificates are deferred.
@@ -370,6 +386,15 @@ async def run_jobs(
                     ca, client.register, what="account set-up", on_wait=waiting
                 ),
             )
+
+
+@contextlib.contextmanager
+def _finally(call: Callable[[], object]) -> Iterator[None]:
+    """``call()`` when the block is left."""
+    try:
+        yield
+    finally:
+        call()
 
 
 async def _keep_deferral(ca: CaPlan, jobs: Sequence[Job], deferred: Deferred) -> None:

@@ -16,6 +16,7 @@ import math
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 from rich.console import Console, Group, RenderableType
@@ -143,6 +144,8 @@ class LiveView(View):
         super().__init__(board)
         self.console = console
         self.title = title
+        #: What the CLI waits for right now (the CA's answer to a request), if anything.
+        self.waiting: Callable[[], str | None] | None = None
         self._live = Live(
             console=console,
             get_renderable=self._render,
@@ -187,7 +190,10 @@ class LiveView(View):
             table.add_row(marker, Text(row.name), Text(describe(row), style=_STYLE[row.stage]))
         if len(active) > room:
             table.add_row(Text(" "), Text(f"... and {len(active) - room} more", style="dim"), "")
-        return Group(table, self._tally())
+        waiting = self.waiting() if self.waiting is not None else None
+        if waiting is None:
+            return Group(table, self._tally())
+        return Group(table, Text(waiting, style="yellow", overflow="ellipsis"), self._tally())
 
     def _tally(self) -> Text:
         counts: dict[str, int] = {}

@@ -74,6 +74,7 @@ from ._hooks import HookResult, HookRunner, deploy_environment
 from ._records import CertificateRecord, StoredChallenge
 from ._solvers import failure_text
 from ._state import State
+from ._steps import log_step
 
 __all__ = [
     "CLI_SCHEDULE",
@@ -246,6 +247,7 @@ class TrackingClient(AcmeClient):
         name = self._names.get(frozenset(i.value for i in event.identifiers))
         if name is None:
             return
+        log_step(name, event, self.account_url)  # -v: one line per step
         if isinstance(event, OrderRequested | OrderResumed) or (
             isinstance(event, OrderCreated) and event.found
         ):

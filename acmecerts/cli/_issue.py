@@ -36,7 +36,6 @@ from ._engine import Job, Outcome
 from ._export import OUT_LAYOUTS
 from ._firstcontact import check_out_dir
 from ._hooks import HookRunner
-from ._interrupt import run_interruptible
 from ._lineage import choose_lineage, known_lineages, validate_cert_name
 from ._records import StoredChallenge
 from ._report import Report, run_guarded, when
@@ -347,6 +346,8 @@ def run_issue(
                 out_layout=args.out_layout,
                 reuse_key=args.reuse_key,
             )
+            # what an interrupted run lists: the certificates as named in the state
+            certificates[:] = [(j.name, [i.value for i in j.spec.identifiers]) for j in jobs]
             duplicates = sorted({j.name for j in jobs if [k.name for k in jobs].count(j.name) > 1})
             if duplicates:
                 raise InvalidInput(
@@ -370,13 +371,17 @@ def run_issue(
             finally:
                 await runner.after_all()
 
-        if single:
-            outcomes = run_interruptible(main, json_mode=report.json_mode)
-            return _single_result(report, outcomes[0], runner)
-        certificates = [
-            (certificate_name(w.identifiers[0].value), [i.value for i in w.identifiers])
+        certificates: list[tuple[str, Sequence[str]]] = [
+            (
+                cert_name or certificate_name(w.identifiers[0].value),
+                [i.value for i in w.identifiers],
+            )
             for w in wanted
         ]
+        if single:  # an interrupted run lists its certificate, as a batch does
+            return run_batch(
+                report, certificates, main, finish=lambda o: _single_result(report, o[0], runner)
+            )
         return run_batch(
             report,
             certificates,

@@ -342,6 +342,7 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
                     attempt, OrderAuthorized(identifiers=attempt.identifiers, order=order)
                 )
             if isinstance(action, Poll):
+                log.info("%s", action)  # -v: the wait and its reason
                 await self.clock.sleep(action.after)
                 response = await self._post(action.url, None)
                 polled = parse_order(response.json(), url=action.url)
@@ -384,6 +385,7 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
             while step is not None:
                 if isinstance(step, Poll):
                     if step.after > 0:
+                        log.info("%s", step)
                         await self.clock.sleep(step.after)
                     authz, retry_after = await self._fetch_authorization(url)
                     step = flow.authorization_received(

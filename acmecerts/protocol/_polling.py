@@ -67,6 +67,15 @@ class Poll:
     resource: str
     url: str
     after: float
+    #: Why ``after``: ``"poll interval"``, or ``"the CA's Retry-After"`` when it decided.
+    reason: str = dataclasses.field(default="poll interval", compare=False)
+
+    def __str__(self) -> str:
+        """``waiting 0.5 s before asking about the order URL again (poll interval)``."""
+        return (
+            f"waiting {self.after:.1f} s before asking about the {self.resource} {self.url} "
+            f"again ({self.reason})"
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -97,4 +106,6 @@ def next_poll(
     if remaining <= 0:
         return Fail(AttemptTimeout("the attempt deadline passed while waiting for the CA"))
     seconds = max(0.0, (retry_after - now).total_seconds()) if retry_after is not None else None
-    return Poll(resource, url, min(policy.interval(attempt, seconds), remaining))
+    after = min(policy.interval(attempt, seconds), remaining)
+    reason = "the CA's Retry-After" if retry_after is not None else "poll interval"
+    return Poll(resource, url, after, reason)

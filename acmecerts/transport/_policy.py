@@ -39,6 +39,7 @@ from acmecerts.errors import (
     RequestTimeout,
     UnsafeUrl,
 )
+from acmecerts.transport._reasons import is_unknown_host
 
 __all__ = [
     "BoundUrlPolicy",
@@ -300,6 +301,16 @@ def retry_reporter(max_attempts: int) -> Callable[[int, AcmeCertsError, float], 
                 failures + 1,
                 max_attempts,
             )
+        else:  # the CA answered, or may have: a wait it asked for, or a backoff (-v)
+            why = "the CA's Retry-After" if error.retry_after is not None else "backoff"
+            log.info(
+                "%s; waiting %.1f s before trying again (%s; attempt %d of %d)",
+                error,
+                delay,
+                why,
+                failures + 1,
+                max_attempts,
+            )
 
     return on_retry
 
@@ -330,6 +341,13 @@ def connect_error(url: str, exc: BaseException) -> ConnectError:
             message = f"TLS handshake with {url} failed: {cause.reason or cause}"
             return ConnectError(message, url=url, reached_ca=False)
         cause = cause.__cause__ or cause.__context__
+    if is_unknown_host(exc):
+        host = httpx.URL(url).host
+        error = ConnectError(
+            f"cannot connect to {url}: unknown host {host}", url=url, reached_ca=False
+        )
+        error.unknown_host = host
+        return error
     return ConnectError(f"cannot connect to {url}: {exc}", url=url, reached_ca=False)
 
 

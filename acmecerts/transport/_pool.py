@@ -35,6 +35,7 @@ from acmecerts._time import _running_loop
 from acmecerts.transport._exchange import Answer, RawHeaders, Timeouts
 from acmecerts.transport._h1 import Connection, Key
 from acmecerts.transport._proxy import ProxyConfig
+from acmecerts.transport._reasons import connection_failure
 from acmecerts.transport._tunnel import open_tunnel, to_proxy
 
 __all__ = ["Http11Pool"]
@@ -235,8 +236,11 @@ class Http11Pool(httpx.AsyncBaseTransport):
             self._wake(origin)
             if isinstance(exc, TimeoutError):
                 raise httpx.ConnectTimeout(f"connecting to {host}:{port}{via} timed out") from exc
-            if isinstance(exc, (OSError, ssl.SSLError)):
+            if isinstance(exc, ssl.SSLError):
                 raise httpx.ConnectError(f"cannot connect to {host}:{port}{via}: {exc}") from exc
+            if isinstance(exc, OSError):
+                reason = connection_failure(exc, host)
+                raise httpx.ConnectError(f"cannot connect to {host}:{port}{via}: {reason}") from exc
             raise
         self.connections_opened += 1
         self._all.add(conn)

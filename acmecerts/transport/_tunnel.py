@@ -18,6 +18,7 @@ import httpx
 
 from acmecerts.transport._h1 import MAX_HEAD, Connection
 from acmecerts.transport._proxy import ProxyFailed, _hint, _Proxy
+from acmecerts.transport._reasons import connection_failure
 
 __all__ = ["open_tunnel", "to_proxy"]
 
@@ -158,9 +159,10 @@ async def to_proxy(
         return await asyncio.wait_for(connecting, seconds)
     except TimeoutError as exc:
         raise ProxyFailed(
-            f"connecting to proxy {proxy.shown} timed out", proxy=proxy.shown
+            f"connecting to the proxy {proxy.shown} timed out", proxy=proxy.shown
         ) from exc
     except OSError as exc:
+        reason = connection_failure(exc, proxy.host)
         raise ProxyFailed(
-            f"cannot connect to proxy {proxy.shown}: {exc.strerror or exc}", proxy=proxy.shown
+            f"cannot connect to the proxy {proxy.shown}: {reason}", proxy=proxy.shown
         ) from exc
