@@ -22,7 +22,11 @@ def client_for(ca: SimulatedCA, *, source: str | None = None, **kw: Any) -> Acme
     """The real client, talking to ``ca`` through the transport's exchange seam."""
     exchange = ca if source is None else ca.exchange_for(source)
     transport = AcmeTransport(
-        ca.directory_url, client=exchange, clock=ca.clock, retry=kw.pop("retry", None)
+        ca.directory_url,
+        client=exchange,
+        clock=ca.clock,
+        retry=kw.pop("retry", None),
+        request_rates=kw.pop("request_rates", None),
     )
     return AcmeClient(
         ca.directory_url,
