@@ -130,7 +130,7 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         try:
             if anyio.to_thread.current_default_thread_limiter().borrowed_tokens:
                 return True
-        except Exception:  # noqa: BLE001 - no anyio context: no anyio threads either
+        except Exception:
             pass
         return any(check() for check in self.busy) or any(check() for check in _WATCHED)
 
@@ -161,9 +161,7 @@ class VirtualClock:
     instant the last run reached (``start`` before any).
     """
 
-    def __init__(
-        self, start: _dt.datetime, *, busy: Iterable[Callable[[], bool]] = ()
-    ) -> None:
+    def __init__(self, start: _dt.datetime, *, busy: Iterable[Callable[[], bool]] = ()) -> None:
         self.start = aware_utc(start, "start")
         self._busy = list(busy)
         self._loop: VirtualEventLoop | None = None

@@ -10,8 +10,6 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-import pytest
-
 from acmecerts import AcmeClient, RateLimited
 from acmecerts.errors import AcmeCertsError
 from acmecerts.testing.simulated_ca import Limit, Limits, SimulatedCA, SimulatedSolver
@@ -53,22 +51,26 @@ def test_new_orders_per_account_are_a_token_bucket() -> None:
         await ca.clock.sleep(HOUR)  # one token drips back every hour (3 per 3 h)
         return first, await issue_all(client, solver, [["late.d9.example"]])
 
-    (on, later), ca = run(body, limits=limits(new_orders_per_account=Limit(3, 3 * HOUR)),
-                          client={"retry": no_retry()})
+    (on, later), ca = run(
+        body, limits=limits(new_orders_per_account=Limit(3, 3 * HOUR)), client={"retry": no_retry()}
+    )
     assert on[:3] == [None, None, None]
-    assert len(refused(on)) == 1 and ca.refusals["new_orders_per_account"] == 1
+    assert len(refused(on)) == 1
+    assert ca.refusals["new_orders_per_account"] == 1
     assert ca.stats[("newOrder", 429)] == 1
     assert later == [None]
     (off, _), ca = run(body, limits=limits(new_orders_per_account=None))
-    assert off == [None] * 4 and not ca.refusals
+    assert off == [None] * 4
+    assert not ca.refusals
 
 
 def test_retry_after_is_computed_from_the_bucket() -> None:
     async def body(ca: SimulatedCA, client: AcmeClient, solver: SimulatedSolver) -> Any:
         return await issue_all(client, solver, [[f"r{i}.d{i}.example"] for i in range(3)])
 
-    outcomes, ca = run(body, limits=limits(new_orders_per_account=Limit(2, 2 * HOUR)),
-                       client={"retry": no_retry()})
+    outcomes, ca = run(
+        body, limits=limits(new_orders_per_account=Limit(2, 2 * HOUR)), client={"retry": no_retry()}
+    )
     (error,) = refused(outcomes)
     # two orders spent the burst at t≈0: the next token is an hour (one interval) away
     assert error.retry_after is not None
@@ -82,8 +84,11 @@ def test_certificates_per_registered_domain_count_ips_and_psl() -> None:
     async def body(ca: SimulatedCA, client: AcmeClient, solver: SimulatedSolver) -> Any:
         return await issue_all(client, solver, sets)
 
-    on, ca = run(body, limits=limits(certificates_per_registered_domain=Limit(2, WEEK)),
-                 client={"retry": no_retry()})
+    on, ca = run(
+        body,
+        limits=limits(certificates_per_registered_domain=Limit(2, WEEK)),
+        client={"retry": no_retry()},
+    )
     # example.co.uk (Public Suffix List) is full after two; other.co.uk is its own domain
     assert [o is None for o in on] == [True, True, False, True]
     assert ca.refusals["certificates_per_registered_domain"] == 1
@@ -104,7 +109,8 @@ def test_exact_identifier_set_five_per_week_renewals_count() -> None:
         return await issue_all(client, solver, [["same.example", "www.same.example"]] * 6)
 
     on, ca = run(body, limits=limits(), client={"retry": no_retry()})
-    assert on[:5] == [None] * 5 and isinstance(on[5], RateLimited)
+    assert on[:5] == [None] * 5
+    assert isinstance(on[5], RateLimited)
     assert ca.refusals["certificates_per_exact_set"] == 1
     off, ca = run(body, limits=limits(certificates_per_exact_set=None))
     assert off == [None] * 6
@@ -119,27 +125,36 @@ def test_renewals_of_an_identical_set_skip_the_orders_and_domain_limits() -> Non
         certificates_per_registered_domain=Limit(1, WEEK),
     )
     on, ca = run(body, limits=tight, client={"retry": no_retry()})
-    assert on == [None] * 4 and not ca.refusals
+    assert on == [None] * 4
+    assert not ca.refusals
+
     # the same limits refuse a second *new* set at once
     async def other(ca: SimulatedCA, client: AcmeClient, solver: SimulatedSolver) -> Any:
         return await issue_all(client, solver, [["r.example"], ["s.example"]])
 
     outcomes, ca = run(other, limits=tight, client={"retry": no_retry()})
-    assert outcomes[0] is None and isinstance(outcomes[1], RateLimited)
+    assert outcomes[0] is None
+    assert isinstance(outcomes[1], RateLimited)
 
 
 def test_authorization_failures_per_identifier_per_account() -> None:
     async def body(ca: SimulatedCA, client: AcmeClient, solver: SimulatedSolver) -> Any:
         return await issue_all(client, solver, [["broken.example"]] * 6)
 
-    on, ca = run(body, limits=limits(), always_fail={"broken.example"},
-                 client={"retry": no_retry()})
+    on, ca = run(
+        body, limits=limits(), always_fail={"broken.example"}, client={"retry": no_retry()}
+    )
     assert all(o is not None for o in on)
-    assert not isinstance(on[4], RateLimited) and isinstance(on[5], RateLimited)
+    assert not isinstance(on[4], RateLimited)
+    assert isinstance(on[5], RateLimited)
     assert ca.refusals["authorization_failures_per_identifier"] == 1
-    off, ca = run(body, limits=limits(authorization_failures_per_identifier=None),
-                  always_fail={"broken.example"})
-    assert not refused(off) and not ca.refusals
+    off, ca = run(
+        body,
+        limits=limits(authorization_failures_per_identifier=None),
+        always_fail={"broken.example"},
+    )
+    assert not refused(off)
+    assert not ca.refusals
 
 
 def test_consecutive_failures_pause_the_identifier() -> None:
@@ -150,12 +165,18 @@ def test_consecutive_failures_pause_the_identifier() -> None:
         return first, await issue_all(client, solver, [["zombie.example"]])
 
     paused = limits(authorization_failures_per_identifier=None, consecutive_failures_before_pause=3)
-    (on, after), ca = run(body, limits=paused, always_fail={"zombie.example"},
-                          client={"retry": no_retry()})
-    assert isinstance(on[3], RateLimited) and "paused" in str(on[3])
-    assert ca.refusals["paused"] == 1 and after == [None]
-    (off, _), ca = run(body, limits=dataclasses.replace(paused, consecutive_failures_before_pause=None),
-                       always_fail={"zombie.example"})
+    (on, after), ca = run(
+        body, limits=paused, always_fail={"zombie.example"}, client={"retry": no_retry()}
+    )
+    assert isinstance(on[3], RateLimited)
+    assert "paused" in str(on[3])
+    assert ca.refusals["paused"] == 1
+    assert after == [None]
+    (off, _), ca = run(
+        body,
+        limits=dataclasses.replace(paused, consecutive_failures_before_pause=None),
+        always_fail={"zombie.example"},
+    )
     assert not refused(off)
 
 
@@ -165,8 +186,9 @@ def test_new_accounts_per_source_address() -> None:
     async def body(ca: SimulatedCA, client: AcmeClient, solver: SimulatedSolver) -> Any:
         outcomes = []
         for source in ("10.0.0.1", "10.0.0.1", "10.0.0.1", "10.0.0.2"):
-            other = client_for(ca, source=source, account_key=AccountKey.generate(),
-                               retry=no_retry())
+            other = client_for(
+                ca, source=source, account_key=AccountKey.generate(), retry=no_retry()
+            )
             try:
                 await other.register()
             except RateLimited as exc:
@@ -193,4 +215,5 @@ def test_request_rates_are_answered_503_and_the_transport_waits() -> None:
     assert ca.refusals["request_rate:other"] >= 1
     assert sum(n for (ep, status), n in ca.stats.items() if status == 503) >= 1
     off, ca = run(body, limits=Limits.none())
-    assert off == [None] * 3 and not ca.refusals
+    assert off == [None] * 3
+    assert not ca.refusals

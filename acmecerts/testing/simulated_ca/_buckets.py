@@ -69,7 +69,7 @@ class Limits:
     #: Per-endpoint request rates, ``{endpoint: (per second, burst)}``; endpoints are
     #: ``directory``, ``newNonce``, ``newAccount``, ``newOrder``, ``revokeCert``,
     #: ``renewalInfo`` and ``other`` (every other URL). Empty: no request limits.
-    request_rates: dict[str, tuple[float, int]] | None = dataclasses.field(
+    request_rates: dict[str, tuple[float, int]] | None = dataclasses.field(  # type: ignore[assignment]
         default_factory=lambda: {
             "directory": (40, 40),
             "newNonce": (20, 10),

@@ -26,7 +26,6 @@ from collections import Counter
 from collections.abc import Hashable
 
 from acmecerts.ratelimit import registered_domain
-
 from acmecerts.testing.simulated_ca._buckets import Buckets, Limit, Limits
 
 __all__ = ["Enforcer", "Refusal"]
@@ -148,8 +147,7 @@ class Enforcer:
             if wait > 0:
                 return Refusal(
                     "authorization_failures_per_identifier",
-                    f"too many failed authorizations for {ident[1]}: retry after "
-                    f"{_after(wait)} s",
+                    f"too many failed authorizations for {ident[1]}: retry after {_after(wait)} s",
                     _after(wait),
                 )
         wait = self._check("certificates_per_exact_set", identifiers, t)
@@ -176,8 +174,7 @@ class Enforcer:
                 if wait > 0:
                     return Refusal(
                         "new_orders_per_account",
-                        f"too many new orders by account {account}: retry after "
-                        f"{_after(wait)} s",
+                        f"too many new orders by account {account}: retry after {_after(wait)} s",
                         _after(wait),
                     )
         return None

@@ -19,7 +19,6 @@ import httpx
 from cryptography import x509
 
 from acmecerts import Clock
-from acmecerts.transport import Answer
 from acmecerts.testing.simulated_ca._buckets import Limits
 from acmecerts.testing.simulated_ca._config import (
     Account,
@@ -37,6 +36,7 @@ from acmecerts.testing.simulated_ca._jws import thumbprint as jwk_thumbprint
 from acmecerts.testing.simulated_ca._jws import verify as verify_jws
 from acmecerts.testing.simulated_ca._profiles import Profile, lets_encrypt_profiles
 from acmecerts.testing.simulated_ca._solver import Published
+from acmecerts.transport import Answer
 
 __all__ = ["SimulatedCA"]
 
