@@ -34,7 +34,6 @@ from ._polling import Again, Backoff, poll_until
 from ._polling import _running_loop as _running_loop  # private, for the solvers and transport
 from ._retry_after import DEFAULT_MAX_RETRY_AFTER, parse_retry_after, retry_after_from_detail
 from ._virtual import VirtualClock, VirtualEventLoop
-from ._virtual import watch_worker_threads as _watch_worker_threads  # for the stores
 
 __all__ = [
     "DEFAULT_MAX_RETRY_AFTER",

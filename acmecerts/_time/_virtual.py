@@ -31,6 +31,7 @@ The clock's instants are ``start + loop.time()`` (the loop's time begins at 0).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as _dt
 import math
 import selectors
@@ -127,11 +128,10 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         return self._now
 
     def _threads_busy(self) -> bool:
-        try:
+        # no anyio context (a RuntimeError): no anyio threads either
+        with contextlib.suppress(RuntimeError, LookupError):
             if anyio.to_thread.current_default_thread_limiter().borrowed_tokens:
                 return True
-        except Exception:
-            pass
         return any(check() for check in self.busy) or any(check() for check in _WATCHED)
 
 

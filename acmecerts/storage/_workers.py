@@ -27,7 +27,7 @@ import anyio.lowlevel
 import anyio.to_thread
 from anyio.lowlevel import RunVar
 
-from acmecerts._time import _watch_worker_threads as watch_worker_threads
+from acmecerts._time._virtual import watch_worker_threads
 
 __all__ = ["MAX_WORKERS", "check_cancelled", "in_worker", "run_sync"]
 

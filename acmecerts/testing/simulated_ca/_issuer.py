@@ -110,3 +110,23 @@ class Issuer:
             .sign(self.key, hashes.SHA256())
         )
         return leaf.public_bytes(serialization.Encoding.PEM)
+
+
+def _b64d(text: str) -> bytes:
+    import base64
+
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def _csr_identifiers(csr: x509.CertificateSigningRequest) -> set[tuple[str, str]]:
+    try:
+        san = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return set()
+    names = {("dns", n.lower()) for n in san.get_values_for_type(x509.DNSName)}
+    names |= {("ip", str(a)) for a in san.get_values_for_type(x509.IPAddress)}
+    return names
+
+
+def _iso(instant: _dt.datetime) -> str:
+    return instant.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

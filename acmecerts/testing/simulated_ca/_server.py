@@ -12,13 +12,14 @@ import collections
 import datetime as _dt
 import json
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
 from cryptography import x509
 
 from acmecerts import Clock
+from acmecerts.testing.simulated_ca import _jws
 from acmecerts.testing.simulated_ca._buckets import Limits
 from acmecerts.testing.simulated_ca._config import (
     Account,
@@ -30,13 +31,21 @@ from acmecerts.testing.simulated_ca._config import (
     Outage,
 )
 from acmecerts.testing.simulated_ca._enforce import Enforcer, Refusal
-from acmecerts.testing.simulated_ca._issuer import Issuer, ari_window, immediate_window
+from acmecerts.testing.simulated_ca._issuer import (
+    Issuer,
+    _b64d,
+    _csr_identifiers,
+    _iso,
+    ari_window,
+    immediate_window,
+)
 from acmecerts.testing.simulated_ca._jws import JwsRejected, Nonces, decode, public_key
-from acmecerts.testing.simulated_ca._jws import thumbprint as jwk_thumbprint
-from acmecerts.testing.simulated_ca._jws import verify as verify_jws
 from acmecerts.testing.simulated_ca._profiles import Profile, lets_encrypt_profiles
 from acmecerts.testing.simulated_ca._solver import Published
 from acmecerts.transport import Answer
+
+if TYPE_CHECKING:
+    from acmecerts.testing.simulated_ca._source import SourceExchange
 
 __all__ = ["SimulatedCA"]
 
@@ -55,16 +64,8 @@ class _Answer(Exception):
         self, status: int, problem: str, detail: str, retry_after: int | None = None
     ) -> None:
         super().__init__(detail)
-        self.status, self.problem, self.detail, self.retry_after = (
-            status,
-            problem,
-            detail,
-            retry_after,
-        )
-
-
-def _iso(instant: _dt.datetime) -> str:
-    return instant.astimezone(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self.status, self.problem, self.detail = status, problem, detail
+        self.retry_after = retry_after
 
 
 class SimulatedCA:
@@ -106,7 +107,7 @@ class SimulatedCA:
         self.limits = limits if limits is not None else Limits()
         self.profiles = profiles if profiles is not None else lets_encrypt_profiles()
         self.default_profile = default_profile
-        self.rng = random.Random(seed)
+        self.rng = random.Random(seed)  # noqa: S311 - a simulation, reproducible by seed
         self.failure_rate = failure_rate
         self.always_fail = frozenset(always_fail)
         self.outages = tuple(outages)
@@ -173,9 +174,11 @@ class SimulatedCA:
 
     # -- the exchange seam ------------------------------------------------------------
 
-    def exchange_for(self, source: str) -> _SourceExchange:
+    def exchange_for(self, source: str) -> SourceExchange:
         """An exchange whose requests come from ``source`` (per-IP limits count it)."""
-        return _SourceExchange(self, source)
+        from acmecerts.testing.simulated_ca._source import SourceExchange
+
+        return SourceExchange(self, source)
 
     async def exchange(
         self, method: str, url: httpx.URL, headers: Any, body: bytes, timeouts: Any
@@ -211,7 +214,7 @@ class SimulatedCA:
                 raise self._refused(refused)
             handler = self._routes.get(route)
             if handler is None:
-                raise _Answer(404, "malformed", f"no resource at {path}")
+                raise _Answer(404, "malformed", f"no resource at {path}", None)
             status, content, headers, ctype = handler(method, parts[1:], body, source, now)
         except _Answer as exc:
             status, ctype = exc.status, "application/problem+json"
@@ -264,7 +267,7 @@ class SimulatedCA:
                 raise JwsRejected("malformed", "the request must be signed with a kid")
             account = self._account_at(kid)
             key = account.key
-        verify_jws(key, str(alg), signing_input, signature)
+        _jws.verify(key, str(alg), signing_input, signature)
         data = json.loads(payload) if payload else None
         return header, data, account
 
@@ -289,7 +292,7 @@ class SimulatedCA:
     def _new_account(self, method: str, parts: list[str], body: bytes, src: str, now: Any) -> Any:
         header, payload, _ = self._verified(body, f"{self.base}/new-account", new_account=True)
         jwk = header["jwk"]
-        thumb = jwk_thumbprint(jwk)
+        thumb = _jws.thumbprint(jwk)
         existing = self._accounts_by_key.get(thumb)
         if existing is not None:
             account = self.accounts[existing]
@@ -371,7 +374,7 @@ class SimulatedCA:
         self, account: Account, ident: tuple[str, str], reuse: _dt.timedelta, now: _dt.datetime
     ) -> Authorization:
         valid = self._valid_authz.get((account.id, ident))
-        if valid is not None and valid.validated_at is not None:
+        if valid is not None and valid.validated_at is not None:  # noqa: SIM102
             if now - valid.validated_at <= reuse and valid.expires > now:
                 return valid
         number = self._id()
@@ -458,7 +461,7 @@ class SimulatedCA:
     def _authz(self, method: str, parts: list[str], body: bytes, src: str, now: Any) -> Any:
         _, payload, account = self._verified(body, f"{self.base}/authz/{parts[0]}")
         authz = self._owned(self.authorizations, parts[0], account)
-        if payload and payload.get("status") == "deactivated":
+        if payload and payload.get("status") == "deactivated":  # noqa: SIM102
             if authz.status in ("pending", "valid"):
                 authz.status = "deactivated"
                 self._valid_authz.pop((authz.account, authz.identifier), None)
@@ -586,7 +589,7 @@ class SimulatedCA:
             and record.not_before < revocation.at
             and record.draw < revocation.fraction
         ):
-            if record.revoked_at is None and record.replaced_by is None:
+            if record.revoked_at is None and record.replaced_by is None:  # noqa: SIM102
                 if now >= revocation.deadline:
                     record.revoked_at = revocation.deadline
             return immediate_window(revocation.at)
@@ -595,36 +598,3 @@ class SimulatedCA:
     def unpause(self, account_url: str, identifier: str, kind: str = "dns") -> None:
         """Unpause ``identifier`` for the account (what Let's Encrypt's unpause page does)."""
         self.enforcer.unpause(self._account_at(account_url).id, (kind, identifier.lower()))
-
-
-def _b64d(text: str) -> bytes:
-    import base64
-
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
-def _csr_identifiers(csr: x509.CertificateSigningRequest) -> set[tuple[str, str]]:
-    try:
-        san = csr.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
-        return set()
-    names = {("dns", n.lower()) for n in san.get_values_for_type(x509.DNSName)}
-    names |= {("ip", str(a)) for a in san.get_values_for_type(x509.IPAddress)}
-    return names
-
-
-class _SourceExchange:
-    """The CA seen from one source address (an :class:`HttpExchange`)."""
-
-    def __init__(self, ca: SimulatedCA, source: str) -> None:
-        self.ca = ca
-        self.source = source
-
-    async def exchange(
-        self, method: str, url: httpx.URL, headers: Any, body: bytes, timeouts: Any
-    ) -> Any:
-        """Answer one request as from :attr:`source`."""
-        return await self.ca.answer(method, url, body, self.source)
-
-    async def aclose(self) -> None:
-        """Nothing to release."""
