@@ -18,7 +18,7 @@ from acmecerts._version import __version__
 
 if TYPE_CHECKING:
     from acmecerts._issued import IssuedCertificate
-    from acmecerts._time import Clock, FakeClock, SystemClock, parse_retry_after
+    from acmecerts._time import Clock, FakeClock, SystemClock, VirtualClock, parse_retry_after
     from acmecerts.client import AcmeClient, ExternalAccountBinding, PollPolicy, RevocationReason
     from acmecerts.errors import (
         AccountDoesNotExist,
@@ -134,6 +134,7 @@ __all__ = [
     "UnsafeUrl",
     "UnsupportedChallenge",
     "UrlPolicy",
+    "VirtualClock",
     "__version__",
     "parse_identifier",
     "parse_retry_after",
@@ -195,6 +196,7 @@ _LAZY: dict[str, str] = {
     "Solver": "acmecerts.solvers",
     "StorageError": "acmecerts.errors",
     "SystemClock": "acmecerts._time",
+    "VirtualClock": "acmecerts._time",
     "TlsAlpn01Server": "acmecerts.solvers",
     "TransportError": "acmecerts.errors",
     "UnsafeUrl": "acmecerts.errors",

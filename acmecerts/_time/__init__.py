@@ -33,6 +33,7 @@ from ._clock import (
 from ._polling import Again, Backoff, poll_until
 from ._polling import _running_loop as _running_loop  # private, for the solvers and transport
 from ._retry_after import DEFAULT_MAX_RETRY_AFTER, parse_retry_after, retry_after_from_detail
+from ._virtual import VirtualClock, VirtualEventLoop
 
 __all__ = [
     "DEFAULT_MAX_RETRY_AFTER",
@@ -41,6 +42,8 @@ __all__ = [
     "Clock",
     "FakeClock",
     "SystemClock",
+    "VirtualClock",
+    "VirtualEventLoop",
     "as_seconds",
     "aware_utc",
     "cancel_at",

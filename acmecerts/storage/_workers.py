@@ -27,6 +27,8 @@ import anyio.lowlevel
 import anyio.to_thread
 from anyio.lowlevel import RunVar
 
+from acmecerts._time._virtual import watch_worker_threads
+
 __all__ = ["MAX_WORKERS", "check_cancelled", "in_worker", "run_sync"]
 
 _T = TypeVar("_T")
@@ -138,6 +140,11 @@ class _Pool:
         worker.wake.acquire()  # handed a job just as it timed out
         return worker.take()
 
+    def busy(self) -> bool:
+        """Whether a job is queued or running (a virtual clock must not jump meanwhile)."""
+        with self._lock:
+            return bool(self._queue) or self._workers > len(self._idle)
+
     def reset(self) -> None:
         """Forget the threads (in a child after ``fork``: they do not exist there)."""
         self._lock = threading.Lock()
@@ -179,6 +186,8 @@ class _Worker(threading.Thread):
 _local = threading.local()
 _HAS_TOKEN = hasattr(anyio.lowlevel, "current_token")
 _pool = _Pool()
+# A VirtualClock's loop must not move its time while a store job runs (acmecerts._time).
+watch_worker_threads(_pool.busy)
 _port_var: RunVar[_Port] = RunVar("acmecerts.storage._workers.port")
 os.register_at_fork(after_in_child=_pool.reset)
 

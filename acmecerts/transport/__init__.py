@@ -7,7 +7,7 @@ from acmecerts.transport._events import (
     Subscriber,
     TransportEvent,
 )
-from acmecerts.transport._exchange import HttpExchange, ResponseTooLarge
+from acmecerts.transport._exchange import Answer, HttpExchange, ResponseTooLarge
 from acmecerts.transport._http import USER_AGENT, AcmeTransport, RequestHook
 from acmecerts.transport._nonces import NoncePool
 from acmecerts.transport._policy import UrlPolicy, trust_hint
@@ -19,6 +19,7 @@ from acmecerts.transport._throttle import RequestThrottle, ThrottleStats
 __all__ = [
     "USER_AGENT",
     "AcmeResponse",
+    "Answer",
     "AcmeTransport",
     "Http11Pool",
     "HttpExchange",

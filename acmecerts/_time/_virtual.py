@@ -1,0 +1,203 @@
+"""Virtual time: an asyncio event loop whose clock jumps to the next event when idle.
+
+:class:`VirtualClock` runs a whole program (client, transport, manager, store, an
+in-process CA) in simulated time. How it works, and why this design:
+
+* The event loop's own clock is virtual. :class:`VirtualEventLoop` is asyncio's selector
+  loop whose ``time()`` returns a number the loop moves itself. Everything that waits
+  (``anyio.sleep``, ``anyio.fail_after``, ``move_on_after``, cancel-scope deadlines,
+  ``loop.call_later``) therefore waits in virtual time, not only what sleeps on a
+  :class:`~acmecerts._time.Clock`: one clock for the whole stack.
+* "Nothing can run" is known exactly, not guessed. asyncio's ``_run_once`` asks its
+  selector to wait only when its ready queue is empty; it passes the time until the
+  earliest timer as the timeout. The loop's selector is wrapped: it first polls the real
+  selector without waiting (sockets, the self-pipe that threads wake the loop through);
+  if nothing is there, and no worker thread is busy (see ``busy``), it moves virtual
+  time forward by the whole timeout and returns: the earliest timer is then due. No
+  extra task, no repeated ``sleep(0)``: one non-blocking ``select`` per jump.
+* Threads. A worker thread (a file store's write, ``anyio.to_thread``) ends by waking
+  the loop. While any is busy, time must not jump (a store write would otherwise take
+  hours of simulated time, past an attempt's deadline). The loop asks every callable in
+  ``busy`` (each returns whether work is in flight); ``anyio.to_thread``'s default
+  limiter is always asked. While one says yes, the selector really waits, at most a
+  millisecond at a time, and time stands still.
+* No timer at all and nothing in flight means every task waits for something only
+  another task could give: a deadlock. The selector then waits for real (a test's own
+  timeout ends it), as a plain loop would.
+
+The clock's instants are ``start + loop.time()`` (the loop's time begins at 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as _dt
+import math
+import selectors
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from acmecerts._time._clock import aware_utc
+
+__all__ = ["VirtualClock", "VirtualEventLoop", "watch_worker_threads"]
+
+_T = TypeVar("_T")
+#: The longest real wait, in seconds, while a worker thread is busy (time stands still).
+_THREAD_POLL = 0.001
+
+
+#: Checks every virtual loop asks besides its own ``busy`` (worker pools register here).
+_WATCHED: list[Callable[[], bool]] = []
+
+
+def watch_worker_threads(check: Callable[[], bool]) -> None:
+    """Make every virtual loop ask ``check()`` (is a worker thread busy?) before a jump.
+
+    For thread pools of the library's own (FileStorage's); ``check`` must be cheap and
+    safe to call from the event loop's thread.
+    """
+    _WATCHED.append(check)
+
+
+class _VirtualSelector(selectors.BaseSelector):
+    """Wraps the loop's selector: an idle wait moves virtual time instead of blocking."""
+
+    def __init__(self, real: selectors.BaseSelector, loop: VirtualEventLoop) -> None:
+        self._real = real
+        self._loop = loop
+
+    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self._real.register(fileobj, events, data)
+
+    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        return self._real.unregister(fileobj)
+
+    def modify(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        return self._real.modify(fileobj, events, data)
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        ready = self._real.select(0)
+        if ready or timeout == 0:
+            return ready
+        loop = self._loop
+        if loop._threads_busy():
+            wait = _THREAD_POLL if timeout is None else min(timeout, _THREAD_POLL)
+            return self._real.select(wait)
+        if timeout is None:
+            # Nothing scheduled and nothing in flight: only the outside world can help.
+            return self._real.select(None)
+        loop.jumps += 1
+        loop._now += timeout
+        return []
+
+    def close(self) -> None:
+        self._real.close()
+
+    def get_key(self, fileobj: Any) -> selectors.SelectorKey:
+        return self._real.get_key(fileobj)
+
+    def get_map(self) -> Any:
+        return self._real.get_map()
+
+
+class VirtualEventLoop(asyncio.SelectorEventLoop):
+    """asyncio's selector loop on virtual time (see the module docstring).
+
+    ``busy`` are callables asked before each jump: while any returns true (a worker
+    thread is working for the program), time does not move. ``anyio.to_thread`` and
+    :class:`~acmecerts.storage.FileStorage`'s own pool are always watched.
+    """
+
+    def __init__(self, busy: Iterable[Callable[[], bool]] = ()) -> None:
+        super().__init__()
+        self._now = 0.0
+        #: How many times the loop moved its time forward because nothing could run.
+        self.jumps = 0
+        self.busy: list[Callable[[], bool]] = list(busy)
+        self._selector = _VirtualSelector(self._selector, self)  # type: ignore[has-type]
+        # A timer "due" within this much of now runs now (asyncio's own rule): virtual
+        # time is exact, so only float rounding is left.
+        self._clock_resolution = 1e-6
+
+    def time(self) -> float:
+        """The loop's virtual time in seconds (0 when the loop was made)."""
+        return self._now
+
+    def _threads_busy(self) -> bool:
+        # no anyio context (a RuntimeError): no anyio threads either
+        with contextlib.suppress(RuntimeError, LookupError):
+            if anyio.to_thread.current_default_thread_limiter().borrowed_tokens:
+                return True
+        return any(check() for check in self.busy) or any(check() for check in _WATCHED)
+
+
+class VirtualClock:
+    """A :class:`~acmecerts._time.Clock` on virtual time: it jumps when nothing can run.
+
+    Run the program with :meth:`run`; inside it, ``now()`` is ``start`` plus the virtual
+    seconds gone by, and ``sleep()`` is ``anyio.sleep`` (virtual, like every other wait
+    of the program: deadlines, ``fail_after``, polling). A run of 30 simulated days
+    takes as long as its work, not its waiting::
+
+        clock = VirtualClock(datetime(2027, 1, 1, tzinfo=UTC))
+
+        async def main() -> None:
+            await clock.sleep(30 * 86400)
+            assert clock.now() == datetime(2027, 1, 31, tzinfo=UTC)
+
+        clock.run(main)
+
+    Args:
+        start: The instant the run begins at (timezone-aware).
+        busy: Callables telling whether a worker thread of the program is working
+            (time then stands still); ``anyio.to_thread`` and
+            :class:`~acmecerts.storage.FileStorage`'s own pool are always watched.
+
+    asyncio only (the loop is asyncio's). Outside :meth:`run`, ``now()`` answers the
+    instant the last run reached (``start`` before any).
+    """
+
+    def __init__(self, start: _dt.datetime, *, busy: Iterable[Callable[[], bool]] = ()) -> None:
+        self.start = aware_utc(start, "start")
+        self._busy = list(busy)
+        self._loop: VirtualEventLoop | None = None
+        self._offset = 0.0
+
+    @property
+    def jumps(self) -> int:
+        """How many times the current (or last) run jumped forward in time."""
+        return 0 if self._loop is None else self._loop.jumps
+
+    def _seconds(self) -> float:
+        loop = self._loop
+        if loop is None:
+            return self._offset
+        return self._offset + loop.time()
+
+    def now(self) -> _dt.datetime:
+        """The current virtual instant, timezone-aware UTC."""
+        return self.start + _dt.timedelta(seconds=self._seconds())
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep ``seconds`` of virtual time (non-positive: a checkpoint)."""
+        await anyio.sleep(max(0.0, seconds) if math.isfinite(seconds) else math.inf)
+
+    def make_loop(self) -> VirtualEventLoop:
+        """A new virtual loop that continues this clock's time (for ``loop_factory``)."""
+        if self._loop is not None:
+            self._offset += self._loop.time()
+        self._loop = VirtualEventLoop(self._busy)
+        return self._loop
+
+    def run(self, func: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+        """Run ``func(*args)`` with anyio on a virtual loop of this clock; its result."""
+        return anyio.run(
+            func, *args, backend="asyncio", backend_options={"loop_factory": self.make_loop}
+        )
+
+    def __repr__(self) -> str:
+        return f"VirtualClock({self.now().isoformat()})"
