@@ -10,9 +10,9 @@ request to the CA, retried within seconds.
 * ``badNonce`` (RFC 8555 §6.5) is replayed at once, without sleeping, up to
   ``max_bad_nonce`` times; the transport takes a fresh nonce inside the call.
 * *transient* errors (connection errors, timeouts, 5xx) are retried with exponential
-  backoff and full jitter: a random delay between ``floor`` and
-  ``min(cap, floor * multiplier ** (attempt - 1))``, never below ``floor``. A POST that
-  may have reached the CA is only replayed when the caller says it is idempotent.
+  backoff and full jitter: between ``floor`` and ``min(cap, floor * multiplier ** (attempt
+  - 1))``. A POST that may have reached the CA is replayed only if idempotent. A host that
+  does not exist (``ConnectError.unknown_host``) is not retried.
 * *rate-limited* and *server-busy* errors are retried only when the CA said when
   (``retry_after``) and that is at most ``max_wait`` away; a longer wait is the caller's
   business (the attempt schedule, the rate-limit ledger), so the error is raised.
@@ -29,8 +29,8 @@ jitter; a renewal never waits more than a quarter of the time its certificate ha
 error that never reached the CA does not escalate it. :class:`AttemptState` has a JSON form.
 
 Request backoff is a :class:`~acmecerts._time.Backoff` slept by :func:`~acmecerts._time.poll_until`;
-attempt schedules use tenacity's wait strategies. Every wait goes through an injected
-:class:`~acmecerts._time.Clock`; every instant is aware UTC. See ``docs/retries.md``.
+attempt schedules use tenacity's waits. Waits go through an injected
+:class:`~acmecerts._time.Clock`; instants are aware UTC. See ``docs/retries.md``.
 """
 
 from __future__ import annotations
@@ -143,7 +143,6 @@ class RequestRetry:
         floor = duration_seconds(self.floor, "floor")
         if floor <= 0:
             raise InvalidInput(f"floor must be > 0 (no tight loops), got {self.floor!r}")
-        # The window's top: min(cap, floor * multiplier**(attempt-1)), never below floor.
         backoff = Backoff(
             floor=floor,
             cap=duration_seconds(self.cap, "cap"),
@@ -169,10 +168,8 @@ class RequestRetry:
     ) -> float:
         """Seconds to wait after the ``attempt``-th failed call (1 = the first).
 
-        Full jitter: uniformly random in ``[floor, min(cap, floor * multiplier **
-        (attempt - 1))]``, so never below ``floor`` and never above ``cap``, unless
-        ``retry_after`` is later: then exactly the time until ``retry_after``, since the
-        CA is never asked sooner than it said.
+        Full jitter in ``[floor, min(cap, floor * multiplier ** (attempt - 1))]``, unless
+        ``retry_after`` is later: then exactly until it (never sooner than the CA said).
 
         Args:
             attempt: the number of the call that failed, from 1.
@@ -201,7 +198,7 @@ class RequestRetry:
         if attempt >= self.max_attempts:
             return None
         if isinstance(error, ConnectError) and error.unknown_host is not None:
-            return None  # a name that does not exist does not come to exist in a second
+            return None
         retry_after = _retry_after(error)
         if retry_after is not None and (retry_after - now).total_seconds() > as_seconds(
             self.max_wait

@@ -19,8 +19,8 @@ from acmecerts.transport._throttle import RequestThrottle, ThrottleStats
 __all__ = [
     "USER_AGENT",
     "AcmeResponse",
-    "Answer",
     "AcmeTransport",
+    "Answer",
     "Http11Pool",
     "HttpExchange",
     "NoncePool",
