@@ -1,0 +1,139 @@
+"""How a strategy plugs into a fleet run, and the one built in: acmecerts' own manager.
+
+A :class:`Strategy` is started once per run with a :class:`FleetContext` (the plan, the
+virtual clock, the simulated CA, the shared counted store) and yields a
+:class:`Running`: the run tells it which services appear (:meth:`Running.add`) and go
+(:meth:`Running.remove`), and asks what each replica serves (:meth:`Running.serving`).
+Everything else (when to order, how to retry, what to store) is the strategy's. A
+baseline (a certbot-like cron, cert-manager's policy...) is a class with a ``name`` and
+a ``start`` that drives the real :class:`~acmecerts.AcmeClient` its own way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import random
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
+from typing import Protocol
+
+from acmecerts import VirtualClock
+from acmecerts.manager import CertificateManager, open_manager
+from acmecerts.ratelimit import LETS_ENCRYPT
+from acmecerts.storage import Storage
+from acmecerts.testing.fleet._scenarios import Plan, Service
+from acmecerts.testing.simulated_ca import SimulatedCA, SimulatedSolver
+from acmecerts.transport import AcmeTransport
+
+__all__ = ["AcmecertsStrategy", "FleetContext", "Running", "Served", "Strategy"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Served:
+    """The certificate a replica serves for a service: its serial (the CA's, an int)."""
+
+    serial: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FleetContext:
+    """What a strategy is given: the plan, the clock, the CA and the shared store."""
+
+    plan: Plan
+    clock: VirtualClock
+    ca: SimulatedCA
+    storage: Storage
+
+
+class Running(Protocol):
+    """A started strategy, as the fleet run sees it."""
+
+    def add(self, service: Service) -> None:
+        """``service`` exists from now on: keep a valid certificate for it."""
+        ...
+
+    async def remove(self, service: Service) -> None:
+        """``service`` was deleted: stop working for it."""
+        ...
+
+    def serving(self, name: str) -> list[Served | None]:
+        """What each replica serves for ``name`` now (``None``: nothing)."""
+        ...
+
+
+class Strategy(Protocol):
+    """A way to keep a fleet's certificates (see the module docstring)."""
+
+    #: Its name in the measures' table.
+    name: str
+
+    def start(self, context: FleetContext) -> AbstractAsyncContextManager[Running]:
+        """Start (one or ``context.plan.replicas`` replicas); stop on leaving the block."""
+        ...
+
+
+class _Managers:
+    """:class:`Running` over one :class:`CertificateManager` per replica."""
+
+    def __init__(self, managers: list[CertificateManager], profile: str) -> None:
+        self.managers = managers
+        self.profile = profile
+
+    def add(self, service: Service) -> None:
+        for manager in self.managers:
+            manager.manage(service.name, service.identifiers, profile=self.profile)
+
+    async def remove(self, service: Service) -> None:
+        for manager in self.managers:
+            await manager.unmanage(service.name)
+
+    def serving(self, name: str) -> list[Served | None]:
+        out: list[Served | None] = []
+        for manager in self.managers:
+            issued = manager.get(name)
+            out.append(None if issued is None else Served(int(issued.info.serial, 16)))
+        return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AcmecertsStrategy:
+    """acmecerts as an operator runs it: :func:`~acmecerts.manager.open_manager` on the
+    shared store, Let's Encrypt's limits in the ledger (``ledger=False``: none), the
+    client throttled to Let's Encrypt's request rates; one manager per replica, each
+    from its own address (:meth:`SimulatedCA.exchange_for`)."""
+
+    name: str = "acmecerts"
+    ledger: bool = True
+    concurrency: int = 16
+
+    def start(self, context: FleetContext) -> AbstractAsyncContextManager[Running]:
+        """Open ``context.plan.replicas`` managers on the shared store."""
+        return self._start(context)
+
+    @contextlib.asynccontextmanager
+    async def _start(self, context: FleetContext) -> AsyncIterator[Running]:
+        ca, clock = context.ca, context.clock
+        async with contextlib.AsyncExitStack() as stack:
+            managers = []
+            for replica in range(context.plan.replicas):
+                transport = AcmeTransport(
+                    ca.directory_url,
+                    client=ca.exchange_for(f"192.0.2.{10 + replica}"),
+                    clock=clock,
+                    request_rates=LETS_ENCRYPT.request_rates,
+                )
+                manager = await stack.enter_async_context(
+                    open_manager(
+                        context.storage,
+                        ca.directory_url,
+                        solvers=[SimulatedSolver(ca.published)],
+                        rate_limits=LETS_ENCRYPT if self.ledger else None,
+                        transport=transport,
+                        clock=clock,
+                        rng=random.Random(context.plan.seed * 1000 + replica),  # noqa: S311
+                        concurrency=self.concurrency,
+                    )
+                )
+                managers.append(manager)
+            yield _Managers(managers, context.plan.profile)
