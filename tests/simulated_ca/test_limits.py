@@ -217,3 +217,17 @@ def test_request_rates_are_answered_503_and_the_transport_waits() -> None:
     off, ca = run(body, limits=Limits.none())
     assert off == [None] * 3
     assert not ca.refusals
+
+
+def test_a_full_burst_and_a_token_per_interval_are_never_refused_by_rounding() -> None:
+    # found by the fleet runs: 125 * (0.5 / 125) is 0.5000000000000003 in floats, so the
+    # 125th request of a burst (and, later, a request sent exactly when its token was
+    # back, as the client's microsecond throttle sends it) got a 503 it should not
+    from acmecerts.testing.simulated_ca._buckets import Buckets
+
+    bucket = Buckets("other", Limit(125, 0.5))
+    assert all(bucket.spend("ip", 0.0) == 0 for _ in range(125))
+    assert bucket.spend("ip", 0.0) > 0  # the 126th is over
+    refused = [i for i in range(1, 500) if bucket.spend("ip", 0.004 * i) > 0]
+    assert refused == []
+    assert bucket.spend("ip", 0.004 * 499) > 0

@@ -25,6 +25,9 @@ __all__ = ["Buckets", "Limit", "Limits"]
 
 _HOUR = 3600.0
 _DAY = 86_400.0
+#: Less than this past the tolerance is float rounding, not a spent bucket: the client's
+#: throttle counts exact microseconds, and ``125 * (0.5 / 125)`` is ``0.5000000000000003``.
+_ROUNDING = 1e-6
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -103,13 +106,14 @@ class Buckets:
     def wait(self, key: Hashable, now: float, cost: int = 1) -> float:
         """Seconds until ``cost`` tokens are there for ``key`` (0: now). Spends nothing."""
         tat = max(self._tat.get(key, now), now) + cost * self.interval
-        return max(0.0, tat - now - self.tolerance)
+        over = tat - now - self.tolerance
+        return over if over > _ROUNDING else 0.0
 
     def spend(self, key: Hashable, now: float, cost: int = 1) -> float:
         """Spend ``cost`` tokens if there; else spend nothing. Seconds to wait (0: spent)."""
         tat = max(self._tat.get(key, now), now) + cost * self.interval
         over = tat - now - self.tolerance
-        if over > 0:
+        if over > _ROUNDING:
             return over
         self._tat[key] = tat
         return 0.0
