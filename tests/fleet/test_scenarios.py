@@ -127,7 +127,9 @@ def test_lower_bound_from_the_limits() -> None:
     plan = scenario("onboarding").plan(10_000, 1, 0)
     hours = lower_bound_hours(plan, Limits())
     assert hours == pytest.approx(450 * 7 * 24 / 50)
-    assert lower_bound_hours(scenario("onboarding").plan(1000, 1, 0), Limits()) == 0
+    # 1,000 over 20: 50 a domain fits; 700 orders past the 300 at 36 s each bind
+    assert lower_bound_hours(scenario("onboarding").plan(1000, 1, 0), Limits()) == 7.0
+    assert lower_bound_hours(scenario("churn").plan(1000, 1, 0), Limits()) == 7.0
 
 
 def test_plans_are_reproducible_by_seed() -> None:

@@ -161,3 +161,22 @@ def test_mass_revocation_moves_windows_into_the_past() -> None:
     past = [i for i in infos if i.info.window_end < at]
     assert 4 <= len(past) <= 16
     assert all(i.info.window_start == at - _dt.timedelta(hours=1) for i in past)
+
+
+def test_a_replacement_issued_at_the_revocation_instant_is_not_revoked_again() -> None:
+    # found by the fleet runs: notBefore is backdated an hour, so a replacement issued
+    # at the revocation's instant looked "issued before it" and, drawn under the
+    # fraction, was asked to be replaced again (a cascade of replacements)
+    at = START + DAY
+    revocation = MassRevocation(at, 1.0, at + DAY)
+
+    async def body(ca: SimulatedCA, client: AcmeClient, solver: SimulatedSolver) -> Any:
+        old = await client.issue(["r.example"], solvers=[solver])
+        await ca.clock.sleep(86400)
+        moved = await client.renewal_info(old.certificate_pem)
+        new = await client.issue(["r.example"], solvers=[solver], replaces=moved.cert_id)
+        return moved, await client.renewal_info(new.certificate_pem)
+
+    (moved, fresh), _ca = run(body, limits=Limits.none(), mass_revocation=revocation)
+    assert moved.info.window_end < at  # every certificate issued before it: 100 %
+    assert fresh.info.window_start > at + 10 * DAY  # the replacement: its own window

@@ -34,6 +34,12 @@ from acmecerts.testing.simulated_ca import ARI_RETRY_AFTER, CertificateRecord, L
 __all__ = ["Measures", "Sampler", "lower_bound_hours"]
 
 _HOUR = 3600.0
+#: The simulated CA backdates notBefore an hour: a certificate was issued an hour after.
+_BACKDATE = _dt.timedelta(hours=1)
+
+
+def _issued_at(record: CertificateRecord) -> _dt.datetime:
+    return record.not_before + _BACKDATE
 
 
 @dataclasses.dataclass(slots=True)
@@ -160,7 +166,7 @@ class Sampler:
         return not (
             rev is not None
             and now >= rev.deadline
-            and record.not_before < rev.at
+            and _issued_at(record) < rev.at
             and record.draw < rev.fraction
         )
 
@@ -260,7 +266,7 @@ def ca_measures(measures: Measures, plan: Plan, ca: SimulatedCA, sampler: Sample
         if not issued:
             firsts = []
             break
-        firsts.append(issued[0].not_before + _dt.timedelta(hours=1))
+        firsts.append(_issued_at(issued[0]))
     if firsts:
         measures.time_to_full_coverage_hours = round(
             (max(firsts) - plan.start).total_seconds() / _HOUR, 3
@@ -276,14 +282,15 @@ def ca_measures(measures: Measures, plan: Plan, ca: SimulatedCA, sampler: Sample
         affected = replaced = 0
         for records in by_set.values():
             for i, record in enumerate(records):
-                current = record.not_before < rev.at < record.not_after and (
-                    i + 1 == len(records) or records[i + 1].not_before >= rev.at
+                nxt = records[i + 1] if i + 1 < len(records) else None
+                # the certificate in use at the instant, issued before it (as the CA counts)
+                current = _issued_at(record) < rev.at < record.not_after and (
+                    nxt is None or _issued_at(nxt) >= rev.at
                 )
                 if not current or record.draw >= rev.fraction:
                     continue
                 affected += 1
-                nxt = records[i + 1] if i + 1 < len(records) else None
-                if nxt is not None and nxt.not_before + _dt.timedelta(hours=1) <= rev.deadline:
+                if nxt is not None and _issued_at(nxt) <= rev.deadline:
                     replaced += 1
         measures.revocation_affected = affected
         measures.replaced_before_deadline = replaced / affected if affected else 1.0

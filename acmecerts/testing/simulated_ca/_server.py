@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import datetime as _dt
+import ipaddress
 import json
 import random
 from typing import TYPE_CHECKING, Any
@@ -55,6 +56,8 @@ ARI_RETRY_AFTER = 21_600
 _ORDER_LIFETIME = _dt.timedelta(days=7)
 _PENDING_AUTHZ = _dt.timedelta(days=7)
 _CHALLENGES = ("http-01", "dns-01", "tls-alpn-01")
+#: notBefore lies this long before issuance (kept in mind by mass revocations).
+BACKDATE = _dt.timedelta(hours=1)
 
 
 class _Answer(Exception):
@@ -476,8 +479,8 @@ class SimulatedCA:
         ctype = types[int(parts[1])]
         if payload is not None and authz.status == "pending":
             self._validate(authz, account, ctype, now)
-        doc = self._authz_doc(authz)["challenges"][int(parts[1])]
-        return self._json(200, doc, ("Link", f'<{authz.url}>;rel="up"'))
+        challenge = self._authz_doc(authz)["challenges"][int(parts[1])]
+        return self._json(200, challenge, ("Link", f'<{authz.url}>;rel="up"'))
 
     def _validate(self, authz: Authorization, account: Account, ctype: str, now: Any) -> None:
         """RFC 8555 §8: the published key authorization must be token.thumbprint."""
@@ -522,17 +525,13 @@ class SimulatedCA:
             raise _Answer(400, "badCSR", "the CSR's names are not the order's")
         profile = self.profiles[order.profile]
         era = profile.era(now)
-        not_before = now.replace(microsecond=0) - _dt.timedelta(hours=1)
+        not_before = now.replace(microsecond=0) - BACKDATE
         not_after = not_before + era.lifetime - _dt.timedelta(seconds=1)
         serial = self.issuer.new_serial()
-        general: list[x509.GeneralName] = []
-        for kind, value in order.identifiers:
-            if kind == "ip":
-                import ipaddress
-
-                general.append(x509.IPAddress(ipaddress.ip_address(value)))
-            else:
-                general.append(x509.DNSName(value))
+        general: list[x509.GeneralName] = [
+            x509.IPAddress(ipaddress.ip_address(v)) if k == "ip" else x509.DNSName(v)
+            for k, v in order.identifiers
+        ]
         pem = self.issuer.sign(csr, general, serial, not_before, not_after)
         record = CertificateRecord(
             serial,
@@ -586,7 +585,7 @@ class SimulatedCA:
         if (
             revocation is not None
             and now >= revocation.at
-            and record.not_before < revocation.at
+            and record.not_before + BACKDATE < revocation.at  # issued before it
             and record.draw < revocation.fraction
         ):
             if record.revoked_at is None and record.replaced_by is None:  # noqa: SIM102
