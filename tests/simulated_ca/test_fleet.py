@@ -52,10 +52,9 @@ def test_200_certificates_over_30_days(tmp_path: Path) -> None:
     assert ca.stats[("renewalInfo", 200)] >= 200
     # 10 teams x 20 names: under every limit, so no 429 at all
     assert not [k for k in ca.refusals if not k.startswith("request_rate:")], ca.refusals
-    # the client's throttle at Let's Encrypt's rates and the CA's buckets disagree at the
-    # edge now and then (a 503, retried by the transport): found by this run, see the
-    # report of h/simca; bounded here, not hidden
-    assert sum(ca.refusals.values()) <= 5, ca.refusals
+    # the client's throttle at Let's Encrypt's rates and the CA's buckets agree (they
+    # disagreed by float rounding at a full burst until h/fleet: a 503 now and then)
+    assert not ca.refusals, ca.refusals
     print(
         f"200 certs / 30 days: {elapsed:.1f} s, {orders} orders, "
         f"{ca.stats[('renewalInfo', 200)]} renewalInfo, {clock.jumps} jumps"
