@@ -184,6 +184,10 @@ async def _timed(
     began = time.process_time()
     with profiler.measure(layer):
         for i in range(count):
+            if i % 50 == 0:
+                # 500 requests a second of virtual time: under Let's Encrypt's 1,000/s, so
+                # no request waits for the throttle (a fleet's 40,000 a day never does)
+                await clock.sleep(0.1)
             await one(i)
     return Figure(layer, count, time.process_time() - began)
 
@@ -213,13 +217,15 @@ def layers(args: argparse.Namespace, profiler: _Profiler) -> list[Figure]:
             src = ca.source
             count = args.requests
             before = ca.stats[("renewalInfo", 200)]
-
-            async def direct(i: int) -> object:
-                if i % 50 == 0:  # the CA's 1,000 renewalInfo/s (no client throttle here)
-                    await clock.sleep(0.05)
-                return await ca.answer("GET", parsed[i % n], b"", src)
-
-            figures.append(await _timed("ca", count, direct, profiler, clock))
+            figures.append(
+                await _timed(
+                    "ca",
+                    count,
+                    lambda i: ca.answer("GET", parsed[i % n], b"", src),
+                    profiler,
+                    clock,
+                )
+            )
             transport = client.transport
             figures.append(
                 await _timed(
