@@ -179,17 +179,22 @@ async def _timed(
     one: Callable[[int], Awaitable[object]],
     profiler: _Profiler,
     clock: VirtualClock,
+    repeat: int = 3,
 ) -> Figure:
-    await clock.sleep(1)  # every request bucket full again (the CA's, the client's)
-    began = time.process_time()
-    with profiler.measure(layer):
-        for i in range(count):
-            if i % 50 == 0:
-                # 500 requests a second of virtual time: under Let's Encrypt's 1,000/s, so
-                # no request waits for the throttle (a fleet's 40,000 a day never does)
-                await clock.sleep(0.1)
-            await one(i)
-    return Figure(layer, count, time.process_time() - began)
+    best = float("inf")
+    per_round = count // repeat
+    for _ in range(repeat):  # the best of a few rounds: the machine is shared
+        await clock.sleep(1)  # every request bucket full again (the CA's, the client's)
+        began = time.process_time()
+        with profiler.measure(layer):
+            for i in range(per_round):
+                if i % 50 == 0:
+                    # 500 requests a second of virtual time: under Let's Encrypt's 1,000/s,
+                    # so none waits for the throttle (a fleet's 40,000 a day never does)
+                    await clock.sleep(0.1)
+                await one(i)
+        best = min(best, time.process_time() - began)
+    return Figure(layer, per_round, best)
 
 
 def layers(args: argparse.Namespace, profiler: _Profiler) -> list[Figure]:
@@ -246,7 +251,7 @@ def layers(args: argparse.Namespace, profiler: _Profiler) -> list[Figure]:
                 await _timed("recheck", count, lambda i: recheck(entries[i % n]), profiler, clock)
             )
             answered = ca.stats[("renewalInfo", 200)] - before
-            assert answered >= 4 * count, (answered, count, ca.stats, ca.refusals)
+            assert answered >= 4 * (count // 3 * 3), (answered, count, ca.stats, ca.refusals)
             assert not ca.refusals["request_rate:renewalInfo"], ca.refusals
 
     clock.run(main)
