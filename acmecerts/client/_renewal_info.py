@@ -38,7 +38,7 @@ class _RenewalInfoRequests(_AccountRequests):
         program checking thousands of certificates every few hours wants). The request is
         an unauthenticated ``GET {renewalInfo}/{certID}``; the result's
         ``retry_after`` says when to ask again (the server's ``Retry-After`` bounded to one
-        minute..one day, six hours when it sent none). Pass ``result.cert_id`` as
+        minute..six hours, six hours when it sent none). Pass ``result.cert_id`` as
         ``replaces`` to :meth:`issue` when renewing.
 
         Raises:
