@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from cryptography import x509
 
 from acmecerts.client._account import _AccountRequests
@@ -9,32 +11,55 @@ from acmecerts.errors import BadServerResponse, InvalidInput
 from acmecerts.protocol.ari import (
     RenewalInfoResult,
     ari_retry_after,
-    cert_id,
     load_certificate,
     renewal_info_url,
 )
+from acmecerts.protocol.ari import cert_id as certificate_id
 from acmecerts.protocol.resources import parse_renewal_info
+
+#: An ARI certID (RFC 9773 §4.1): base64url of the AKI keyIdentifier, ".", of the serial.
+_CERT_ID = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 
 
 class _RenewalInfoRequests(_AccountRequests):
     """Renewal information (RFC 9773)."""
 
-    async def renewal_info(self, certificate: x509.Certificate | str | bytes) -> RenewalInfoResult:
+    async def renewal_info(
+        self,
+        certificate: x509.Certificate | str | bytes | None = None,
+        *,
+        cert_id: str | None = None,
+    ) -> RenewalInfoResult:
         """Fetch the CA's suggested renewal window for ``certificate`` (RFC 9773 §4.1-4.3).
 
         ``certificate`` is a ``cryptography`` certificate, PEM (a chain: its leaf first) or
-        DER. The request is an unauthenticated ``GET {renewalInfo}/{certID}``; the result's
+        DER; or pass its certID (:func:`~acmecerts.protocol.ari.cert_id`, e.g. an earlier
+        result's ``cert_id``) as ``cert_id`` instead, which spares computing it again (what a
+        program checking thousands of certificates every few hours wants). The request is
+        an unauthenticated ``GET {renewalInfo}/{certID}``; the result's
         ``retry_after`` says when to ask again (the server's ``Retry-After`` bounded to one
-        minute..one day, six hours when it sent none). Pass ``result.cert_id`` as
+        minute..six hours, six hours when it sent none). Pass ``result.cert_id`` as
         ``replaces`` to :meth:`issue` when renewing.
 
         Raises:
-            InvalidInput: the CA's directory has no ``renewalInfo``, or the certificate has
-                no Authority Key Identifier (so no certID).
+            InvalidInput: the CA's directory has no ``renewalInfo``, the certificate has
+                no Authority Key Identifier (so no certID), ``cert_id`` is not of the form
+                ``base64url.base64url``, or not exactly one of ``certificate`` and
+                ``cert_id`` was given.
             BadServerResponse: the answer is not a valid RenewalInfo object (§4.2: treat it
                 as no answer and fall back to your own schedule).
         """
-        ident = cert_id(load_certificate(certificate))
+        if (certificate is None) == (cert_id is None):
+            raise InvalidInput("renewal_info() takes a certificate or its cert_id (one of them)")
+        if certificate is not None:
+            ident = certificate_id(load_certificate(certificate))
+        elif cert_id is not None and _CERT_ID.fullmatch(cert_id) is not None:
+            ident = cert_id
+        else:
+            raise InvalidInput(
+                f"cert_id {str(cert_id)[:120]!r} is not an ARI certID (base64url.base64url, "
+                "RFC 9773 §4.1)"
+            )
         directory = await self.directory()
         if directory.renewal_info is None:
             raise InvalidInput(

@@ -12,10 +12,11 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from acmecerts._issued import IssuedCertificate, LeafInfo
+from acmecerts.protocol.ari import cert_id
 from acmecerts.protocol.certificate import CertificateChain, CertificateInfo
 from acmecerts.protocol.identifiers import Identifier
 
-__all__ = ["HeldCertificate", "hold"]
+__all__ = ["HeldCertificate", "ari_cert_id", "hold"]
 
 #: Issuer chains kept for sharing between held certificates (a CA has a handful).
 _MAX_SHARED = 64
@@ -41,6 +42,8 @@ class HeldCertificate(LeafInfo):
     info: CertificateInfo
     order_url: str
     certificate_url: str
+    #: The leaf's ARI certID once asked for (see :func:`ari_cert_id`).
+    _cert_id: str | None = dataclasses.field(default=None, init=False)
 
     def leaf(self) -> x509.Certificate:
         """The leaf certificate, parsed again."""
@@ -58,6 +61,24 @@ class HeldCertificate(LeafInfo):
             order_url=self.order_url,
             certificate_url=self.certificate_url,
         )
+
+
+def ari_cert_id(certificate: HeldCertificate | IssuedCertificate) -> str:
+    """The ARI certID of ``certificate``'s leaf (RFC 9773 §4.1), computed once per held one.
+
+    The manager asks renewalInfo for every certificate every few hours; parsing the leaf
+    and its extensions each time cost more than the request itself.
+
+    Raises:
+        InvalidInput: the leaf has no Authority Key Identifier (so no certID).
+    """
+    if isinstance(certificate, IssuedCertificate):
+        return cert_id(certificate.chain.leaf)
+    known = certificate._cert_id
+    if known is None:
+        known = cert_id(certificate.leaf())
+        object.__setattr__(certificate, "_cert_id", known)  # a cache: frozen otherwise
+    return known
 
 
 def hold(issued: IssuedCertificate) -> HeldCertificate | IssuedCertificate:

@@ -28,13 +28,13 @@ import anyio.lowlevel
 from acmecerts._time import Clock
 from acmecerts.client import AcmeClient
 from acmecerts.errors import AcmeCertsError, RateLimitDeferred
-from acmecerts.manager._entry import AT_ONCE, Entry, current, leaf, parked, queue_time
+from acmecerts.manager._entry import AT_ONCE, Entry, current, parked, queue_time
+from acmecerts.manager._held import ari_cert_id
 from acmecerts.manager._ledger import RateLimitLedger
 from acmecerts.manager._retention import RetiredCertificates
 from acmecerts.protocol.ari import (
     RenewalInfoResult,
     ReplacementReason,
-    cert_id,
     choose_renewal_time,
     fallback_renewal_time,
     replacement_requested,
@@ -318,7 +318,7 @@ def replaces_id(entry: Entry) -> str | None:
     if entry.certificate is None or entry.ari_recheck_at is None:
         return None
     try:
-        return cert_id(leaf(entry.certificate))
+        return ari_cert_id(entry.certificate)
     except AcmeCertsError:
         return None
 
@@ -358,7 +358,7 @@ async def plan_renewal(
         directory = await client.directory()
         if directory.renewal_info is None:
             return None
-        result = await client.renewal_info(leaf(certificate))
+        result = await client.renewal_info(cert_id=ari_cert_id(certificate))
     except AcmeCertsError as exc:
         log.info("%s: no ARI window (%s); renewing at %s", entry.spec.name, exc, entry.renew_at)
         return None

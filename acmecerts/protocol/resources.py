@@ -381,9 +381,46 @@ class RenewalInfo:
     explanation_url: str | None = None
 
 
+#: An RFC 3339 instant in UTC as CAs write them (``2027-01-01T00:00:00Z``, a fraction).
+_UTC_INSTANT = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z")
+
+
+def _window_fast(obj: Mapping[str, Any]) -> tuple[_dt.datetime, _dt.datetime] | None:
+    """The suggested window of the usual answer, read directly; ``None``: any other shape.
+
+    A fleet asks for renewalInfo tens of thousands of times a day, and going through
+    ``acme.messages`` costs ten times the parse. Only two strings of the exact form above
+    are read here (the result is what ``acme.messages`` gives for them: ``fromisoformat``
+    of the same text); everything else, and every error, takes the full path.
+    """
+    window = obj.get("suggestedWindow")
+    if type(window) is not dict:
+        return None
+    start, end = window.get("start"), window.get("end")
+    if type(start) is not str or type(end) is not str:
+        return None
+    if _UTC_INSTANT.fullmatch(start) is None or _UTC_INSTANT.fullmatch(end) is None:
+        return None
+    try:
+        return (
+            _dt.datetime.fromisoformat(start).astimezone(_dt.UTC),
+            _dt.datetime.fromisoformat(end).astimezone(_dt.UTC),
+        )
+    except (ValueError, OverflowError):  # 2027-13-45...: said by the full path
+        return None
+
+
 def parse_renewal_info(data: object, *, url: str) -> RenewalInfo:
     """Parse a ``renewalInfo`` answer; the window must have start <= end."""
     obj = _require_mapping(data, "renewalInfo", url)
+    fast = _window_fast(obj)
+    if fast is not None and fast[1] >= fast[0]:
+        explanation = obj.get("explanationURL")
+        return RenewalInfo(
+            window_start=fast[0],
+            window_end=fast[1],
+            explanation_url=explanation if isinstance(explanation, str) else None,
+        )
     try:
         info = messages.RenewalInfo.from_json(dict(obj))
         start: _dt.datetime | None = info.suggested_window.start

@@ -6,6 +6,9 @@ import datetime as dt
 from typing import Any
 
 import pytest
+from acme import messages
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from acmecerts.errors import BadServerResponse, RateLimited
 from acmecerts.protocol.identifiers import Identifier
@@ -386,3 +389,64 @@ def test_directory_meta_of_the_wrong_types() -> None:
     for caa in (True, "ca.example", [1]):
         with pytest.raises(BadServerResponse, match="caaIdentities"):
             parse_directory({**DIRECTORY, "meta": {"caaIdentities": caa}}, url="https://ca/dir")
+
+
+# -- renewalInfo's direct path (issue #26: a fleet parses it tens of thousands of times a
+# day) gives what acme.messages gives, and leaves every other shape to it ------------------
+
+_INSTANT = st.datetimes(min_value=dt.datetime(1970, 1, 1), max_value=dt.datetime(9998, 12, 31)).map(
+    lambda d: d.isoformat(timespec="microseconds")[: 19 + d.microsecond % 8] + "Z"
+)
+_STAMP = st.one_of(
+    _INSTANT,
+    st.text(alphabet="0123456789-:T.Zz+ ", max_size=32),
+    st.sampled_from(["2027-13-01T00:00:00Z", "2027-01-01T00:00:00.Z", "2027-01-01T24:00:00Z"]),
+    st.none(),
+    st.integers(),
+)
+
+
+def _through_acme_messages(doc: dict[str, Any]) -> Any:
+    """What parse_renewal_info returned before its direct path (acme.messages only)."""
+    info = messages.RenewalInfo.from_json(dict(doc))
+    start, end = info.suggested_window.start, info.suggested_window.end
+    start = start.replace(tzinfo=dt.UTC) if start.tzinfo is None else start.astimezone(dt.UTC)
+    end = end.replace(tzinfo=dt.UTC) if end.tzinfo is None else end.astimezone(dt.UTC)
+    return start, end
+
+
+@settings(max_examples=400, deadline=None)
+@given(_STAMP, _STAMP, st.sampled_from([None, "https://ca/why", 3]))
+def test_renewal_info_direct_path_agrees_with_acme_messages(
+    start: Any, end: Any, explanation: Any
+) -> None:
+    doc: dict[str, Any] = {"suggestedWindow": {"start": start, "end": end}}
+    if explanation is not None:
+        doc["explanationURL"] = explanation
+    try:
+        expected = _through_acme_messages(doc)
+    except Exception:  # any failure there is a BadServerResponse here
+        expected = None
+    if expected is None or expected[1] < expected[0]:
+        with pytest.raises(BadServerResponse):
+            parse_renewal_info(doc, url="u")
+        return
+    info = parse_renewal_info(doc, url="u")
+    assert (info.window_start, info.window_end) == expected
+    assert info.window_start.tzinfo is dt.UTC
+    assert info.window_end.tzinfo is dt.UTC
+    assert info.explanation_url == (explanation if isinstance(explanation, str) else None)
+
+
+def test_renewal_info_usual_answer_takes_the_direct_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*_: Any, **__: Any) -> Any:
+        raise AssertionError("acme.messages was asked")
+
+    monkeypatch.setattr(messages.RenewalInfo, "from_json", refuse)
+    info = parse_renewal_info(
+        {"suggestedWindow": {"start": "2027-01-01T00:00:00Z", "end": "2027-01-02T00:00:00.5Z"}},
+        url="u",
+    )
+    assert info.window_end == dt.datetime(2027, 1, 2, 0, 0, 0, 500000, tzinfo=dt.UTC)
+    with pytest.raises(AssertionError, match=r"acme\.messages"):  # any other shape: the full path
+        parse_renewal_info({"suggestedWindow": {"start": "2027-01-01T00:00:00+01:00"}}, url="u")
