@@ -380,10 +380,10 @@ class Attempts:
             )
             return DeferredResult(name, until, str(error))
         if isinstance(error, RateLimitDeferred):
-            # predicted by the ledger, nothing was sent: not a failure, no escalation
+            # predicted by the ledger, nothing sent: no escalation; one token apart each
             entry.state = dataclasses.replace(
                 entry.state,
-                next_attempt_at=error.retry_after,
+                next_attempt_at=self._gate.deferred_until(error),
                 last_error=f"{type(error).__name__}: {error}",
                 last_error_kind=error.kind.value,
             )

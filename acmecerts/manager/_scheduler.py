@@ -27,7 +27,7 @@ import anyio.lowlevel
 
 from acmecerts._time import Clock
 from acmecerts.client import AcmeClient
-from acmecerts.errors import AcmeCertsError
+from acmecerts.errors import AcmeCertsError, RateLimitDeferred
 from acmecerts.manager._entry import AT_ONCE, Entry, current, leaf, parked, queue_time
 from acmecerts.manager._ledger import RateLimitLedger
 from acmecerts.manager._retention import RetiredCertificates
@@ -218,6 +218,32 @@ class BudgetGate:
         self._stored = stored
         self._contending: set[Entry] = set()
         self._contention = anyio.Event()
+        #: The last instant handed out per deferring bucket (limit, scope key).
+        self._queued: dict[tuple[str, str | None], _dt.datetime] = {}
+
+    def deferred_until(self, error: RateLimitDeferred) -> _dt.datetime | None:
+        """When an entry the ledger deferred tries again: the ledger's instant or, when
+        others were deferred on the same bucket (limit and scope) to it or later, one
+        token after the last of them.
+
+        Without the queue, every certificate deferred on one bucket woke at the same
+        instant; one got the token and the others were deferred again: n deferred
+        certificates made n²/2 attempts, each building a key and CSR and writing the
+        store (found by the fleet simulation, issue #26).
+        """
+        at = error.retry_after
+        ledger = self._client.ledger
+        if at is None or error.limit is None or not isinstance(ledger, RateLimitLedger):
+            return at
+        limit = next((x for x in ledger.model if x.name == error.limit), None)
+        if limit is None:
+            return at
+        key = (error.limit, error.scope_key)
+        last = self._queued.get(key)
+        if last is not None and last >= at:
+            at = last + limit.interval
+        self._queued[key] = at
+        return at
 
     def enter(self, entry: Entry) -> None:
         """``entry`` is on its way to an order."""

@@ -63,7 +63,8 @@ def test_outage_expires_nothing_that_had_a_day_left() -> None:
 @pytest.mark.timeout(120)
 def test_mass_revocation_replaced_before_the_deadline() -> None:
     m = FleetRun("revocation", certificates=150, days=4, seed=2).run()
-    assert m.revocation_affected is not None and m.revocation_affected >= 25
+    assert m.revocation_affected is not None
+    assert m.revocation_affected >= 25
     assert m.replaced_before_deadline == 1.0
     assert m.expired_certificate_hours == 0
     no_limit_answers(m)
@@ -74,7 +75,8 @@ def test_zombies_are_not_paused_and_spend_no_limit() -> None:
     run = FleetRun("zombies", certificates=200, days=12, seed=4)
     m = run.run()
     assert len(run.plan.zombies) == 2
-    assert m.zombie_orders is not None and m.zombie_orders >= 2  # they were tried
+    assert m.zombie_orders is not None
+    assert m.zombie_orders >= 2  # they were tried
     assert m.zombie_max_consecutive_failures is not None
     assert m.zombie_max_consecutive_failures < 1152
     no_limit_answers(m)
@@ -145,7 +147,9 @@ def test_cli_prints_the_table_and_writes_json(
     out = tmp_path / "fleet.json"
     assert main(["onboarding", "--certificates", "20", "--days", "2", "--json", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "cert-hours expired" in printed and "onboarding" in printed
+    assert "cert-hours expired" in printed
+    assert "onboarding" in printed
     [row] = json.loads(out.read_text())
-    assert row["scenario"] == "onboarding" and row["certificates"] == 20
+    assert row["scenario"] == "onboarding"
+    assert row["certificates"] == 20
     assert row["issued"] == 20

@@ -67,9 +67,7 @@ def _cell(value: Any) -> str:
 
 def table_rows(results: Sequence[Measures]) -> list[list[str]]:
     """The table as text cells: a label, then one cell per run."""
-    return [
-        [label, *(_cell(getattr(m, field)) for m in results)] for label, field in ROWS
-    ]
+    return [[label, *(_cell(getattr(m, field)) for m in results)] for label, field in ROWS]
 
 
 def _print(results: Sequence[Measures]) -> None:

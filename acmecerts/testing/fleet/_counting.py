@@ -77,11 +77,11 @@ class CountingStorage:
 
     @contextlib.asynccontextmanager
     async def _lock(
-        self, name: str, lease: float | _dt.timedelta, timeout: float | _dt.timedelta | None
+        self, name: str, lease: float | _dt.timedelta, wait: float | _dt.timedelta | None
     ) -> AsyncIterator[Lease]:
         self.ops["lock"] += 1
         try:
-            async with self.inner.lock(name, lease=lease, timeout=timeout) as held:
+            async with self.inner.lock(name, lease=lease, timeout=wait) as held:
                 yield held
         finally:
             self.ops["unlock"] += 1

@@ -10,7 +10,7 @@
   of certificates per registered domain and of new orders per account, each with its
   burst).
 * **Requests** are the CA's counts (:attr:`SimulatedCA.stats`, :attr:`refusals`); what
-  the protocol *needs* is ``3 + 2 × names`` requests per issued certificate (newOrder,
+  the protocol *needs* is ``3 + 2 * names`` requests per issued certificate (newOrder,
   one authorization fetched and one challenge answered per name, finalize, download)
   plus renewalInfo at the CA's ``Retry-After`` (4 a certificate-day).
 * **Store operations** come from :class:`CountingStorage`; an hour *at rest* is one with
@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime as _dt
+import itertools
 import math
 from typing import Any
 
@@ -176,9 +177,7 @@ class Sampler:
         certificates = self.ca.certificates
         zombies = self.plan.zombies
         outage = self.plan.outage
-        snapshot = (
-            self.life_at_outage is None and outage is not None and now >= outage.start
-        )
+        snapshot = self.life_at_outage is None and outage is not None and now >= outage.start
         if snapshot:
             self.life_at_outage = {}
         covered = 0
@@ -196,10 +195,13 @@ class Sampler:
             if name in self.held:
                 self.expired_hours += hours
                 life = (self.life_at_outage or {}).get(name)
-                if outage is not None and life is not None:
-                    if life - outage.start >= _dt.timedelta(hours=24):
-                        self.lapsed_after_outage.add(name)
-                        self.lapsed_hours += hours
+                if (
+                    outage is not None
+                    and life is not None
+                    and life - outage.start >= _dt.timedelta(hours=24)
+                ):
+                    self.lapsed_after_outage.add(name)
+                    self.lapsed_hours += hours
             else:
                 self.missing_hours += hours
         self.cert_days += covered * hours / 24
@@ -245,7 +247,7 @@ def ca_measures(measures: Measures, plan: Plan, ca: SimulatedCA, sampler: Sample
     measures.renewal_info_requests = sum(v for (e, _), v in stats.items() if e == "renewalInfo")
     cert_days = sampler.cert_days
     measures.certificate_days = round(cert_days, 2)
-    needed = sum(3 + 2 * len(r.identifiers) for r in ca.certificates.values())
+    needed = float(sum(3 + 2 * len(r.identifiers) for r in ca.certificates.values()))
     needed += cert_days * 86_400 / ARI_RETRY_AFTER
     if cert_days > 0:
         measures.ca_requests_per_certificate_day = measures.ca_requests / cert_days
@@ -258,7 +260,7 @@ def ca_measures(measures: Measures, plan: Plan, ca: SimulatedCA, sampler: Sample
         records.sort(key=lambda r: r.not_before)
     # time to full coverage: the last first issuance among the first instant's services
     first = [plan.services[e.name] for e in plan.events if e.at == plan.start]
-    firsts = []
+    firsts: list[_dt.datetime] = []
     for service in first:
         if service.name in plan.zombies:
             continue
@@ -274,7 +276,7 @@ def ca_measures(measures: Measures, plan: Plan, ca: SimulatedCA, sampler: Sample
     measures.duplicate_issuances = sum(
         1
         for records in by_set.values()
-        for a, b in zip(records, records[1:], strict=False)
+        for a, b in itertools.pairwise(records)
         if b.not_before - a.not_before < _dt.timedelta(hours=6)
     )
     rev = plan.revocation

@@ -51,7 +51,7 @@ class FleetRun:
     ) -> None:
         chosen = scenario if isinstance(scenario, Scenario) else _scenario(scenario)
         self.plan: Plan = chosen.plan(certificates, days, seed)
-        self.strategy: Strategy = strategy or AcmecertsStrategy()
+        self.strategy: Strategy = AcmecertsStrategy() if strategy is None else strategy
         self.directory = directory
         self.sample_every = sample_every
         #: Set by :meth:`run`: the CA and the counted store, to look at afterwards.

@@ -102,7 +102,9 @@ class Scenario:
     certificates: int
     days: float
 
-    def plan(self, certificates: int | None = None, days: float | None = None, seed: int = 0) -> Plan:
+    def plan(
+        self, certificates: int | None = None, days: float | None = None, seed: int = 0
+    ) -> Plan:
         """The plan for this size (the scenario's defaults where ``None``) and seed."""
         n = self.certificates if certificates is None else certificates
         d = self.days if days is None else days
@@ -160,7 +162,7 @@ def steady(n: int, days: float, seed: int) -> Plan:
     The fleet arrives spread evenly over its first 30 days (a fleet in its steady
     state has certificates of every age), starting 2027-01-20 with 90-day certificates.
     """
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311 - a simulation, reproducible by seed
     domains = _domains_for(n)
     services = _services(n, domains)
     events = sorted(
@@ -179,7 +181,7 @@ def churn(n: int, days: float, seed: int) -> Plan:
     """(c) every day 5 % of the live services are deleted, and each is created again
     later: half of them within 7 days (the duplicate window), half after 7 to 14 days.
     """
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311 - a simulation, reproducible by seed
     start = DEFAULT_START
     services = _services(n, _domains_for(n))
     events = list(_all_at(start, services))
@@ -222,7 +224,7 @@ def revocation(n: int, days: float, seed: int) -> Plan:
 
 def zombies(n: int, days: float, seed: int) -> Plan:
     """(f) 1 % of the names (at least one) always fail validation."""
-    rng = random.Random(seed)
+    rng = random.Random(seed)  # noqa: S311 - a simulation, reproducible by seed
     plan = _plan("zombies", n, days, seed)
     bad = frozenset(rng.sample(sorted(plan.services), k=max(1, round(0.01 * n))))
     return dataclasses.replace(plan, ca_options={"always_fail": bad}, zombies=bad)
@@ -240,7 +242,9 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("steady", "(b) steady state", steady.__doc__ or "", steady, 1000, 400),
         Scenario("churn", "(c) churn 5 %/day", churn.__doc__ or "", churn, 1000, 30),
         Scenario("outage", "(d) 6-hour CA outage", outage.__doc__ or "", outage, 1000, 7),
-        Scenario("revocation", "(e) mass revocation", revocation.__doc__ or "", revocation, 1000, 5),
+        Scenario(
+            "revocation", "(e) mass revocation", revocation.__doc__ or "", revocation, 1000, 5
+        ),
         Scenario("zombies", "(f) 1 % zombies", zombies.__doc__ or "", zombies, 1000, 30),
         Scenario("replicas", "(g) two replicas", replicas.__doc__ or "", replicas, 1000, 30),
     )

@@ -65,8 +65,10 @@ class Running(Protocol):
 class Strategy(Protocol):
     """A way to keep a fleet's certificates (see the module docstring)."""
 
-    #: Its name in the measures' table.
-    name: str
+    @property
+    def name(self) -> str:
+        """Its name in the measures' table."""
+        ...
 
     def start(self, context: FleetContext) -> AbstractAsyncContextManager[Running]:
         """Start (one or ``context.plan.replicas`` replicas); stop on leaving the block."""
