@@ -24,6 +24,13 @@ yielding a :class:`Running` (``add``, ``remove``, ``serving``).
 
 from __future__ import annotations
 
+from acmecerts.testing.fleet._baselines import (
+    STRATEGIES,
+    CertbotCron,
+    CertManagerPolicy,
+    NaiveOperator,
+    strategy,
+)
 from acmecerts.testing.fleet._counting import CountingStorage
 from acmecerts.testing.fleet._measures import Measures, lower_bound_hours
 from acmecerts.testing.fleet._run import FleetRun
@@ -45,12 +52,16 @@ from acmecerts.testing.fleet._strategy import (
 
 __all__ = [
     "SCENARIOS",
+    "STRATEGIES",
     "AcmecertsStrategy",
+    "CertManagerPolicy",
+    "CertbotCron",
     "CountingStorage",
     "FleetContext",
     "FleetEvent",
     "FleetRun",
     "Measures",
+    "NaiveOperator",
     "Plan",
     "Running",
     "Scenario",
@@ -59,4 +70,5 @@ __all__ = [
     "Strategy",
     "lower_bound_hours",
     "scenario",
+    "strategy",
 ]

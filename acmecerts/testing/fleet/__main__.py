@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from acmecerts.testing.fleet._baselines import STRATEGIES, strategy
 from acmecerts.testing.fleet._measures import Measures
 from acmecerts.testing.fleet._run import FleetRun
 from acmecerts.testing.fleet._scenarios import SCENARIOS
@@ -104,6 +105,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--days", type=float, default=None, help="simulated days")
     parser.add_argument("--seed", type=int, default=0, help="seeds the run (default 0)")
     parser.add_argument("--json", type=Path, default=None, help="write the measures here")
+    parser.add_argument(
+        "--strategy",
+        action="append",
+        choices=list(STRATEGIES),
+        metavar="STRATEGY",
+        help=f"one of: {', '.join(STRATEGIES)} (repeat for several; default acmecerts)",
+    )
     return parser
 
 
@@ -113,9 +121,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = list(SCENARIOS) if "all" in args.scenarios else list(dict.fromkeys(args.scenarios))
     results = []
     for name in names:
-        run = FleetRun(name, certificates=args.certificates, days=args.days, seed=args.seed)
-        results.append(run.run())
-        print(f"{name}: {results[-1].wall_seconds} s", file=sys.stderr)
+        for chosen in args.strategy or ["acmecerts"]:
+            run = FleetRun(
+                name,
+                certificates=args.certificates,
+                days=args.days,
+                seed=args.seed,
+                strategy=strategy(chosen),
+            )
+            results.append(run.run())
+            print(f"{name} ({chosen}): {results[-1].wall_seconds} s", file=sys.stderr)
     _print(results)
     if args.json is not None:
         args.json.write_text(json.dumps([m.as_dict() for m in results], indent=2) + "\n")
