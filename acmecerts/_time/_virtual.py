@@ -80,11 +80,16 @@ class _VirtualSelector(selectors.BaseSelector):
         return self._real.modify(fileobj, events, data)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        loop = self._loop
+        # Ask the threads first, then poll: a worker hands its result to the loop (the
+        # self-pipe) before it counts as idle, so "idle" seen here means its wake-up is
+        # already in the pipe. Polled first, a result posted between the poll and the
+        # question was missed, and time jumped to the next timer with it unread.
+        busy = loop._threads_busy()
         ready = self._real.select(0)
         if ready or timeout == 0:
             return ready
-        loop = self._loop
-        if loop._threads_busy():
+        if busy:
             wait = _THREAD_POLL if timeout is None else min(timeout, _THREAD_POLL)
             return self._real.select(wait)
         if timeout is None:
