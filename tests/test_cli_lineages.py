@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 import pytest
+from pebble_quirks import pebble_refuses_replaces_of
 from test_cli_support import (
     NEW_ORDER,
     assert_one_line_error,
@@ -24,6 +25,7 @@ from test_cli_support import (
     run_cli,
     run_main,
     serial_of,
+    stored_serial,
 )
 
 from acmecerts.cli._lineage import remove_lineage
@@ -226,11 +228,16 @@ def test_delete_removes_a_certificate_and_renew_no_longer_tries_it(
     assert not [k for k in after if "host2.del.test" in k or "kept.del.test" in k]
     assert [k for k in after if "host10.del.test" in k]  # the other one is untouched
 
+    serial10 = stored_serial(state, pebble.directory_url, "host10.del.test")
+    assert serial10 is not None
     seen = len(pebble.requests_seen())
     renewed = run_main(capsys, "renew", "--json", *ca, *http01_args(pebble), "--force")
     assert renewed.returncode == 0, renewed.stderr
     assert [c["name"] for c in one_json(renewed)["certificates"]] == ["host10.del.test"]
-    assert pebble.requests_seen()[seen:].count(NEW_ORDER) == 1
+    # one order; two when Pebble cannot find the certificate a replaces names (its
+    # serial-encoding bug, tests/pebble_quirks.py) and the client falls back
+    extra = int(pebble_refuses_replaces_of(serial10))
+    assert pebble.requests_seen()[seen:].count(NEW_ORDER) == 1 + extra
 
     # human output names what was kept
     again = run_main(capsys, *issue(pebble, state, "kept.del.test", "--out", str(custom)))
