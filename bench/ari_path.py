@@ -24,7 +24,6 @@ microseconds, on a :class:`~acmecerts.VirtualClock` (time jumps, so only CPU cou
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
 import cProfile
 import dataclasses
@@ -34,8 +33,7 @@ import pstats
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,64 +47,13 @@ from acmecerts.manager import CertificateManager, IssuedResult  # noqa: E402
 from acmecerts.protocol.ari import cert_id  # noqa: E402
 from acmecerts.protocol.keys import AccountKey  # noqa: E402
 from acmecerts.ratelimit import LETS_ENCRYPT  # noqa: E402
-from acmecerts.storage import ANY_VERSION, FileStorage, Lease, StoredValue  # noqa: E402
-from acmecerts.storage._base import _AnyVersion  # noqa: E402
+from acmecerts.storage import FileStorage  # noqa: E402
+from acmecerts.testing.fleet import CountingStorage  # noqa: E402
 from acmecerts.testing.simulated_ca import Limit, Limits, SimulatedCA, SimulatedSolver  # noqa: E402
 from acmecerts.transport import AcmeTransport  # noqa: E402
 
 START = _dt.datetime(2026, 12, 2, tzinfo=_dt.UTC)
 LAYERS = ("ca", "transport", "client", "recheck", "rest")
-
-
-class CountingStorage:
-    """A store that forwards to another and counts operations by kind."""
-
-    def __init__(self, inner: FileStorage) -> None:
-        self.inner = inner
-        self.ops: collections.Counter[str] = collections.Counter()
-
-    async def load(self, key: str) -> StoredValue | None:
-        self.ops["load"] += 1
-        return await self.inner.load(key)
-
-    async def store(
-        self,
-        key: str,
-        data: bytes,
-        *,
-        secret: bool = False,
-        expect_version: str | _AnyVersion | None = ANY_VERSION,
-    ) -> str:
-        self.ops["store"] += 1
-        return await self.inner.store(key, data, secret=secret, expect_version=expect_version)
-
-    async def delete(
-        self, key: str, *, expect_version: str | _AnyVersion | None = ANY_VERSION
-    ) -> bool:
-        self.ops["delete"] += 1
-        return await self.inner.delete(key, expect_version=expect_version)
-
-    async def list(self, prefix: str) -> list[str]:
-        self.ops["list"] += 1
-        return await self.inner.list(prefix)
-
-    def lock(
-        self,
-        name: str,
-        *,
-        lease: float | _dt.timedelta = 60.0,
-        timeout: float | _dt.timedelta | None = None,
-    ) -> AbstractAsyncContextManager[Lease]:
-        @asynccontextmanager
-        async def held() -> AsyncIterator[Lease]:
-            self.ops["lock"] += 1
-            async with self.inner.lock(name, lease=lease, timeout=timeout) as lease_:
-                yield lease_
-
-        return held()
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 @dataclasses.dataclass
