@@ -8,13 +8,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import os
-import pty
 import re
-import select
 import shutil
 import subprocess
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,7 +19,6 @@ import pytest
 from test_cli_support import (
     CLI,
     NEW_ORDER,
-    REPO,
     ca_args,
     check_certificate,
     clean_environment,
@@ -34,6 +29,7 @@ from test_cli_support import (
     run_cli,
     run_main,
     run_many,
+    run_on_terminal,
     serial_of,
     stored_serial,
 )
@@ -235,8 +231,7 @@ def test_the_progress_display_on_a_terminal(pebble: PebbleServer, tmp_path: Path
     file = write_list(tmp_path / "list.txt", certificates)
     env = cli_env(tmp_path, COLUMNS="120", LINES="40", TERM="xterm-256color")
     env.pop("NO_COLOR", None)
-    primary, secondary = pty.openpty()
-    proc = subprocess.Popen(
+    returncode, raw, text = run_on_terminal(
         [
             *CLI,
             "issue",
@@ -247,38 +242,10 @@ def test_the_progress_display_on_a_terminal(pebble: PebbleServer, tmp_path: Path
             *ca_args(pebble, tmp_path / "state"),
             *http01_args(pebble),
         ],
-        cwd=REPO,
-        env=env,
-        stdin=secondary,
-        stdout=secondary,
-        stderr=secondary,
+        env,
     )
-    os.close(secondary)
-    chunks: list[bytes] = []
-    deadline = time.monotonic() + 80
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([primary], [], [], 1.0)
-            if ready:
-                try:
-                    chunk = os.read(primary, 65536)
-                except OSError:  # EIO: the other side is closed
-                    break
-                if not chunk:
-                    break
-                chunks.append(chunk)
-            elif proc.poll() is not None:
-                break
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(primary)
-    raw = b"".join(chunks).decode("utf-8", "replace")
-    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", raw)
 
-    assert proc.returncode == 0, text
+    assert returncode == 0, text
     assert "\x1b[" in raw  # a live display: the cursor moves and colours change
     for (name,) in certificates:
         # each finished certificate stays on the screen with its state

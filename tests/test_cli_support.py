@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import re
+import select
 import shutil
 import socket
 import stat
 import subprocess
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -230,3 +234,52 @@ def stored_serial(state: Path, directory_url: str, name: str) -> str | None:
         return serial
 
     return anyio.run(read)
+
+
+#: ANSI escape sequences (cursor moves, colours) that a terminal display writes.
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def run_on_terminal(
+    args: Sequence[str],
+    env: dict[str, str],
+    *,
+    timeout: float = 80,
+    watch: Callable[[str], None] | None = None,
+) -> tuple[int, str, str]:
+    """Run ``args`` (from the repository) on a pseudo-terminal until it ends or ``timeout``.
+
+    ``watch`` is called with the output so far, escapes removed, after each read (a test
+    acts while the CLI runs). Returns the exit code (negative: killed at the timeout),
+    the raw output and the output without escape sequences.
+    """
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen(
+        list(args), cwd=REPO, env=env, stdin=secondary, stdout=secondary, stderr=secondary
+    )
+    os.close(secondary)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([primary], [], [], 1.0)
+            if ready:
+                try:
+                    chunk = os.read(primary, 65536)
+                except OSError:  # EIO: the other side is closed
+                    break
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                if watch is not None:
+                    watch(ANSI_ESCAPE.sub("", b"".join(chunks).decode("utf-8", "replace")))
+            elif proc.poll() is not None:
+                break
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(primary)
+    raw = b"".join(chunks).decode("utf-8", "replace")
+    return proc.returncode, raw, ANSI_ESCAPE.sub("", raw)

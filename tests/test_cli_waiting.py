@@ -4,10 +4,7 @@ CLI, against the session Pebble 2.10 (through the fault proxy where the CA is sl
 
 from __future__ import annotations
 
-import os
-import pty
 import re
-import select
 import subprocess
 import threading
 import uuid
@@ -15,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from test_cli_support import CLI, REPO, ca_args, cli_env, http01_args
+from test_cli_support import CLI, REPO, ca_args, cli_env, http01_args, run_on_terminal
 from waits import finish
 
 from tests.faults.proxy import FaultProxy, Hold, Match
@@ -154,56 +151,35 @@ def test_the_terminal_names_the_request_the_ca_is_slow_to_answer(
     proxy.add_rule(Match("/finalize-order/", "POST"), Hold(release, timeout=30))
     env = cli_env(tmp_path, COLUMNS="200", LINES="40", TERM="xterm-256color")
     env.pop("NO_COLOR", None)
-    primary, secondary = pty.openpty()
-    proc = subprocess.Popen(
-        [
-            *CLI,
-            "issue",
-            "--out",
-            str(tmp_path / "out"),
-            *http01_args(pebble),
-            *ca_args(pebble, tmp_path / "state", directory=proxy.directory_url),
-            name,
-        ],
-        cwd=REPO,
-        env=env,
-        stdin=secondary,
-        stdout=secondary,
-        stderr=secondary,
-    )
-    os.close(secondary)
-    raw = b""
-    shown_while_held = False
+    shown_while_held: list[bool] = []
+
+    def watch(text: str) -> None:
+        if not release.is_set() and re.search(
+            r"waiting for the CA to answer POST \S+/finalize-order/\S+: \d+ s", text
+        ):
+            # on the screen while the answer is still held back
+            (held,) = proxy.requests_to("/finalize-order/", "POST")
+            shown_while_held.append(held.status is None)
+            release.set()
+
     try:
-        while True:
-            ready, _, _ = select.select([primary], [], [], 1.0)
-            if ready:
-                try:
-                    chunk = os.read(primary, 65536)
-                except OSError:  # EIO: the CLI closed the terminal
-                    break
-                if not chunk:
-                    break
-                raw += chunk
-            elif proc.poll() is not None:
-                break
-            text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", raw.decode("utf-8", "replace"))
-            if not release.is_set() and re.search(
-                r"waiting for the CA to answer POST \S+/finalize-order/\S+: \d+ s", text
-            ):
-                # on the screen while the answer is still held back
-                (held,) = proxy.requests_to("/finalize-order/", "POST")
-                shown_while_held = held.status is None
-                release.set()
-        proc.wait(timeout=60)
+        returncode, _, text = run_on_terminal(
+            [
+                *CLI,
+                "issue",
+                "--out",
+                str(tmp_path / "out"),
+                *http01_args(pebble),
+                *ca_args(pebble, tmp_path / "state", directory=proxy.directory_url),
+                name,
+            ],
+            env,
+            timeout=90,
+            watch=watch,
+        )
     finally:
         release.set()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(primary)
-    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", raw.decode("utf-8", "replace"))
-    assert shown_while_held, text
-    assert proc.returncode == 0, text
+    assert shown_while_held == [True], text
+    assert returncode == 0, text
     # once answered, the line is gone from the final screen: the certificate is issued
     assert re.search(rf"{re.escape(name)}\s+done: expires", text) or "Issued" in text, text
