@@ -46,14 +46,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
-
 from acmecerts.errors import AcmeCertsError, InvalidInput, StorageError
 from acmecerts.protocol.certificate import (
     certificate_info,
     parse_pem_chain,
 )
-from acmecerts.protocol.keys import AccountKey, KeyType, load_private_key
+from acmecerts.protocol.keys import AccountKey, KeyType, key_type_of
 from acmecerts.ratelimit import RateLimitLedger, RateLimitModel
 from acmecerts.retry import AttemptState
 from acmecerts.storage import (
@@ -148,14 +146,9 @@ def _absolute(path: Path) -> str:
 
 def _key_type_of(pem: bytes) -> KeyType | None:
     try:
-        key = load_private_key(pem)
+        return key_type_of(pem)
     except InvalidInput:
         return None
-    if isinstance(key, ec.EllipticCurvePrivateKey):
-        return KeyType.EC384 if key.curve.name == "secp384r1" else KeyType.EC256
-    if isinstance(key, rsa.RSAPrivateKey):
-        return KeyType.parse(f"rsa{key.key_size}") if key.key_size in (2048, 3072, 4096) else None
-    return None
 
 
 class State:

@@ -45,7 +45,7 @@ from acmecerts.manager._events import (
 )
 from acmecerts.manager._persist import CertificateStore
 from acmecerts.manager._records import OrderRecord
-from acmecerts.manager._retention import DEFAULT_RETENTION, key_type_of, retention_seconds
+from acmecerts.manager._retention import DEFAULT_RETENTION, retention_seconds
 from acmecerts.manager._scheduler import BudgetGate, Scheduler
 from acmecerts.manager._spec import (
     CertificateSpec,
@@ -56,7 +56,13 @@ from acmecerts.manager._spec import (
 )
 from acmecerts.manager._stored import StoredEntries
 from acmecerts.protocol.identifiers import Identifier
-from acmecerts.protocol.keys import KeyType, PrivateKey, load_private_key, private_key_pem
+from acmecerts.protocol.keys import (
+    KeyType,
+    PrivateKey,
+    key_type_of,
+    load_private_key,
+    private_key_pem,
+)
 from acmecerts.retry import AttemptSchedule
 from acmecerts.solvers._base import Solver
 from acmecerts.storage import KeyLayout, Storage

@@ -37,12 +37,13 @@ Replicas sharing one store, and restarts:
 * Adoption copies the certificate to the new name under that name's lock and then marks
   the entry ``adopted``; the old name's files are purged at once. A crash in between
   leaves at worst two copies of one valid certificate, never none.
-* The records are read again from ``storage.list`` when the manager starts, so a
-  restarted manager purges at the instants recorded. Afterwards they are listed again
-  when the manager wakes and the last listing is older than a few hours (records of a
-  replica that went away). A record that cannot be read is a
-  :class:`~acmecerts.errors.StorageError`: logged and skipped, never deleted, and never a
-  reason to delete anything else.
+* The records are read from ``storage.list`` when the manager starts, so a restarted
+  manager purges at the instants recorded. Afterwards they are listed again when the
+  manager wakes and the last listing is a day old (records of a replica that went
+  away); only records new to this manager are read then, so a fleet at rest costs one
+  ``list`` a day, not one read per retired certificate. A record that cannot be read is
+  a :class:`~acmecerts.errors.StorageError`: logged and skipped, never deleted, and
+  never a reason to delete anything else.
 """
 
 from __future__ import annotations
@@ -54,7 +55,6 @@ from collections.abc import Callable
 
 import anyio
 import anyio.abc
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from acmecerts._issued import IssuedCertificate
 from acmecerts._time import Clock, duration_seconds
@@ -62,11 +62,11 @@ from acmecerts.errors import AcmeCertsError, InvalidInput, StorageError
 from acmecerts.manager._persist import CertificateStore
 from acmecerts.manager._records import RetiredEntry, RetiredRecord, RetiredState
 from acmecerts.protocol.identifiers import Identifier
-from acmecerts.protocol.keys import KeyType, load_private_key
+from acmecerts.protocol.keys import KeyType, key_type_of
 from acmecerts.storage import VersionConflict
 from acmecerts.storage.keys import certificate_slug
 
-__all__ = ["DEFAULT_RETENTION", "RetiredCertificates", "key_type_of", "retention_seconds"]
+__all__ = ["DEFAULT_RETENTION", "RetiredCertificates", "retention_seconds"]
 
 log = logging.getLogger("acmecerts.manager")
 
@@ -76,9 +76,10 @@ DEFAULT_RETENTION = _dt.timedelta(days=7)
 
 #: While the manager wakes anyway, the records are listed again once the last listing
 #: is older than the retention, but never more often than every 10 minutes, nor less
-#: often than every 6 hours (records of replicas that went away).
+#: often than daily: a record of a replica that went away is purged at most a day late,
+#: and a fleet at rest lists once a day.
 _RESCAN_MIN = 600.0
-_RESCAN_MAX = 6 * 3600.0
+_RESCAN_MAX = 24 * 3600.0
 #: A purge that failed (store unreachable, lock held) is retried after this, doubling.
 _RETRY_MIN = 60.0
 _RETRY_MAX = 3600.0
@@ -105,19 +106,6 @@ def _key_type(certificate: IssuedCertificate) -> KeyType | None:
     """The key type of ``certificate``'s private key (``None``: none acmecerts makes)."""
     pem = certificate.private_key_pem
     return key_type_of(pem) if pem is not None else None
-
-
-def key_type_of(private_key_pem: str) -> KeyType | None:
-    """The key type of a PEM private key (``None``: none acmecerts makes)."""
-    key = load_private_key(private_key_pem)
-    if isinstance(key, ec.EllipticCurvePrivateKey):
-        return {"secp256r1": KeyType.EC256, "secp384r1": KeyType.EC384}.get(key.curve.name)
-    if isinstance(key, rsa.RSAPrivateKey):
-        try:
-            return KeyType(f"rsa{key.key_size}")
-        except ValueError:
-            return None
-    return None
 
 
 @dataclasses.dataclass(eq=False)
@@ -254,10 +242,22 @@ class RetiredCertificates:
     # -- reading the records ----------------------------------------------------------
 
     async def scan(self) -> None:
-        """Read every record again (``storage.list``); unreadable ones are logged, skipped."""
+        """List the records (``storage.list``); read those this manager does not know.
+
+        A record already known is not read again: whatever this manager does with one
+        (purge, adopt, reclaim) reads it afresh first and changes it by compare-and-swap,
+        so a change another replica made is learnt then. A listing therefore costs one
+        ``list`` plus one read per record that is new here (another replica's) or could
+        not be read before; a record gone from the listing is forgotten. Unreadable ones
+        are logged, skipped.
+        """
         keys = await self.store.list_retired()
         records: dict[str, RetiredRecord] = {}
         for key in keys:
+            known = self._records.get(key)
+            if known is not None:
+                records[key] = known
+                continue
             try:
                 record = await self.store.load_retired(key)
             except StorageError as exc:
@@ -291,16 +291,23 @@ class RetiredCertificates:
             self._unreadable.discard(key)
 
     async def _update(
-        self, key: str, change: _Change, *, create: tuple[Identifier, ...] | None = None
+        self,
+        key: str,
+        change: _Change,
+        *,
+        create: tuple[Identifier, ...] | None = None,
+        fresh: RetiredRecord | None = None,
     ) -> RetiredRecord | None:
         """Apply ``change`` to the record at ``key`` by compare-and-swap, retrying.
 
         ``change`` gets the current record and returns its new entries, or ``None`` to
         leave it as it is. An absent record is left absent, unless ``create`` gives its
         identifiers: ``change`` then gets an empty record. Returns the record as it is now.
+        ``fresh``: the record as just read, tried first instead of reading it again (a
+        stale one only costs a conflict and a read).
         """
         for _ in range(_CAS_TRIES):
-            record = await self._load(key)
+            record, fresh = fresh if fresh is not None else await self._load(key), None
             if record is None:
                 if create is None:
                     return None
@@ -567,7 +574,7 @@ class RetiredCertificates:
                 purging = dataclasses.replace(latest, state=RetiredState.PURGING)
                 return tuple(purging if e is latest else e for e in current.entries)
 
-            claimed = await self._update(key, claim)
+            claimed = await self._update(key, claim, fresh=record)
             mine = claimed.entry(name) if claimed is not None else None
             if mine is None or mine.state is not RetiredState.PURGING:
                 return False
@@ -579,7 +586,7 @@ class RetiredCertificates:
                     return None
                 return current.without(name)
 
-            await self._update(key, remove)
+            await self._update(key, remove, fresh=claimed)
         self._forget_retries(key, name)
         log.info(
             "%s: purged the retired certificate (serial %s, retired %s)%s",

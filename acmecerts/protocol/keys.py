@@ -25,6 +25,7 @@ __all__ = [
     "KeyType",
     "PrivateKey",
     "generate_private_key",
+    "key_type_of",
     "load_private_key",
     "private_key_pem",
 ]
@@ -79,6 +80,18 @@ def load_private_key(pem: bytes | str) -> PrivateKey:
             raise InvalidInput(f"RSA key of {key.key_size} bits is too small (2048 at least)")
         return key
     raise InvalidInput(f"unsupported private key type {type(key).__name__}")
+
+
+def key_type_of(pem: bytes | str) -> KeyType | None:
+    """The :class:`KeyType` of a PEM private key; ``None`` for an RSA size acmecerts
+    does not make. Raises :class:`InvalidInput` like :func:`load_private_key`."""
+    key = load_private_key(pem)
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        return KeyType.EC384 if key.curve.name == "secp384r1" else KeyType.EC256
+    try:
+        return KeyType(f"rsa{key.key_size}")
+    except ValueError:
+        return None
 
 
 def private_key_pem(key: PrivateKey) -> bytes:

@@ -591,7 +591,10 @@ async def test_a_store_that_cannot_be_listed_is_tried_again_later_not_in_a_loop(
         assert retired.next_purge_at() is None  # nothing retired: nothing to wake for
         assert await retired.purge_due(clock.now()) == 0
         assert storage.lists == 1  # listed again only when stale
-        clock.advance(dt.timedelta(hours=6))
+        clock.advance(dt.timedelta(hours=23))
+        await retired.purge_due(clock.now())
+        assert storage.lists == 1  # a listing is stale after a day
+        clock.advance(dt.timedelta(hours=1))
         storage.failing = True
         await retired.purge_due(clock.now())
         assert storage.lists == 2

@@ -14,7 +14,9 @@
   one authorization fetched and one challenge answered per name, finalize, download)
   plus renewalInfo at the CA's ``Retry-After`` (4 a certificate-day).
 * **Store operations** come from :class:`CountingStorage`; an hour *at rest* is one with
-  no order, no finalize and no fleet event in it.
+  no order, no finalize, no fleet event and no store deletion in it (a deletion is the
+  purge of a deleted service's certificate when its retention ends: the deferred end
+  of a fleet event, not the cost of keeping certificates).
 """
 
 from __future__ import annotations
@@ -143,7 +145,7 @@ class Sampler:
         self.cert_days = self.rest_cert_days = 0.0
         self.rest_ops = 0
         self.peak_orders = 0
-        self._prev = (0, 0, 0)
+        self._prev = (0, 0, 0, 0)
         #: (d): each service's earliest expiry among replicas when the outage began.
         self.life_at_outage: dict[str, _dt.datetime] | None = None
         self.lapsed_after_outage: set[str] = set()
@@ -208,11 +210,12 @@ class Sampler:
         stats = self.ca.stats
         orders, finals = stats[("newOrder", 201)], stats[("finalize", 200)]
         ops = self.storage.total
+        deletes = self.storage.ops["delete"]
         d_orders, d_finals = orders - self._prev[0], finals - self._prev[1]
-        d_ops = ops - self._prev[2]
-        self._prev = (orders, finals, ops)
+        d_ops, d_deletes = ops - self._prev[2], deletes - self._prev[3]
+        self._prev = (orders, finals, ops, deletes)
         self.peak_orders = max(self.peak_orders, math.ceil(d_orders / hours))
-        if d_orders == 0 and d_finals == 0 and self.events_since == 0:
+        if d_orders == 0 and d_finals == 0 and d_deletes == 0 and self.events_since == 0:
             self.rest_ops += d_ops
             self.rest_cert_days += covered * hours / 24
         self.events_since = 0
