@@ -29,16 +29,19 @@ def test_two_replicas_ask_renewal_info_about_once_per_retry_after() -> None:
     assert m.request_ratio <= 1.5
     assert m.store_ops_per_certificate_day_at_rest <= 0.1
     assert m.duplicate_issuances == 0
-    assert m.expired_certificate_hours == 0 and m.uncovered_at_end == 0
+    assert m.expired_certificate_hours == 0
+    assert m.uncovered_at_end == 0
     _no_limit_answers(m)
 
 
 @pytest.mark.timeout(180)
 def test_two_replicas_replace_every_revoked_certificate_before_the_deadline() -> None:
     m = FleetRun("replicas-revocation", certificates=60, days=4, seed=3).run()
-    assert m.revocation_affected and m.revocation_affected > 0
+    assert m.revocation_affected
+    assert m.revocation_affected > 0
     assert m.replaced_before_deadline == 1.0
-    assert m.expired_certificate_hours == 0 and m.uncovered_at_end == 0
+    assert m.expired_certificate_hours == 0
+    assert m.uncovered_at_end == 0
     _no_limit_answers(m)
 
 
@@ -50,9 +53,11 @@ def test_the_replica_left_when_the_other_dies_renews_everything_in_time() -> Non
     run = FleetRun("replicas-failover", certificates=60, days=8, seed=4)
     m = run.run()
     assert run.plan.replica_stops
-    assert m.revocation_affected and m.revocation_affected > 0
+    assert m.revocation_affected
+    assert m.revocation_affected > 0
     assert m.replaced_before_deadline == 1.0
     assert m.issued >= 2 * 60  # every certificate renewed at least once after the stop
-    assert m.expired_certificate_hours == 0 and m.missing_certificate_hours == 0
+    assert m.expired_certificate_hours == 0
+    assert m.missing_certificate_hours == 0
     assert m.uncovered_at_end == 0
     _no_limit_answers(m)
