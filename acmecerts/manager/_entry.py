@@ -79,6 +79,9 @@ class Entry:
     hold_reason: str | None = None
     #: The spec changed: ``state`` was reset here and is newer than the stored one.
     state_changed: bool = False
+    #: The serial of a certificate another replica wrote while this manager ran (read
+    #: from the store in place of the one held): its ARI re-check is stretched.
+    written_elsewhere: str | None = None
 
 
 class HandedOut:

@@ -93,8 +93,9 @@ class ManagerOptions(TypedDict, total=False):
 
     Each means what it means to the manager (``concurrency``, ``schedule``,
     ``renewal_fraction``, ``rng``, ``limiter``, ``error_backoff``, ``retention``,
-    ``lock_lease``); its clock is the client's. ``renewal_fraction`` ``None`` (or
-    absent) is the lifetime-aware default: a third, half under 10 days of lifetime.
+    ``lock_lease``, ``replica_recheck_factor``); its clock is the client's.
+    ``renewal_fraction`` ``None`` (or absent) is the lifetime-aware default: a third,
+    half under 10 days of lifetime.
     """
 
     concurrency: int
@@ -105,6 +106,7 @@ class ManagerOptions(TypedDict, total=False):
     error_backoff: AttemptSchedule | None
     retention: float | _dt.timedelta | None
     lock_lease: float | _dt.timedelta
+    replica_recheck_factor: float
 
 
 class OpenOptions(ClientOptions, ManagerOptions, total=False):

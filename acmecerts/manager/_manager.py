@@ -45,6 +45,11 @@ from acmecerts.manager._events import (
 )
 from acmecerts.manager._persist import CertificateStore
 from acmecerts.manager._records import OrderRecord
+from acmecerts.manager._replicas import (
+    DEFAULT_REPLICA_RECHECK_FACTOR,
+    ReplicaRechecks,
+    recheck_factor,
+)
 from acmecerts.manager._retention import DEFAULT_RETENTION, retention_seconds
 from acmecerts.manager._scheduler import BudgetGate, Scheduler
 from acmecerts.manager._spec import (
@@ -108,6 +113,11 @@ class CertificateManager(Attempts):
             another with exactly the same identifiers, the certificate is taken back
             without a new order; after it, certificate, key and state are deleted. ``0``
             deletes them at once, ``None`` keeps them forever (still taken back).
+        replica_recheck_factor: With replicas sharing ``storage``: a certificate another
+            replica wrote while this one runs has its ARI window re-checked this many
+            times as rarely as the CA's ``Retry-After`` says (4 by default, every 24 h at
+            Let's Encrypt); its writer asks at the CA's rate. ``1``: every replica asks
+            at the CA's rate. See the operator guide ("Several replicas, one store").
 
     Every managed certificate always has an explicit next instant (see
     :meth:`status`): its renewal, its next attempt, the end of a hold, or none at all
@@ -134,6 +144,7 @@ class CertificateManager(Attempts):
         lock_lease: float | _dt.timedelta = 120.0,
         error_backoff: AttemptSchedule | None = None,
         retention: float | _dt.timedelta | None = DEFAULT_RETENTION,
+        replica_recheck_factor: float = DEFAULT_REPLICA_RECHECK_FACTOR,
     ) -> None:
         if not solvers:
             raise InvalidInput("the manager needs at least one solver")
@@ -154,6 +165,7 @@ class CertificateManager(Attempts):
         self.renewal_fraction = renewal_fraction
         self.clock: Clock = clock or client.clock
         self._rng = rng or random.Random()
+        self._replicas = ReplicaRechecks(recheck_factor(replica_recheck_factor))
         #: Bounds this manager's attempts (``concurrency``); pass ``limiter`` to share one
         #: bound between the managers of several CAs (a global limit over per-CA ones).
         self._limiter = anyio.CapacityLimiter(concurrency)
@@ -195,6 +207,11 @@ class CertificateManager(Attempts):
             self._entries, schedule=self.schedule, clock=self.clock, stored=stored
         )
         self._gate = BudgetGate(client, clock=self.clock, stored=stored)
+
+    async def _plan_renewal(self, entry: Entry) -> None:
+        asked_at = self.clock.now()
+        await super()._plan_renewal(entry)
+        self._replicas.stretch(entry, asked_at)  # another replica wrote it: it asks
 
     # -- lifecycle ----------------------------------------------------------------------
 

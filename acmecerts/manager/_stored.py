@@ -88,6 +88,8 @@ class StoredEntries:
             entry.certificate is None or stored.serial != entry.certificate.serial
         ):
             if frozenset(stored.identifiers) == entry.spec.identifier_set:
+                if entry.loaded:  # read before: another replica wrote it since
+                    entry.written_elsewhere = stored.serial
                 entry.certificate = self.handed_out.hold(stored)
                 entry.stale = False
                 await self.plan_renewal(entry)

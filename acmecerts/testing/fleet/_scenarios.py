@@ -68,6 +68,8 @@ class Plan:
     replicas: int = 1
     #: Names whose validation always fails (left out of coverage; watched for pauses).
     zombies: frozenset[str] = frozenset()
+    #: ``(replica, at)``: that replica (its index) stops at ``at`` and serves nothing more.
+    replica_stops: tuple[tuple[int, _dt.datetime], ...] = ()
 
     @property
     def end(self) -> _dt.datetime:
@@ -235,6 +237,32 @@ def replicas(n: int, days: float, seed: int) -> Plan:
     return _plan("replicas", n, days, seed, replicas=2)
 
 
+def replicas_revocation(n: int, days: float, seed: int) -> Plan:
+    """(g) with (e): two replicas, and on day 2 30 % must be replaced within 24 hours."""
+    plan = revocation(n, days, seed)
+    return dataclasses.replace(plan, scenario="replicas-revocation", replicas=2)
+
+
+def replicas_failover(n: int, days: float, seed: int) -> Plan:
+    """(g) with a replica dying: two replicas of ``shortlived`` (160 h) certificates;
+    replica 0 stops for good after 24 hours, and on day 2 30 % must be replaced within 24
+    hours. The other replica alone replaces them and renews the whole fleet.
+    """
+    start = DEFAULT_START
+    at = start + 2 * _DAY
+    staged = MassRevocation(at, 0.30, at + 24 * _HOUR)
+    return _plan(
+        "replicas-failover",
+        n,
+        days,
+        seed,
+        profile="shortlived",
+        replicas=2,
+        replica_stops=((0, start + _DAY),),
+        ca_options={"mass_revocation": staged},
+    )
+
+
 SCENARIOS: dict[str, Scenario] = {
     s.name: s
     for s in (
@@ -247,6 +275,22 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario("zombies", "(f) 1 % zombies", zombies.__doc__ or "", zombies, 1000, 30),
         Scenario("replicas", "(g) two replicas", replicas.__doc__ or "", replicas, 1000, 30),
+        Scenario(
+            "replicas-revocation",
+            "(g)+(e) two replicas, mass revocation",
+            replicas_revocation.__doc__ or "",
+            replicas_revocation,
+            1000,
+            5,
+        ),
+        Scenario(
+            "replicas-failover",
+            "(g) a replica dies",
+            replicas_failover.__doc__ or "",
+            replicas_failover,
+            1000,
+            8,
+        ),
     )
 }
 

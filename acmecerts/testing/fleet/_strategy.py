@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime as _dt
 import random
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from typing import Protocol
+
+import anyio
+import anyio.abc
 
 from acmecerts import VirtualClock
 from acmecerts.manager import CertificateManager, open_manager
@@ -81,18 +85,23 @@ class _Managers:
     def __init__(self, managers: list[CertificateManager], profile: str) -> None:
         self.managers = managers
         self.profile = profile
+        #: The replicas stopped (a plan's ``replica_stops``): they serve nothing more.
+        self.stopped: set[int] = set()
+
+    def _live(self) -> list[CertificateManager]:
+        return [m for i, m in enumerate(self.managers) if i not in self.stopped]
 
     def add(self, service: Service) -> None:
-        for manager in self.managers:
+        for manager in self._live():
             manager.manage(service.name, service.identifiers, profile=self.profile)
 
     async def remove(self, service: Service) -> None:
-        for manager in self.managers:
+        for manager in self._live():
             await manager.unmanage(service.name)
 
     def serving(self, name: str) -> list[Served | None]:
         out: list[Served | None] = []
-        for manager in self.managers:
+        for manager in self._live():
             issued = manager.get(name)
             out.append(None if issued is None else Served(int(issued.info.serial, 16)))
         return out
@@ -115,27 +124,60 @@ class AcmecertsStrategy:
 
     @contextlib.asynccontextmanager
     async def _start(self, context: FleetContext) -> AsyncIterator[Running]:
-        ca, clock = context.ca, context.clock
-        async with contextlib.AsyncExitStack() as stack:
-            managers = []
+        # each replica in its own task: one of the plan's ``replica_stops`` ends early
+        stops = dict(context.plan.replica_stops)
+        running = _Managers([], context.plan.profile)
+        end = anyio.Event()
+        async with anyio.create_task_group() as tg:
             for replica in range(context.plan.replicas):
-                transport = AcmeTransport(
-                    ca.directory_url,
-                    client=ca.exchange_for(f"192.0.2.{10 + replica}"),
-                    clock=clock,
-                    request_rates=LETS_ENCRYPT.request_rates,
+                manager = await tg.start(
+                    self._replica, context, replica, stops.get(replica), running, end
                 )
-                manager = await stack.enter_async_context(
-                    open_manager(
-                        context.storage,
-                        ca.directory_url,
-                        solvers=[SimulatedSolver(ca.published)],
-                        rate_limits=LETS_ENCRYPT if self.ledger else None,
-                        transport=transport,
-                        clock=clock,
-                        rng=random.Random(context.plan.seed * 1000 + replica),  # noqa: S311
-                        concurrency=self.concurrency,
-                    )
-                )
-                managers.append(manager)
-            yield _Managers(managers, context.plan.profile)
+                running.managers.append(manager)
+            try:
+                yield running
+            finally:
+                end.set()
+
+    async def _replica(
+        self,
+        context: FleetContext,
+        replica: int,
+        stop_at: _dt.datetime | None,
+        running: _Managers,
+        end: anyio.Event,
+        *,
+        task_status: anyio.abc.TaskStatus[CertificateManager] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Replica ``replica``'s manager, open until ``end`` (or it stops at ``stop_at``,
+        as a pod that dies: it serves nothing from then)."""
+        ca, clock = context.ca, context.clock
+        transport = AcmeTransport(
+            ca.directory_url,
+            client=ca.exchange_for(f"192.0.2.{10 + replica}"),
+            clock=clock,
+            request_rates=LETS_ENCRYPT.request_rates,
+        )
+        async with open_manager(
+            context.storage,
+            ca.directory_url,
+            solvers=[SimulatedSolver(ca.published)],
+            rate_limits=LETS_ENCRYPT if self.ledger else None,
+            transport=transport,
+            clock=clock,
+            rng=random.Random(context.plan.seed * 1000 + replica),  # noqa: S311
+            concurrency=self.concurrency,
+        ) as manager:
+            task_status.started(manager)
+            async with anyio.create_task_group() as tg:
+
+                async def stop() -> None:
+                    assert stop_at is not None
+                    await clock.sleep(max(0.0, (stop_at - clock.now()).total_seconds()))
+                    running.stopped.add(replica)
+                    tg.cancel_scope.cancel()
+
+                if stop_at is not None:
+                    tg.start_soon(stop)
+                await end.wait()
+                tg.cancel_scope.cancel()
