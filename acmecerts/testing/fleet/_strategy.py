@@ -91,10 +91,13 @@ class _Managers:
             await manager.unmanage(service.name)
 
     def serving(self, name: str) -> list[Served | None]:
+        # the serial of what manager.get(name) hands out, without building that
+        # IssuedCertificate (a DER parse per certificate per sample)
         out: list[Served | None] = []
         for manager in self.managers:
-            issued = manager.get(name)
-            out.append(None if issued is None else Served(int(issued.info.serial, 16)))
+            status = manager.status(name)
+            serial = None if status is None else status.serial
+            out.append(None if serial is None else Served(int(serial, 16)))
         return out
 
 
