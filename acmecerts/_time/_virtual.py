@@ -187,6 +187,10 @@ class VirtualClock:
         self._busy = list(busy)
         self._loop: VirtualEventLoop | None = None
         self._offset = 0.0
+        # now() of the last time asked (time stands still between jumps: asked again
+        # and again at one instant, it is computed once)
+        self._at = 0.0
+        self._now = self.start
 
     @property
     def jumps(self) -> int:
@@ -201,7 +205,10 @@ class VirtualClock:
 
     def now(self) -> _dt.datetime:
         """The current virtual instant, timezone-aware UTC."""
-        return self.start + _dt.timedelta(seconds=self._seconds())
+        seconds = self._seconds()
+        if seconds != self._at:
+            self._at, self._now = seconds, self.start + _dt.timedelta(seconds=seconds)
+        return self._now
 
     async def sleep(self, seconds: float) -> None:
         """Sleep ``seconds`` of virtual time (non-positive: a checkpoint)."""
