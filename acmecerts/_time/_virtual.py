@@ -19,8 +19,11 @@ in-process CA) in simulated time. How it works, and why this design:
   the loop. While any is busy, time must not jump (a store write would otherwise take
   hours of simulated time, past an attempt's deadline). The loop asks every callable in
   ``busy`` (each returns whether work is in flight); ``anyio.to_thread``'s default
-  limiter is always asked. While one says yes, the selector really waits, at most a
-  millisecond at a time, and time stands still.
+  limiter is always asked. While one says yes, time stands still and the selector
+  really waits for the thread's wake-up (the self-pipe), at most :data:`_THREAD_POLL`
+  at a time: the threads watched wake the loop when they finish, so the wait ends
+  with the work, not with a timer. (A wait of a millisecond at a time made the loop
+  spin through thousands of empty iterations per second of a store write.)
 * No timer at all and nothing in flight means every task waits for something only
   another task could give: a deadlock. The selector then waits for real (a test's own
   timeout ends it), as a plain loop would.
@@ -47,18 +50,22 @@ __all__ = ["VirtualClock", "VirtualEventLoop", "watch_worker_threads"]
 
 _T = TypeVar("_T")
 #: The longest real wait, in seconds, while a worker thread is busy (time stands still).
-_THREAD_POLL = 0.001
+#: A finished thread wakes the loop at once; this only bounds the wait for a ``busy``
+#: check whose thread does not.
+_THREAD_POLL = 0.05
 
 
 #: Checks every virtual loop asks besides its own ``busy`` (worker pools register here).
-_WATCHED: list[Callable[[], bool]] = []
+_WATCHED: list[Callable[[asyncio.AbstractEventLoop], bool]] = []
 
 
-def watch_worker_threads(check: Callable[[], bool]) -> None:
-    """Make every virtual loop ask ``check()`` (is a worker thread busy?) before a jump.
+def watch_worker_threads(check: Callable[[asyncio.AbstractEventLoop], bool]) -> None:
+    """Make every virtual loop ask ``check(loop)`` (is a worker thread busy for this
+    loop?) before a jump.
 
-    For thread pools of the library's own (FileStorage's); ``check`` must be cheap and
-    safe to call from the event loop's thread.
+    For thread pools of the library's own (FileStorage's); ``check`` must be cheap, safe
+    to call from the event loop's thread, and true only while a wake-up of the loop is
+    still to come (the thread wakes the loop when it finishes: the loop waits for it).
     """
     _WATCHED.append(check)
 
@@ -127,17 +134,26 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         # A timer "due" within this much of now runs now (asyncio's own rule): virtual
         # time is exact, so only float rounding is left.
         self._clock_resolution = 1e-6
+        #: anyio's default thread limiter of this loop, once known (asked every select).
+        self._limiter: Any = None
 
     def time(self) -> float:
         """The loop's virtual time in seconds (0 when the loop was made)."""
         return self._now
 
     def _threads_busy(self) -> bool:
-        # no anyio context (a RuntimeError): no anyio threads either
-        with contextlib.suppress(RuntimeError, LookupError):
-            if anyio.to_thread.current_default_thread_limiter().borrowed_tokens:
+        limiter = self._limiter
+        if limiter is None:
+            # no anyio context (a RuntimeError): no anyio threads either. The limiter
+            # is one object per loop (a RunVar), so it is looked up once.
+            with contextlib.suppress(RuntimeError, LookupError):
+                limiter = self._limiter = anyio.to_thread.current_default_thread_limiter()
+        if limiter is not None and limiter.borrowed_tokens:
+            return True
+        for check in self.busy:
+            if check():
                 return True
-        return any(check() for check in self.busy) or any(check() for check in _WATCHED)
+        return any(check(self) for check in _WATCHED)
 
 
 class VirtualClock:
@@ -171,6 +187,10 @@ class VirtualClock:
         self._busy = list(busy)
         self._loop: VirtualEventLoop | None = None
         self._offset = 0.0
+        # now() of the last time asked (time stands still between jumps: asked again
+        # and again at one instant, it is computed once)
+        self._at = 0.0
+        self._now = self.start
 
     @property
     def jumps(self) -> int:
@@ -185,7 +205,10 @@ class VirtualClock:
 
     def now(self) -> _dt.datetime:
         """The current virtual instant, timezone-aware UTC."""
-        return self.start + _dt.timedelta(seconds=self._seconds())
+        seconds = self._seconds()
+        if seconds != self._at:
+            self._at, self._now = seconds, self.start + _dt.timedelta(seconds=seconds)
+        return self._now
 
     async def sleep(self, seconds: float) -> None:
         """Sleep ``seconds`` of virtual time (non-positive: a checkpoint)."""

@@ -25,7 +25,7 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from acmecerts._time import Clock
+from acmecerts._time import Clock, SystemClock, VirtualClock
 from acmecerts.client import AcmeClient
 from acmecerts.errors import AcmeCertsError, RateLimitDeferred
 from acmecerts.manager._entry import AT_ONCE, Entry, current, parked, queue_time
@@ -194,6 +194,12 @@ class Scheduler:
         if wake.is_set():
             await anyio.lowlevel.checkpoint()
             return
+        if type(self._clock) in _LOOP_CLOCKS:
+            # the clock sleeps on the loop's own timer: a timed wait, with no task to
+            # start and cancel per tick (the most frequent wait of a fleet at rest)
+            with anyio.move_on_after(max(0.0, seconds)):
+                await wake.wait()
+            return
         async with anyio.create_task_group() as tg:
 
             async def sleeper() -> None:
@@ -203,6 +209,10 @@ class Scheduler:
             tg.start_soon(sleeper)
             await wake.wait()
             tg.cancel_scope.cancel()
+
+
+#: Clocks whose ``sleep`` is ``anyio.sleep``: a wait on them is a timeout on the loop.
+_LOOP_CLOCKS = (SystemClock, VirtualClock)
 
 
 class BudgetGate:

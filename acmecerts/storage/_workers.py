@@ -18,6 +18,7 @@ import contextlib
 import functools
 import os
 import threading
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -72,13 +73,20 @@ class _Job:
 class _Port:
     """One event loop's door for finished jobs: wakes the loop once per batch."""
 
-    __slots__ = ("_finished", "_lock", "_scheduled", "_token")
+    __slots__ = ("_finished", "_lock", "_scheduled", "_token", "pending")
 
     def __init__(self, token: Any) -> None:
         self._token = token
         self._lock = threading.Lock()
         self._finished: list[_Job] = []
         self._scheduled = False
+        #: Jobs handed to the pool whose outcome this loop has not taken yet.
+        self.pending = 0
+
+    def submitted(self) -> None:
+        """A job of this loop's was handed to the pool (on the loop's thread)."""
+        with self._lock:
+            self.pending += 1
 
     def post(self, job: _Job) -> None:
         """Hand a finished job back (from a worker thread)."""
@@ -91,6 +99,7 @@ class _Port:
             self._token.backend_class.run_sync_soon(self._deliver, (), self._token.native_token)
         except Exception:  # the loop has ended: nobody waits for these answers
             with self._lock:
+                self.pending -= len(self._finished)
                 self._finished.clear()
                 self._scheduled = False
 
@@ -98,6 +107,7 @@ class _Port:
         with self._lock:
             finished, self._finished = self._finished, []
             self._scheduled = False
+            self.pending -= len(finished)
         for job in finished:
             job.done.set()
 
@@ -140,11 +150,6 @@ class _Pool:
         worker.wake.acquire()  # handed a job just as it timed out
         return worker.take()
 
-    def busy(self) -> bool:
-        """Whether a job is queued or running (a virtual clock must not jump meanwhile)."""
-        with self._lock:
-            return bool(self._queue) or self._workers > len(self._idle)
-
     def reset(self) -> None:
         """Forget the threads (in a child after ``fork``: they do not exist there)."""
         self._lock = threading.Lock()
@@ -186,9 +191,26 @@ class _Worker(threading.Thread):
 _local = threading.local()
 _HAS_TOKEN = hasattr(anyio.lowlevel, "current_token")
 _pool = _Pool()
-# A VirtualClock's loop must not move its time while a store job runs (acmecerts._time).
-watch_worker_threads(_pool.busy)
 _port_var: RunVar[_Port] = RunVar("acmecerts.storage._workers.port")
+#: Each asyncio loop's port, for :func:`_loop_busy`.
+_loop_ports: weakref.WeakKeyDictionary[Any, _Port] = weakref.WeakKeyDictionary()
+
+
+def _loop_busy(loop: Any) -> bool:
+    """Whether a job of ``loop``'s has an outcome still to reach it.
+
+    A job counts from its submission until the loop took its outcome, not until its
+    thread is idle again: while this is true a wake-up of the loop is on its way (the
+    worker posts it when the job ends), so a virtual loop waits for its self-pipe and
+    never for a thread that only has its own bookkeeping left. Per loop: a job left
+    behind by another (ended) loop never holds this one's time.
+    """
+    port = _loop_ports.get(loop)
+    return port is not None and port.pending > 0
+
+
+# A VirtualClock's loop must not move its time while a store job runs (acmecerts._time).
+watch_worker_threads(_loop_busy)
 os.register_at_fork(after_in_child=_pool.reset)
 
 
@@ -199,7 +221,10 @@ async def in_worker(func: Callable[[], _T]) -> _T:
     if port is None:
         port = _Port(anyio.lowlevel.current_token())
         _port_var.set(port)
+        with contextlib.suppress(TypeError):  # a loop without weak references: not virtual
+            _loop_ports[port._token.native_token] = port
     job = _Job(func, port)
+    port.submitted()
     _pool.submit(job)
     try:
         await job.done.wait()

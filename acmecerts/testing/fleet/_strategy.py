@@ -100,10 +100,14 @@ class _Managers:
             await manager.unmanage(service.name)
 
     def serving(self, name: str) -> list[Served | None]:
+        # The serial of what manager.get(name) hands out, read from the manager's entry:
+        # get() builds an IssuedCertificate (a DER parse) and status() a whole status,
+        # per certificate per sample; this is asked ~24 times a certificate-day.
         out: list[Served | None] = []
         for manager in self._live():
-            issued = manager.get(name)
-            out.append(None if issued is None else Served(int(issued.info.serial, 16)))
+            entry = manager._entries.get(name)
+            held = None if entry is None else entry.certificate
+            out.append(None if held is None else Served(int(held.serial, 16)))
         return out
 
 
