@@ -12,6 +12,7 @@ requests at the proxy.
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from acmecerts.manager import (
 )
 from acmecerts.storage import FileStorage
 from acmecerts.testing import PebbleServer
-from tests.faults.proxy import SERVER_INTERNAL, FaultProxy, Match, Respond
+from tests.faults.proxy import SERVER_INTERNAL, AriAnswer, FaultProxy, Match, Respond
 from tests.integration.conftest import assert_valid_chain
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(90)]
@@ -87,3 +88,47 @@ async def test_503_to_every_order_escalates_the_attempt_schedule(
     directory = [r for r in proxy.requests_to("/dir", "GET") if orders[1].arrival < r.arrival]
     assert 4 <= len(directory) <= 5, [r.path for r in directory]
     assert_valid_chain(obtained[0].certificate, pebble, [name])
+
+
+async def test_renewal_info_failing_keeps_the_window_the_ca_named(
+    proxy: FaultProxy, pebble: PebbleServer, http01: Http01Server
+) -> None:
+    # The CA named a late window (days 80-81 of a 90-day certificate); then renewalInfo
+    # answers 503 three times. The window stands: the renewal comes in it, not at the
+    # fallback (a third of the lifetime left, about day 60) as if the CA had no ARI.
+    name = "outage.ari.example.test"
+    clock = FakeClock()
+    start = clock.now()
+    window = (start + dt.timedelta(days=80), start + dt.timedelta(days=81))
+    proxy.emulate_ari(AriAnswer(*window, retry_after="21600"))
+    obtained: list[CertificateObtained] = []
+    renewed = anyio.Event()
+
+    def on_event(event: CertificateEvent) -> None:
+        if isinstance(event, CertificateObtained):
+            obtained.append(event)
+            if len(obtained) == 1:  # the first window is known: renewalInfo fails now
+                proxy.add_rule(
+                    Match("/renewal-info/", "GET"),
+                    Respond(503, SERVER_INTERNAL, "the CA is down"),
+                    times=3,
+                )
+            else:
+                renewed.set()
+
+    async with AcmeClient(
+        proxy.directory_url, ca_bundle=pebble.ca_bundle, clock=clock, request_retry=RETRY
+    ) as client:
+        manager = CertificateManager(client, solvers=[http01], clock=clock, rng=random.Random(9))
+        manager.subscribe(on_event)
+        manager.manage(name, [name], profile="classic")
+        async with manager:
+            with anyio.fail_after(60):
+                await renewed.wait()
+
+    refused = [r for r in proxy.requests_to("/renewal-info/", "GET") if r.status == 503]
+    assert len(refused) == 3
+    first, renewal = obtained
+    assert not first.renewal
+    assert renewal.renewal
+    assert window[0] <= renewal.at <= window[1], renewal.at - start
