@@ -104,6 +104,7 @@ class CaOutage:
         now = self._now()
         if self.probe is None and now >= self.closed_until:
             self.probe = entry
+            self._held.discard(entry)  # it goes now: nothing to wake
             return None
         if self.probe is entry:
             return None
