@@ -65,7 +65,8 @@ def test_what_says_the_ca_is_failing() -> None:
     assert ca_failing(busy()) is True
     assert ca_failing(RequestTimeout("no answer", reached_ca=True)) is True
     assert ca_failing(synthetic_problem(429, url=URL, retry_after=None, reason="")) is False
-    assert ca_failing(RateLimitDeferred("the ledger says wait", retry_after=None, limit=None)) is None
+    deferred = RateLimitDeferred("the ledger says wait", retry_after=None, limit=None)
+    assert ca_failing(deferred) is None
 
 
 @pytest.mark.anyio
