@@ -26,7 +26,7 @@ attempts for one certificate, spaced minutes to a day apart. The default follows
 Encrypt's recommendation: 1 min, 10 min, 100 min, then every 24 h, each with ±10 %
 jitter; a renewal never waits more than a quarter of the time its certificate has left
 (not below 10 min). A later ``retry_after`` from the CA wins over the schedule; a transient
-error that never reached the CA does not escalate it. :class:`AttemptState` has a JSON form.
+error the CA never answered does not escalate it. :class:`AttemptState` has a JSON form.
 
 Request backoff is a :class:`~acmecerts._time.Backoff` slept by :func:`~acmecerts._time.poll_until`;
 attempt schedules use tenacity's waits. Waits go through an injected
@@ -60,6 +60,7 @@ from acmecerts.errors import (
     ErrorKind,
     InvalidInput,
     StorageError,
+    TransportError,
 )
 
 if TYPE_CHECKING:
@@ -107,9 +108,7 @@ def _add(now: _dt.datetime, seconds: float) -> _dt.datetime:
         return _dt.datetime.max.replace(tzinfo=_UTC)
 
 
-# ---------------------------------------------------------------------------
-# Request level
-# ---------------------------------------------------------------------------
+# -- Request level -----------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -295,9 +294,7 @@ async def retry_request(
     return await poll_until(once, clock=clock, backoff=policy.backoff)
 
 
-# ---------------------------------------------------------------------------
-# Attempt level
-# ---------------------------------------------------------------------------
+# -- Attempt level -----------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -408,7 +405,6 @@ def _lets_encrypt_wait() -> tenacity.wait.wait_base:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class AttemptSchedule:
     """When the next issuance attempt for a certificate may start after a failure.
-
     The default is Let's Encrypt's recommendation, 1 min, 10 min, 100 min, then every
     24 h, each delay jittered by ±10 % so that a fleet does not retry in lockstep::
 
@@ -421,8 +417,8 @@ class AttemptSchedule:
     not escalate (the count stays, the next attempt comes after the first step); any
     other failure adds one to the count and waits that step; a renewal never waits more
     than ``expiry_fraction`` of the time its certificate has left (not below
-    ``expiry_floor``); a later ``retry_after`` from the CA wins over all of it.
-    :meth:`after_success` starts over.
+    ``expiry_floor``); a later ``retry_after`` from the CA wins. :meth:`after_success`
+    starts over.
     """
 
     #: A tenacity wait strategy; it is called with ``attempt_number`` = the failure
@@ -549,9 +545,9 @@ class AttemptSchedule:
     ) -> AttemptState:
         """The state after an attempt failed with ``error`` at ``now``.
 
-        * ``error.kind`` is ``TRANSIENT`` and ``error.reached_ca`` is false (the CA
-          never saw it, nothing was spent): ``attempts`` stays, the next attempt comes
-          after the first step's delay.
+        * ``error.kind`` is ``TRANSIENT``, ``error.reached_ca`` is false and no HTTP
+          status was answered (no connection): ``attempts`` stays, the next attempt
+          comes after the first step's delay. A ``503`` escalates.
         * otherwise ``attempts + 1``, and the next attempt comes after that step.
         * ``expires_at`` (a renewal: when the certificate it replaces expires): that
           delay is cut to :attr:`expiry_fraction` of the time left (:meth:`capped`).
@@ -560,7 +556,11 @@ class AttemptSchedule:
           stays false.
         """
         now = aware_utc(now, "now")
-        if error.kind is ErrorKind.TRANSIENT and not error.reached_ca:
+        # a 503 the CA answered (reached_ca false: nothing spent) is the CA failing: it
+        # escalates like any answer; no answer (a proxy's to CONNECT is none) does not
+        answered = getattr(error, "status_code", None) is not None
+        answered = answered and not isinstance(error, TransportError)
+        if error.kind is ErrorKind.TRANSIENT and not error.reached_ca and not answered:
             attempts, step = state.attempts, 1
         else:
             attempts = state.attempts + 1

@@ -453,6 +453,29 @@ def test_transient_error_that_never_reached_the_ca_does_not_escalate() -> None:
     assert state.next_attempt_at == START + dt.timedelta(days=1)
 
 
+def test_a_503_the_ca_answered_escalates_though_nothing_was_spent() -> None:
+    # issue #26 (d): a 503 without Retry-After is TRANSIENT and reached_ca is false (the
+    # CA created nothing), but the CA answered: it is failing, so the schedule escalates
+    from acmecerts.errors import ProxyError
+    from acmecerts.protocol.problems import synthetic_problem
+
+    schedule = AttemptSchedule(jitter=0)
+    state = AttemptState()
+    waits = []
+    for _ in range(4):
+        busy = synthetic_problem(503, url="https://ca.test/new-order", retry_after=None, reason="")
+        busy.reached_ca = False  # as the transport marks a 503
+        assert busy.kind is ErrorKind.TRANSIENT
+        state = schedule.after_failure(state, busy, now=START)
+        assert state.next_attempt_at is not None
+        waits.append((state.next_attempt_at - START).total_seconds())
+    assert state.attempts == 4
+    assert waits == [60, 600, 6000, 86400]
+    # a proxy's answer to CONNECT is no answer of the CA: no escalation
+    proxied = ProxyError("proxy refused the tunnel", status_code=503)
+    assert schedule.after_failure(state, proxied, now=START).attempts == 4
+
+
 def test_after_success_starts_over() -> None:
     schedule = AttemptSchedule(jitter=0)
     state = schedule.after_failure(AttemptState(attempts=7), failed_order(), now=START)

@@ -52,12 +52,13 @@ from acmecerts.manager._events import (
     CertificateObtained,
     CertificateObtaining,
     CertificateRateLimited,
-    CertificateReplacementRequested,
     CertificateReplacesRefused,
     EventBus,
 )
+from acmecerts.manager._outage import HELD_REASON
 from acmecerts.manager._persist import CertificateStore
-from acmecerts.manager._scheduler import BudgetGate, Scheduler, plan_renewal, replaces_id
+from acmecerts.manager._renewals import Renewals
+from acmecerts.manager._scheduler import BudgetGate, Scheduler, replaces_id
 from acmecerts.manager._spec import (
     CancelledResult,
     CertificateSpec,
@@ -67,7 +68,7 @@ from acmecerts.manager._spec import (
     IssueResult,
 )
 from acmecerts.manager._stored import StoredEntries
-from acmecerts.protocol.ari import ReplacementReason, replaces_refused
+from acmecerts.protocol.ari import replaces_refused
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.retry import AttemptSchedule
 from acmecerts.solvers._base import Solver
@@ -77,14 +78,11 @@ CancellationHook = Callable[[str, str], Awaitable[None] | None]
 
 _NO_LIMIT = contextlib.nullcontext()
 _OWNER_GONE = "owner gone"
-#: renewalInfo requests at once while re-checking every certificate after the CA asked
-#: for one to be replaced (the client's request throttle paces them further).
-_SWEEP_CONCURRENCY = 16
 
 log = logging.getLogger("acmecerts.manager")
 
 
-class Attempts:
+class Attempts(Renewals):
     """The work for one certificate: single flight, budget gate, owner, lock, order, outcome.
 
     :class:`~acmecerts.manager.CertificateManager` is built on it; the attributes below
@@ -111,13 +109,6 @@ class Attempts:
     _stored: StoredEntries
     _scheduler: Scheduler
     _gate: BudgetGate
-    #: Whether every certificate's ARI window is being re-checked now (:meth:`_sweep`).
-    _sweeping: bool = False
-    #: Set when the current sweep ends.
-    _sweep_end: anyio.Event
-    #: Certificates whose ARI window is being fetched now, and an event set after each.
-    _rechecking: set[Entry]
-    _recheck_done: anyio.Event
     _client_issue: Callable[
         [Entry, str | None, Sequence[Identifier] | None], Awaitable[IssuedCertificate]
     ]
@@ -296,6 +287,7 @@ class Attempts:
         try:
             try:
                 certificate = await self._client_issue(entry, replaces, renewal_of)
+                self._outage.observe(None)
             except AcmeProblem as exc:
                 if replaces is None or not await self._refused_replaces(exc):
                     raise
@@ -318,10 +310,12 @@ class Attempts:
                 if refused is not None:
                     return refused
                 certificate = await self._client_issue(entry, None, renewal_of)
+                self._outage.observe(None)
         except StorageError:
             raise  # our store, not the CA: the error backoff (see _attempt), not the schedule
         except AcmeCertsError as exc:
             steady(entry)
+            self._outage.observe(exc)  # the CA failing holds the others' work (_work)
             result = await self._failed(entry, exc)
             await self._stored.save_state(entry)
             return result
@@ -431,110 +425,6 @@ class Attempts:
             return False
         return replaces_refused(error, new_order_url=new_order_url)
 
-    async def _plan_renewal(self, entry: Entry) -> None:
-        self._rechecking.add(entry)
-        try:
-            reason = await plan_renewal(
-                entry, self.client, fraction=self.renewal_fraction, clock=self.clock, rng=self._rng
-            )
-        finally:
-            self._rechecking.discard(entry)
-            self._recheck_done.set()
-        if reason is not None:
-            await self._replacement_requested(entry, reason)
-            if not self._sweeping:
-                await self._sweep(entry)
-                return
-        if self._sweeping and entry.ari_replacement is not None:
-            # found by its own re-check during a sweep: it starts with the others, in
-            # priority order, when the sweep ends (not now, ahead of them)
-            await self._sweep_end.wait()
-
-    async def _replacement_requested(self, entry: Entry, reason: ReplacementReason) -> None:
-        answer = entry.ari_answer
-        assert answer is not None
-        log.warning(
-            "%s: the CA asks for the certificate to be replaced now (%s, window %s..%s)%s",
-            entry.spec.name,
-            reason,
-            answer.window_start.isoformat(),
-            answer.window_end.isoformat(),
-            f"; see {answer.explanation_url}" if answer.explanation_url else "",
-        )
-        await self._publish(
-            CertificateReplacementRequested(
-                entry.spec.name,
-                self.clock.now(),
-                reason=reason,
-                window_start=answer.window_start,
-                window_end=answer.window_end,
-                explanation_url=answer.explanation_url,
-                cert_id=answer.cert_id,
-            )
-        )
-
-    async def _sweep(self, first: Entry) -> None:
-        """The CA asked for ``first`` to be replaced: re-check every other certificate now.
-
-        A mass revocation moves many windows at once, but each certificate would only
-        learn of it at its own next re-check (up to six hours later). So every other
-        certificate with an ARI window is asked about now (highest priority first, at
-        most :data:`_SWEEP_CONCURRENCY` at a time, paced by the request throttle), and
-        only then are they all handed to the scheduler together: the renewals due now
-        start in one tick, highest priority first.
-        """
-        self._sweeping = True
-        self._sweep_end = anyio.Event()
-        others = sorted(
-            (
-                e
-                for e in self._entries.values()
-                if e is not first
-                and e.cancelled is None
-                and e.flight is None
-                and e.certificate is not None
-                and not e.stale
-                and e.ari_recheck_at is not None
-                and e.ari_replacement is None
-                and e not in self._rechecking  # asking already: waited for below
-            ),
-            key=lambda e: (-e.spec.priority, e.seq),
-        )
-        swept = set(others)
-        limiter = anyio.CapacityLimiter(_SWEEP_CONCURRENCY)
-
-        async def recheck(other: Entry) -> None:
-            async with limiter:
-                try:
-                    reason = await plan_renewal(
-                        other,
-                        self.client,
-                        fraction=self.renewal_fraction,
-                        clock=self.clock,
-                        rng=self._rng,
-                    )
-                    if reason is not None:
-                        await self._replacement_requested(other, reason)
-                except Exception:  # one certificate's bug must not stop the others
-                    log.exception("%s: re-checking the ARI window failed", other.spec.name)
-
-        log.info("re-checking the ARI windows of %d other certificates", len(others))
-        try:
-            async with anyio.create_task_group() as tg:
-                for other in others:
-                    tg.start_soon(recheck, other)
-            while self._rechecking - {first}:  # their own re-checks, under way before
-                self._recheck_done = anyio.Event()
-                await self._recheck_done.wait()
-        finally:
-            self._sweeping = False
-            self._sweep_end.set()
-            # every certificate due now is planned in the same scheduler tick
-            for other in self._entries.values():
-                if other in swept or other.ari_replacement is not None:
-                    self._scheduler.changed(other, wake=False)
-            self._scheduler.wake_up()
-
     async def _background(self, entry: Entry) -> None:
         before = progress_mark(entry)
         ended = False  # not cancelled (the manager stopping is no reason to hold)
@@ -583,6 +473,11 @@ class Attempts:
     async def _work(self, entry: Entry) -> None:
         if entry.flight is not None:
             return
+        held_until = await self._outage.admit(entry)
+        if held_until is not None:
+            # the CA is failing: no request, no store operation until it answers again
+            entry.hold_until, entry.hold_reason = held_until, HELD_REASON
+            return
         if (
             entry.certificate is not None
             and not entry.stale
@@ -595,6 +490,3 @@ class Attempts:
             return
         renewal = entry.certificate is not None and not entry.stale
         await self._obtain(entry, renewal=renewal)
-
-    async def _publish(self, event: CertificateEvent) -> None:
-        await self._events.publish(event)

@@ -43,6 +43,7 @@ from acmecerts.manager._events import (
     EventBus,
     Subscriber,
 )
+from acmecerts.manager._outage import HELD_REASON, CaOutage
 from acmecerts.manager._persist import CertificateStore
 from acmecerts.manager._records import OrderRecord
 from acmecerts.manager._replicas import (
@@ -207,6 +208,20 @@ class CertificateManager(Attempts):
             self._entries, schedule=self.schedule, clock=self.clock, stored=stored
         )
         self._gate = BudgetGate(client, clock=self.clock, stored=stored)
+        #: While the CA keeps failing, background work waits for one probe at a time.
+        self._outage = CaOutage(
+            clock_now=self.clock.now,
+            schedule=self.schedule,
+            wake=self._unheld,
+            check=lambda: client.transport.directory(refresh=True),
+            rng=self._rng,
+        )
+
+    def _unheld(self, entry: Entry) -> None:
+        """The CA answers again: ``entry``, held for it, is planned again at once."""
+        if entry.hold_reason == HELD_REASON:
+            entry.hold_until, entry.hold_reason = None, None
+            self._scheduler.changed(entry)
 
     async def _plan_renewal(self, entry: Entry) -> None:
         asked_at = self.clock.now()

@@ -25,11 +25,12 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
+from acmecerts._issued import IssuedCertificate
 from acmecerts._time import Clock, SystemClock, VirtualClock
 from acmecerts.client import AcmeClient
-from acmecerts.errors import AcmeCertsError, RateLimitDeferred
+from acmecerts.errors import AcmeCertsError, ErrorKind, RateLimitDeferred
 from acmecerts.manager._entry import AT_ONCE, Entry, current, parked, queue_time
-from acmecerts.manager._held import ari_cert_id
+from acmecerts.manager._held import HeldCertificate, ari_cert_id
 from acmecerts.manager._ledger import RateLimitLedger
 from acmecerts.manager._retention import RetiredCertificates
 from acmecerts.protocol.ari import (
@@ -46,6 +47,9 @@ log = logging.getLogger("acmecerts.manager")
 
 #: The longest timed sleep of the scheduler (guards against wall-clock jumps).
 MAX_SCHEDULER_SLEEP = 3600.0
+#: Seconds until renewalInfo is asked again after it failed for a reason the CA may lift
+#: (jittered by ±10 %; a later ``Retry-After`` wins).
+ARI_RETRY_ON_ERROR = 3600.0
 #: At most this many stored certificates are read at once by the background scheduler.
 MAX_LOADS = 32
 
@@ -340,6 +344,7 @@ async def plan_renewal(
     fraction: float | None,
     clock: Clock,
     rng: random.Random,
+    observe: Callable[[AcmeCertsError | None], None] | None = None,
 ) -> ReplacementReason | None:
     """Set ``renew_at``: from ARI when the CA has it, else at the lifetime fraction.
 
@@ -354,9 +359,16 @@ async def plan_renewal(
     now, and the reason is returned the first time it is seen for this certificate
     (``None`` otherwise). The request holds for the certificate until it is replaced:
     a later answer whose window still started in the past keeps it due now.
+
+    When asking fails for a reason the CA may lift (5xx, no connection, a rate limit)
+    and the CA already named a window for this certificate, that window's instant stays
+    and the re-check comes again after :data:`ARI_RETRY_ON_ERROR` (or the CA's
+    ``Retry-After``): an outage of the CA is no reason to renew early. ``observe`` is
+    told the outcome of the request (``None``: answered; else the error).
     """
     certificate = entry.certificate
     assert certificate is not None
+    kept = entry.renew_at if _same_held(entry.ari_answer, certificate) else None
     if certificate.not_after > certificate.not_before:
         entry.renew_at = fallback_renewal_time(
             certificate.not_before, certificate.not_after, fraction=fraction
@@ -370,8 +382,18 @@ async def plan_renewal(
             return None
         result = await client.renewal_info(cert_id=ari_cert_id(certificate))
     except AcmeCertsError as exc:
+        if observe is not None:
+            observe(exc)
+        if kept is not None and exc.kind is not ErrorKind.PERMANENT:
+            entry.renew_at = kept
+            again = clock.now() + _dt.timedelta(seconds=ARI_RETRY_ON_ERROR * rng.uniform(0.9, 1.1))
+            entry.ari_recheck_at = max(again, exc.retry_after or again)
+            log.info("%s: renewalInfo failed (%s); asking again at %s", entry.spec.name, exc, again)
+            return None
         log.info("%s: no ARI window (%s); renewing at %s", entry.spec.name, exc, entry.renew_at)
         return None
+    if observe is not None:
+        observe(None)
     if entry.certificate is not certificate:
         return None  # renewed while the CA answered: the answer is about the old one
     now = clock.now()
@@ -389,6 +411,18 @@ async def plan_renewal(
     )
     entry.ari_recheck_at = result.retry_after
     return reason if reason is not None and not announced else None
+
+
+def _same_held(
+    answer: RenewalInfoResult | None, certificate: HeldCertificate | IssuedCertificate
+) -> bool:
+    """Whether ``answer`` is the CA's answer about ``certificate`` (a held one)."""
+    if answer is None:
+        return False
+    try:
+        return answer.cert_id == ari_cert_id(certificate)
+    except AcmeCertsError:
+        return False
 
 
 def _same_certificate(a: RenewalInfoResult | None, b: RenewalInfoResult) -> bool:
