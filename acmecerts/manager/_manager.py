@@ -61,6 +61,7 @@ from acmecerts.manager._spec import (
     OwnerGuard,
 )
 from acmecerts.manager._stored import StoredEntries
+from acmecerts.protocol.ari import ReplacementReason
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.protocol.keys import (
     KeyType,
@@ -223,10 +224,11 @@ class CertificateManager(Attempts):
             entry.hold_until, entry.hold_reason = None, None
             self._scheduler.changed(entry)
 
-    async def _plan_renewal(self, entry: Entry) -> None:
+    async def _ask_window(self, entry: Entry) -> ReplacementReason | None:
         asked_at = self.clock.now()
-        await super()._plan_renewal(entry)
+        reason = await super()._ask_window(entry)
         self._replicas.stretch(entry, asked_at)  # another replica wrote it: it asks
+        return reason
 
     # -- lifecycle ----------------------------------------------------------------------
 

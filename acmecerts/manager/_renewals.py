@@ -54,17 +54,24 @@ class Renewals:
     async def _publish(self, event: CertificateEvent) -> None:
         await self._events.publish(event)
 
+    async def _ask_window(self, entry: Entry) -> ReplacementReason | None:
+        """Ask the CA for ``entry``'s ARI window and plan its renewal from the answer.
+
+        Returns why the CA wants it replaced now, if it does.
+        """
+        return await plan_renewal(
+            entry,
+            self.client,
+            fraction=self.renewal_fraction,
+            clock=self.clock,
+            rng=self._rng,
+            observe=self._outage.observe,
+        )
+
     async def _plan_renewal(self, entry: Entry) -> None:
         self._rechecking.add(entry)
         try:
-            reason = await plan_renewal(
-                entry,
-                self.client,
-                fraction=self.renewal_fraction,
-                clock=self.clock,
-                rng=self._rng,
-                observe=self._outage.observe,
-            )
+            reason = await self._ask_window(entry)
         finally:
             self._rechecking.discard(entry)
             self._recheck_done.set()
@@ -134,14 +141,7 @@ class Renewals:
         async def recheck(other: Entry) -> None:
             async with limiter:
                 try:
-                    reason = await plan_renewal(
-                        other,
-                        self.client,
-                        fraction=self.renewal_fraction,
-                        clock=self.clock,
-                        rng=self._rng,
-                        observe=self._outage.observe,
-                    )
+                    reason = await self._ask_window(other)
                     if reason is not None:
                         await self._replacement_requested(other, reason)
                 except Exception:  # one certificate's bug must not stop the others

@@ -12,8 +12,6 @@ full size.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from acmecerts.testing.fleet import FleetRun
@@ -24,9 +22,7 @@ DAYS = 30
 
 @pytest.mark.timeout(180)
 def test_a_fleet_over_30_days_meets_the_goals() -> None:
-    began = time.perf_counter()
     m = FleetRun("onboarding", certificates=CERTIFICATES, days=DAYS, seed=11).run()
-    elapsed = time.perf_counter() - began
     print(m.as_dict())
     assert m.rate_limit_429 == 0, m.refusals
     assert m.rate_limit_503 == 0, m.refusals
@@ -42,4 +38,6 @@ def test_a_fleet_over_30_days_meets_the_goals() -> None:
     assert m.request_ratio <= 1.5, (m.ca_requests, m.needed_requests_per_certificate_day)
     assert m.store_ops_per_certificate_day_at_rest <= 0.1
     assert m.certificate_days_at_rest >= 0.8 * CERTIFICATES * DAYS
-    assert elapsed < 60, f"{elapsed:.1f} s"
+    # the budget in CPU seconds of this process, not wall time: a loaded machine (CI
+    # runners, the suite beside other work) stretches wall time, not the work done
+    assert m.cpu_seconds < 60, f"{m.cpu_seconds:.1f} CPU s"

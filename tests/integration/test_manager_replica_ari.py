@@ -11,7 +11,7 @@ Pebble are counted per client, at the instant each was sent.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from acmecerts.manager import (
 )
 from acmecerts.storage import FileStorage
 from acmecerts.testing import PebbleServer
+from tests.integration.test_manager_retention import wait_until
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(60)]
 
@@ -98,15 +99,6 @@ async def replica(
         client.subscribe(on_requests(requests))
         manager = CertificateManager(client, solvers=[http01], storage=storage, **options)
         yield manager, clock, requests
-
-
-async def wait_until(condition: Callable[[], bool], what: str, seconds: float = 30) -> None:
-    """Poll ``condition`` (real time) until it holds; fail naming ``what``."""
-    for _ in range(int(seconds * 100)):
-        if condition():
-            return
-        await anyio.sleep(0.01)
-    pytest.fail(f"waited {seconds} s for {what}")
 
 
 def every(step: dt.timedelta) -> list[float]:
