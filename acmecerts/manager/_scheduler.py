@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import datetime as _dt
 import heapq
@@ -26,7 +27,7 @@ import anyio.abc
 import anyio.lowlevel
 
 from acmecerts._issued import IssuedCertificate
-from acmecerts._time import Clock, SystemClock, VirtualClock
+from acmecerts._time import Clock, SystemClock, VirtualClock, _running_loop
 from acmecerts.client import AcmeClient
 from acmecerts.errors import AcmeCertsError, ErrorKind, RateLimitDeferred
 from acmecerts.manager._entry import AT_ONCE, Entry, current, parked, queue_time
@@ -84,6 +85,11 @@ class Scheduler:
         self._to_load: collections.deque[Entry] = collections.deque()
         self.loading: set[Entry] = set()
         self._wake = anyio.Event()
+        #: While the loop sleeps until a due instant: that instant (a change due no
+        #: sooner needs no wake-up, the tick at that instant plans it).
+        self._sleeping_until: _dt.datetime | None = None
+        #: The asyncio future a timed sleep awaits (resolved by a wake-up), if any.
+        self._alarm: asyncio.Future[None] | None = None
 
     async def run(
         self,
@@ -108,17 +114,41 @@ class Scheduler:
                 await self._wake.wait()
                 continue
             delay = min(MAX_SCHEDULER_SLEEP, (next_due - now).total_seconds())
-            await self._sleep_or_wake(delay)
+            self._sleeping_until = now + _dt.timedelta(seconds=max(0.0, delay))
+            try:
+                await self._sleep_or_wake(delay)
+            finally:
+                self._sleeping_until = None
 
     def changed(self, entry: Entry, *, wake: bool = True) -> None:
-        """``entry`` may need work at another time: the scheduler recomputes it."""
+        """``entry`` may need work at another time: the scheduler recomputes it.
+
+        While the loop sleeps until a due instant, an entry due no sooner than that
+        instant does not wake it: the tick at that instant plans it (a certificate at
+        rest, its renewalInfo asked again, is planned without a tick of its own).
+        """
         self._dirty.add(entry)
-        if wake:
-            self._wake.set()
+        if wake and not self._due_after_sleep(entry):
+            self.wake_up()
+
+    def _due_after_sleep(self, entry: Entry) -> bool:
+        """Whether the loop sleeps until an instant no later than ``entry``'s due time."""
+        until = self._sleeping_until
+        if until is None or entry.flight is not None or entry.certificate is None:
+            return False
+        if self._to_load:
+            return False  # a load slot may have come free: the next waiting read starts
+        if self._entries.get(entry.spec.name) is not entry:
+            return False
+        when = queue_time(entry, self._schedule, self._clock.now())
+        return when is not None and when is not AT_ONCE and when >= until
 
     def wake_up(self) -> None:
         """Look at the queue again now."""
         self._wake.set()
+        alarm = self._alarm
+        if alarm is not None and not alarm.done():
+            alarm.set_result(None)
 
     def _enqueue(self, entry: Entry, now: _dt.datetime) -> None:
         managed = self._entries.get(entry.spec.name) is entry
@@ -199,8 +229,22 @@ class Scheduler:
             await anyio.lowlevel.checkpoint()
             return
         if type(self._clock) in _LOOP_CLOCKS:
+            loop = _running_loop()
+            if loop is not None:
+                # asyncio: a future that the loop's timer or a wake-up resolves; no task
+                # and no cancel scope per tick (the most frequent wait of a fleet at
+                # rest). Cancelling the task cancels the future: the wait ends at once.
+                alarm: asyncio.Future[None] = loop.create_future()
+                timer = loop.call_at(loop.time() + max(0.0, seconds), _ring, alarm)
+                self._alarm = alarm
+                try:
+                    await alarm
+                finally:
+                    self._alarm = None
+                    timer.cancel()
+                return
             # the clock sleeps on the loop's own timer: a timed wait, with no task to
-            # start and cancel per tick (the most frequent wait of a fleet at rest)
+            # start and cancel per tick
             with anyio.move_on_after(max(0.0, seconds)):
                 await wake.wait()
             return
@@ -217,6 +261,12 @@ class Scheduler:
 
 #: Clocks whose ``sleep`` is ``anyio.sleep``: a wait on them is a timeout on the loop.
 _LOOP_CLOCKS = (SystemClock, VirtualClock)
+
+
+def _ring(alarm: asyncio.Future[None]) -> None:
+    """The scheduler's timer: end its sleep (unless a wake-up or cancellation did)."""
+    if not alarm.done():
+        alarm.set_result(None)
 
 
 class BudgetGate:

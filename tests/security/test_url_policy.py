@@ -29,7 +29,7 @@ from acmecerts import (
 from acmecerts.errors import AcmeCertsError
 from acmecerts.protocol.keys import generate_private_key
 from acmecerts.testing import PebbleServer
-from acmecerts.transport._policy import origin_of
+from acmecerts.transport._policy import _MAX_ACCEPTED, origin_of
 from tests.security._fake_ca import CA, EVIL, FakeCa, make_chain
 
 pytestmark = pytest.mark.anyio
@@ -38,6 +38,42 @@ DIRECTORY = f"{CA}/directory"
 
 
 # --------------------------------------------------------------------------- the policy
+
+
+class _CountingPolicy(UrlPolicy):
+    """A narrowing policy (allows all the default does) that counts the URLs it parses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.parsed: list[str] = []
+
+    def checked(self, url: str, *, directory_url: str) -> httpx.URL:
+        self.parsed.append(url)
+        return super().checked(url, directory_url=directory_url)
+
+
+def test_the_memo_of_checked_urls_forgets_the_least_recently_used_only() -> None:
+    # A fleet larger than the memo (a renewalInfo URL per certificate) must not make the
+    # memo start over: the hot URLs stay parsed once, the memo stays bounded.
+    policy = _CountingPolicy()
+    bound = policy.bind(DIRECTORY)
+    hot = f"{CA}/new-order"
+    many = [f"{CA}/renewal-info/aaaa.{i:06d}" for i in range(_MAX_ACCEPTED + 500)]
+    for i, url in enumerate(many):
+        assert str(bound.checked(url)) == url
+        if i % 100 == 0:
+            assert str(bound.checked(hot)) == hot
+        assert len(bound._accepted) <= _MAX_ACCEPTED
+    assert policy.parsed.count(hot) == 1  # used often: never forgotten
+    recent = many[-1]
+    bound.checked(recent)
+    assert policy.parsed.count(recent) == 1  # still remembered
+    bound.checked(many[0])  # forgotten (least recently used): checked and parsed again
+    assert policy.parsed.count(many[0]) == 2
+    with pytest.raises(UnsafeUrl):  # a refused URL is never remembered as accepted
+        bound.checked(f"{EVIL}/x")
+    with pytest.raises(UnsafeUrl):
+        bound.checked(f"{EVIL}/x")
 
 
 @pytest.mark.parametrize(

@@ -87,8 +87,12 @@ class _Managers:
         self.profile = profile
         #: The replicas stopped (a plan's ``replica_stops``): they serve nothing more.
         self.stopped: set[int] = set()
+        #: The last :class:`Served` per manager and name, with the certificate it is of.
+        self._served: dict[tuple[int, str], tuple[object, Served]] = {}
 
     def _live(self) -> list[CertificateManager]:
+        if not self.stopped:
+            return self.managers
         return [m for i, m in enumerate(self.managers) if i not in self.stopped]
 
     def add(self, service: Service) -> None:
@@ -103,11 +107,20 @@ class _Managers:
         # The serial of what manager.get(name) hands out, read from the manager's entry:
         # get() builds an IssuedCertificate (a DER parse) and status() a whole status,
         # per certificate per sample; this is asked ~24 times a certificate-day.
+        # The Served of a certificate is made once (the same held object: the same one).
         out: list[Served | None] = []
+        served = self._served
         for manager in self._live():
             entry = manager._entries.get(name)
             held = None if entry is None else entry.certificate
-            out.append(None if held is None else Served(int(held.serial, 16)))
+            if held is None:
+                out.append(None)
+                continue
+            key = (id(manager), name)
+            known = served.get(key)
+            if known is None or known[0] is not held:
+                known = served[key] = (held, Served(int(held.serial, 16)))
+            out.append(known[1])
         return out
 
 

