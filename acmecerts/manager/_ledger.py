@@ -419,8 +419,17 @@ class RateLimitLedger:
         """Apply every change of ``batch`` to the stored state and store it once (CAS)."""
         assert self.storage is not None
         left = list(batch)
-        for attempt in range(1, _MAX_CAS_ATTEMPTS + 1):
-            state, stored = await self._load()
+        # With the ledger's version known (this object wrote or read it last), the
+        # first try applies the group to the cached state and stores it only if the
+        # stored version is still that one (the compare-and-swap checks it): no read
+        # first. Another writer in between makes it a conflict, and the next try reads.
+        cached = self._version is not _UNLOADED
+        for attempt in range(0 if cached else 1, _MAX_CAS_ATTEMPTS + 1):
+            if attempt == 0:
+                state, expected = self._state, cast("str | None", self._version)
+            else:
+                state, stored = await self._load()
+                expected = None if stored is None else stored.version
             now = self._now()
             changed = False
             failed: _PendingChange | None = None
@@ -437,6 +446,8 @@ class RateLimitLedger:
                 failed.done = True
                 left.remove(failed)
                 continue
+            if not changed and attempt == 0 and not await self._current(expected):
+                continue  # answered from a stale cache (nothing stored): again, read
             try:
                 if changed:
                     state.prune(self.model, now)
@@ -447,7 +458,7 @@ class RateLimitLedger:
                         version = await self.storage.store(
                             self._key(),
                             state.to_bytes(),
-                            expect_version=None if stored is None else stored.version,
+                            expect_version=expected,
                         )
                     self._version = version
             except VersionConflict:
@@ -467,6 +478,15 @@ class RateLimitLedger:
         )
         for change in left:
             change.error, change.done = error, True
+
+    async def _current(self, version: object) -> bool:
+        """Whether the stored ledger is still at ``version`` (else forget the cache)."""
+        assert self.storage is not None
+        stored = await self.storage.load(self._key())
+        if (None if stored is None else stored.version) == version:
+            return True
+        self._version = _UNLOADED
+        return False
 
     async def _load(self) -> tuple[LedgerState, StoredValue | None]:
         assert self.storage is not None

@@ -13,6 +13,7 @@ while it waits (for a directory lock) sees the cancellation and gives up.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import contextlib
 import functools
@@ -63,7 +64,8 @@ class _Job:
     def __init__(self, func: Callable[[], Any], port: _Port) -> None:
         self.func = func
         self.port = port
-        self.done = anyio.Event()
+        # the loop's backend, known to the port: no anyio.Event() (it looks it up each time)
+        self.done: anyio.Event = port.backend.create_event()
         self.result: Any = None
         self.error: BaseException | None = None
         #: Set by the event loop when the caller is cancelled; read by the worker.
@@ -73,10 +75,12 @@ class _Job:
 class _Port:
     """One event loop's door for finished jobs: wakes the loop once per batch."""
 
-    __slots__ = ("_finished", "_lock", "_scheduled", "_token", "pending")
+    __slots__ = ("_finished", "_lock", "_scheduled", "_token", "backend", "pending")
 
     def __init__(self, token: Any) -> None:
         self._token = token
+        #: The loop's anyio backend class (its checkpoints and events, without a look-up).
+        self.backend: Any = token.backend_class
         self._lock = threading.Lock()
         self._finished: list[_Job] = []
         self._scheduled = False
@@ -216,13 +220,20 @@ os.register_at_fork(after_in_child=_pool.reset)
 
 async def in_worker(func: Callable[[], _T]) -> _T:
     """Run ``func`` in a pool thread; a cancelled caller waits for it (see check_cancelled)."""
-    await anyio.lowlevel.checkpoint_if_cancelled()
-    port = _port_var.get(None)
+    # On asyncio the running loop finds the port at once: anyio's own look-ups (the
+    # backend, the RunVar) were a good part of a store operation's CPU on the loop.
+    loop = asyncio._get_running_loop()
+    port = None if loop is None else _loop_ports.get(loop)
     if port is None:
-        port = _Port(anyio.lowlevel.current_token())
-        _port_var.set(port)
-        with contextlib.suppress(TypeError):  # a loop without weak references: not virtual
-            _loop_ports[port._token.native_token] = port
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        port = _port_var.get(None)
+        if port is None:
+            port = _Port(anyio.lowlevel.current_token())
+            _port_var.set(port)
+            with contextlib.suppress(TypeError):  # a loop without weak references
+                _loop_ports[port._token.native_token] = port
+    else:
+        await port.backend.checkpoint_if_cancelled()
     job = _Job(func, port)
     port.submitted()
     _pool.submit(job)

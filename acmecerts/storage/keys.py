@@ -102,14 +102,26 @@ def validate_segment(segment: str, *, what: str = "key segment") -> str:
     return segment
 
 
+#: Keys found valid lately (a store checks the same few keys again and again: each
+#: operation's key, then its file's path). Emptied when full; only ``str`` itself goes in.
+_VALID_KEYS: dict[str, None] = {}
+_MAX_VALID_KEYS = 4096
+
+
 def validate_key(key: str) -> str:
     """Return ``key`` if it is a valid storage key (or lock name), else raise InvalidInput."""
+    if type(key) is str and key in _VALID_KEYS:
+        return key
     if not isinstance(key, str):
         raise InvalidInput(f"a storage key must be a string, got {type(key).__name__}")
     if not key or len(key) > MAX_KEY_LENGTH:
         raise InvalidInput(f"a storage key must be 1-{MAX_KEY_LENGTH} characters, got {key!r}")
     for segment in key.split("/"):
         validate_segment(segment, what=f"segment of storage key {key!r}")
+    if type(key) is str:
+        if len(_VALID_KEYS) >= _MAX_VALID_KEYS:
+            _VALID_KEYS.clear()
+        _VALID_KEYS[key] = None
     return key
 
 
@@ -179,6 +191,10 @@ def certificate_slug(name: str) -> str:
     ``[a-z0-9._-]`` is refused (:class:`InvalidInput`), so two different names never
     share a slug; internationalised names must be given in A-label form (``xn--...``).
     """
+    if type(name) is str:
+        known = _SLUGS.get(name)
+        if known is not None:
+            return known
     if not isinstance(name, str):
         raise InvalidInput(f"a certificate name must be a string, got {type(name).__name__}")
     lowered = name.lower()
@@ -191,7 +207,16 @@ def certificate_slug(name: str) -> str:
         )
     if len(slug) > _MAX_CERT_SLUG:
         slug = f"{slug[:_CERT_SLUG_KEEP].rstrip('.-')}--{_short_hash(slug, 16)}"
-    return validate_segment(slug, what=f"slug of certificate name {name!r}")
+    validate_segment(slug, what=f"slug of certificate name {name!r}")
+    if type(name) is str:
+        if len(_SLUGS) >= _MAX_VALID_KEYS:
+            _SLUGS.clear()
+        _SLUGS[name] = slug
+    return slug
+
+
+#: The slugs of certificate names met lately (each store operation names one).
+_SLUGS: dict[str, str] = {}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

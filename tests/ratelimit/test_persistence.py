@@ -277,3 +277,51 @@ async def test_a_failed_group_write_fails_every_change_in_it_and_applies_none(
         else len(json.loads(stored.data)["buckets"]["certificates_per_exact_identifier_set"])
     )
     assert spent == 6 - len(failed)  # nothing of the failed group, nothing twice
+
+
+class LoadCountingStorage(FileStorage):
+    """A FileStorage that counts its reads and writes."""
+
+    loads = 0
+    stores = 0
+
+    async def load(self, key: str) -> StoredValue | None:
+        self.loads += 1
+        return await super().load(key)
+
+    async def store(self, key: str, data: bytes, **kwargs: object) -> str:  # type: ignore[override]
+        self.stores += 1
+        return await super().store(key, data, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_a_ledger_that_wrote_last_writes_again_without_reading(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    storage = LoadCountingStorage(tmp_path)
+    ledger = RateLimitLedger(LETS_ENCRYPT, clock=clock, storage=storage, key=KEY)
+    for i in range(5):
+        assert (await ledger.reserve([f"h{i}.example.com"], account=ACCOUNT)).allowed
+    # the first write reads the store; the next ones compare-and-swap on the version
+    # this ledger stored last (one store request each instead of two)
+    assert (storage.loads, storage.stores) == (1, 5)
+    [line] = await stored_ledger(tmp_path, clock).budget(limit="certificates_per_registered_domain")
+    assert line.remaining == 50 - 5
+
+
+async def test_another_replicas_write_is_seen_by_the_next_change(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    mine, theirs = stored_ledger(tmp_path, clock), stored_ledger(tmp_path, clock)
+    for i in range(30):
+        assert (await mine.reserve([f"m{i}.example.com"], account=ACCOUNT)).allowed
+    for i in range(20):
+        assert (await theirs.reserve([f"t{i}.example.com"], account=ACCOUNT)).allowed
+    # mine's cached state has 20 tokens left: the compare-and-swap fails, it reads again
+    refused = await mine.reserve(["late.example.com"], account=ACCOUNT)
+    assert not refused.allowed
+    assert refused.limit == "certificates_per_registered_domain"
+    # a change that stores nothing (no pause known to mine's cache) is checked too
+    paused = RateLimited(ProblemType.RATE_LIMITED, 'paused for "p.example.org"')
+    await theirs.learn_from(paused, ["p.example.org"], account=ACCOUNT)
+    assert await mine.unpause("p.example.org", account=ACCOUNT)
+    assert (await theirs.check(["p.example.org"], account=ACCOUNT)).allowed

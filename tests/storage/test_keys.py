@@ -189,3 +189,25 @@ def test_any_key_is_refused_or_stays_inside(key: str) -> None:
     assert not key.startswith("/")
     assert all(segment not in ("", ".", "..") for segment in key.split("/"))
     assert not any(segment.startswith(".") for segment in key.split("/"))
+
+
+def test_validation_remembers_only_valid_keys_and_stays_bounded() -> None:
+    from acmecerts.storage import keys as keys_module
+
+    good = "ca/accounts/default/certificates/remembered.example/certificate.json"
+    assert validate_key(good) == good
+    assert good in keys_module._VALID_KEYS
+    for bad in ("ca//x", "Ca/x", "ca/../x", ""):
+        for _ in range(2):  # refused again: a refusal is never remembered
+            with pytest.raises(InvalidInput):
+                validate_key(bad)
+    assert certificate_slug("*.Remembered.Example") == "_wildcard_.remembered.example"
+    assert certificate_slug("*.Remembered.Example") == "_wildcard_.remembered.example"
+    for _ in range(2):
+        with pytest.raises(InvalidInput):
+            certificate_slug("not valid.example")
+    for i in range(keys_module._MAX_VALID_KEYS + 10):
+        validate_key(f"many/k{i}")
+        certificate_slug(f"n{i}.example")
+    assert len(keys_module._VALID_KEYS) <= keys_module._MAX_VALID_KEYS
+    assert len(keys_module._SLUGS) <= keys_module._MAX_VALID_KEYS
