@@ -47,7 +47,7 @@ import hashlib
 import re
 import urllib.parse
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from acmecerts.errors import InvalidInput, StorageError
 from acmecerts.storage._json import decode_json, encode_json
@@ -103,9 +103,18 @@ def validate_segment(segment: str, *, what: str = "key segment") -> str:
 
 
 #: Keys found valid lately (a store checks the same few keys again and again: each
-#: operation's key, then its file's path). Emptied when full; only ``str`` itself goes in.
+#: operation's key, then its file's path). The oldest is forgotten when full; only ``str``
+#: itself goes in.
 _VALID_KEYS: dict[str, None] = {}
 _MAX_VALID_KEYS = 4096
+_V = TypeVar("_V")
+
+
+def _remember(memo: dict[str, _V], key: str, value: _V) -> None:
+    """Remember ``key`` in ``memo``, forgetting the oldest entry when it is full."""
+    if len(memo) >= _MAX_VALID_KEYS:
+        del memo[next(iter(memo))]
+    memo[key] = value
 
 
 def validate_key(key: str) -> str:
@@ -119,9 +128,7 @@ def validate_key(key: str) -> str:
     for segment in key.split("/"):
         validate_segment(segment, what=f"segment of storage key {key!r}")
     if type(key) is str:
-        if len(_VALID_KEYS) >= _MAX_VALID_KEYS:
-            _VALID_KEYS.clear()
-        _VALID_KEYS[key] = None
+        _remember(_VALID_KEYS, key, None)
     return key
 
 
@@ -209,9 +216,7 @@ def certificate_slug(name: str) -> str:
         slug = f"{slug[:_CERT_SLUG_KEEP].rstrip('.-')}--{_short_hash(slug, 16)}"
     validate_segment(slug, what=f"slug of certificate name {name!r}")
     if type(name) is str:
-        if len(_SLUGS) >= _MAX_VALID_KEYS:
-            _SLUGS.clear()
-        _SLUGS[name] = slug
+        _remember(_SLUGS, name, slug)
     return slug
 
 

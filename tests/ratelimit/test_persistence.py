@@ -166,7 +166,13 @@ async def test_a_stored_ledger_needs_a_key(tmp_path: Path, clock: FakeClock) -> 
 
 
 class CountingStorage(FileStorage):
-    """A FileStorage that counts its writes (each one is an fsynced compare-and-swap)."""
+    """A FileStorage that counts its reads and writes (each write an fsynced compare-and-swap)."""
+
+    loads = 0
+
+    async def load(self, key: str) -> StoredValue | None:
+        self.loads += 1
+        return await super().load(key)
 
     stores = 0
 
@@ -279,25 +285,10 @@ async def test_a_failed_group_write_fails_every_change_in_it_and_applies_none(
     assert spent == 6 - len(failed)  # nothing of the failed group, nothing twice
 
 
-class LoadCountingStorage(FileStorage):
-    """A FileStorage that counts its reads and writes."""
-
-    loads = 0
-    stores = 0
-
-    async def load(self, key: str) -> StoredValue | None:
-        self.loads += 1
-        return await super().load(key)
-
-    async def store(self, key: str, data: bytes, **kwargs: object) -> str:  # type: ignore[override]
-        self.stores += 1
-        return await super().store(key, data, **kwargs)  # type: ignore[arg-type]
-
-
 async def test_a_ledger_that_wrote_last_writes_again_without_reading(
     tmp_path: Path, clock: FakeClock
 ) -> None:
-    storage = LoadCountingStorage(tmp_path)
+    storage = CountingStorage(tmp_path)
     ledger = RateLimitLedger(LETS_ENCRYPT, clock=clock, storage=storage, key=KEY)
     for i in range(5):
         assert (await ledger.reserve([f"h{i}.example.com"], account=ACCOUNT)).allowed

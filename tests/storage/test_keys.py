@@ -209,5 +209,10 @@ def test_validation_remembers_only_valid_keys_and_stays_bounded() -> None:
     for i in range(keys_module._MAX_VALID_KEYS + 10):
         validate_key(f"many/k{i}")
         certificate_slug(f"n{i}.example")
-    assert len(keys_module._VALID_KEYS) <= keys_module._MAX_VALID_KEYS
-    assert len(keys_module._SLUGS) <= keys_module._MAX_VALID_KEYS
+    assert len(keys_module._VALID_KEYS) == keys_module._MAX_VALID_KEYS
+    assert len(keys_module._SLUGS) == keys_module._MAX_VALID_KEYS
+    # full, it forgets the oldest only (no cliff: the latest keys stay remembered)
+    assert "many/k9" not in keys_module._VALID_KEYS
+    assert f"many/k{keys_module._MAX_VALID_KEYS + 9}" in keys_module._VALID_KEYS
+    assert "n9.example" not in keys_module._SLUGS
+    assert f"n{keys_module._MAX_VALID_KEYS + 9}.example" in keys_module._SLUGS
