@@ -212,6 +212,9 @@ class Attempts(Renewals):
             if entry.cancelled is not None:
                 scope.cancel()
             async with self._limiter, self._global_limiter or _NO_LIMIT:
+                refused = await self._refused_by_ledger(entry)
+                if refused is not None:
+                    return refused
                 if self._store is None:
                     result = await self._owned_issue(entry, generation, renewal, force)
                 else:
@@ -223,6 +226,25 @@ class Attempts(Renewals):
                     await self._stored.retire(name, entry)  # (outside the lock: a purge takes it)
                 return result
         return CancelledResult(name, entry.cancelled or "cancelled")
+
+    async def _refused_by_ledger(self, entry: Entry) -> IssueResult | None:
+        """Defer ``entry`` now if the ledger would refuse its order (nothing spent).
+
+        The same deferral as the ledger's refusal under the lock (state, event, next
+        instant), before the lock, the store reads, the key, the CSR and the order
+        intent. A stored order of an earlier attempt is resumed without a new order:
+        that one goes on to the lock.
+        """
+        deferred = await self._gate.ledger_deferral(entry)
+        if deferred is None:
+            return None
+        if self._store is not None:
+            record = await self._store.load_order(entry.spec.name)
+            if record is not None and set(record.identifiers) == entry.spec.identifier_set:
+                return None
+        result = await self._failed(entry, deferred)
+        await self._stored.save_state(entry)
+        return result
 
     async def _owned_issue(
         self, entry: Entry, generation: int, renewal: bool, force: bool

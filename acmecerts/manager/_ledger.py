@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, TypeVar, Unpack, cast
 import anyio
 
 from acmecerts._time import Clock, SystemClock
-from acmecerts.errors import AcmeProblem, InvalidInput, RateLimited, StorageError
+from acmecerts.errors import (
+    AcmeProblem,
+    InvalidInput,
+    RateLimitDeferred,
+    RateLimited,
+    StorageError,
+)
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.ratelimit import _changes as changes
 from acmecerts.ratelimit._changes import OrderKeywords, order_request
@@ -126,6 +132,27 @@ class RateLimitLedger:
         if decision.allowed or decision.not_before is None:
             return self.clock.now()
         return decision.not_before
+
+    async def deferral(
+        self, identifiers: Iterable[Identifier | str], **order: Unpack[OrderKeywords]
+    ) -> RateLimitDeferred | None:
+        """What :meth:`preflight` would raise for this order now, without spending.
+
+        ``None``: the order may go on to :meth:`preflight`, which still decides (and
+        spends); else the :class:`~acmecerts.errors.RateLimitDeferred` it would raise.
+        A paused identifier answers ``None`` (:meth:`preflight` raises for it). A stored
+        ledger answers first from the state it last read or wrote, with no request;
+        only a refusal is read again from the store (another replica may have given
+        tokens back), so asking costs a store request only when the answer is no.
+        """
+        request = order_request(identifiers, order)
+        cached = self.storage is not None and self._version is not _UNLOADED
+        if cached and self._state.evaluate(self.model, request, self._now()).allowed:
+            return None
+        decision = await self._read(lambda state, now: state.evaluate(self.model, request, now))
+        if decision.allowed or decision.paused:
+            return None
+        return changes.deferred(decision, request)
 
     async def check_new_account(self, *, source: str = "local") -> Decision:
         """Whether a new account may be created from ``source`` (an IP address) now."""

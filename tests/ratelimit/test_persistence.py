@@ -10,7 +10,7 @@ import anyio
 import pytest
 
 from acmecerts import FakeClock
-from acmecerts.errors import InvalidInput, ProblemType, RateLimited, StorageError
+from acmecerts.errors import InvalidInput, ProblemType, RateLimitDeferred, RateLimited, StorageError
 from acmecerts.ratelimit import LETS_ENCRYPT, RateLimitLedger
 from acmecerts.ratelimit._state import LedgerState
 from acmecerts.storage import FileStorage, KeyLayout, StoredValue
@@ -316,3 +316,42 @@ async def test_another_replicas_write_is_seen_by_the_next_change(
     await theirs.learn_from(paused, ["p.example.org"], account=ACCOUNT)
     assert await mine.unpause("p.example.org", account=ACCOUNT)
     assert (await theirs.check(["p.example.org"], account=ACCOUNT)).allowed
+
+
+class _CountingLoads(FileStorage):
+    """A FileStorage that counts its reads."""
+
+    loads = 0
+
+    async def load(self, key: str) -> StoredValue | None:
+        self.loads += 1
+        return await super().load(key)
+
+
+async def test_deferral_asks_the_store_only_to_confirm_a_refusal(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """What the manager asks before a certificate's lock: no store read when it fits."""
+    store = _CountingLoads(tmp_path)
+    ledger = RateLimitLedger(LETS_ENCRYPT, clock=clock, storage=store, key=KEY)
+    # 50 certificates a registered domain a week: the 50th reservation empties the bucket
+    for i in range(50):
+        assert (await ledger.reserve([f"h{i}.example.com"], account=ACCOUNT)).allowed
+    reads = store.loads
+    assert await ledger.deferral(["other.example.org"], account=ACCOUNT) is None
+    assert store.loads == reads  # answered from the state it last wrote
+    deferred = await ledger.deferral(["h50.example.com"], account=ACCOUNT)
+    assert deferred is not None
+    assert deferred.limit == "certificates_per_registered_domain"
+    assert deferred.retry_after is not None
+    assert deferred.retry_after > clock.now()
+    assert store.loads == reads + 1  # the refusal read again from the store
+    # spends nothing: what preflight would raise, and the same instant
+    with pytest.raises(RateLimitDeferred) as raised:
+        await ledger.preflight(["h50.example.com"], account=ACCOUNT)
+    assert raised.value.retry_after == deferred.retry_after
+    # a week later the bucket has refilled: it fits again, answered without a read
+    clock.advance(dt.timedelta(days=7))
+    reads = store.loads
+    assert await ledger.deferral(["h50.example.com"], account=ACCOUNT) is None
+    assert store.loads == reads
