@@ -11,13 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from acmecerts.testing.fleet import FleetRun, Measures
-
-
-def _no_limit_answers(m: Measures) -> None:
-    assert m.rate_limit_429 == 0, m.refusals
-    assert m.rate_limit_503 == 0, m.refusals
-    assert m.paused_identifiers == 0
+from acmecerts.testing.fleet import FleetRun
+from tests.fleet.test_scenarios import no_limit_answers
 
 
 @pytest.mark.timeout(180)
@@ -31,7 +26,7 @@ def test_two_replicas_ask_renewal_info_about_once_per_retry_after() -> None:
     assert m.duplicate_issuances == 0
     assert m.expired_certificate_hours == 0
     assert m.uncovered_at_end == 0
-    _no_limit_answers(m)
+    no_limit_answers(m)
 
 
 @pytest.mark.timeout(180)
@@ -42,7 +37,7 @@ def test_two_replicas_replace_every_revoked_certificate_before_the_deadline() ->
     assert m.replaced_before_deadline == 1.0
     assert m.expired_certificate_hours == 0
     assert m.uncovered_at_end == 0
-    _no_limit_answers(m)
+    no_limit_answers(m)
 
 
 @pytest.mark.timeout(180)
@@ -60,4 +55,4 @@ def test_the_replica_left_when_the_other_dies_renews_everything_in_time() -> Non
     assert m.expired_certificate_hours == 0
     assert m.missing_certificate_hours == 0
     assert m.uncovered_at_end == 0
-    _no_limit_answers(m)
+    no_limit_answers(m)
