@@ -228,25 +228,20 @@ class Scheduler:
         if wake.is_set():
             await anyio.lowlevel.checkpoint()
             return
-        if type(self._clock) in _LOOP_CLOCKS:
-            loop = _running_loop()
-            if loop is not None:
-                # asyncio: a future that the loop's timer or a wake-up resolves; no task
-                # and no cancel scope per tick (the most frequent wait of a fleet at
-                # rest). Cancelling the task cancels the future: the wait ends at once.
-                alarm: asyncio.Future[None] = loop.create_future()
-                timer = loop.call_at(loop.time() + max(0.0, seconds), _ring, alarm)
-                self._alarm = alarm
-                try:
-                    await alarm
-                finally:
-                    self._alarm = None
-                    timer.cancel()
-                return
-            # the clock sleeps on the loop's own timer: a timed wait, with no task to
-            # start and cancel per tick
-            with anyio.move_on_after(max(0.0, seconds)):
-                await wake.wait()
+        loop = _running_loop() if type(self._clock) in _LOOP_CLOCKS else None
+        if loop is not None:
+            # asyncio, and a clock that sleeps on the loop's own timer: a future that the
+            # timer or a wake-up resolves; no task and no cancel scope per tick (the most
+            # frequent wait of a fleet at rest). Cancelling the task cancels the future:
+            # the wait ends at once.
+            alarm: asyncio.Future[None] = loop.create_future()
+            timer = loop.call_at(loop.time() + max(0.0, seconds), _ring, alarm)
+            self._alarm = alarm
+            try:
+                await alarm
+            finally:
+                self._alarm = None
+                timer.cancel()
             return
         async with anyio.create_task_group() as tg:
 
