@@ -492,6 +492,18 @@ class Attempts(Renewals):
                     self._hiccup(entry, "no progress")
             self._scheduler.changed(entry)
 
+    def _recheck_only(self, entry: Entry) -> bool:
+        """Whether ``entry``'s work now is only its ARI re-check (no order, no load)."""
+        renew_at = entry.renew_at
+        return (
+            entry.certificate is not None
+            and not entry.stale
+            and entry.ari_recheck_at is not None
+            and renew_at is not None
+            and entry not in self._scheduler.loading
+            and self.clock.now() < renew_at
+        )
+
     async def _work(self, entry: Entry) -> None:
         if entry.flight is not None:
             return
@@ -500,13 +512,7 @@ class Attempts(Renewals):
             # the CA is failing: no request, no store operation until it answers again
             entry.hold_until, entry.hold_reason = held_until, HELD_REASON
             return
-        if (
-            entry.certificate is not None
-            and not entry.stale
-            and entry.ari_recheck_at is not None
-            and entry.renew_at is not None
-            and self.clock.now() < entry.renew_at
-        ):
+        if self._recheck_only(entry):
             # only the ARI re-check is due: ask the CA again, no order
             await self._plan_renewal(entry)
             return

@@ -236,7 +236,11 @@ class CertificateManager(Attempts):
         self._task_group = anyio.create_task_group()
         await self._task_group.__aenter__()
         self._task_group.start_soon(
-            self._scheduler.run, self._task_group, self._background, self._retired
+            self._scheduler.run,
+            self._task_group,
+            self._background,
+            self._retired,
+            self._recheck_only,
         )
         return self
 

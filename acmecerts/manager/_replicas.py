@@ -33,6 +33,7 @@ import datetime as _dt
 
 from acmecerts.errors import InvalidInput
 from acmecerts.manager._entry import Entry
+from acmecerts.manager._scheduler import on_recheck_grid
 
 #: How many times as rarely a replica re-checks a certificate another replica wrote.
 DEFAULT_REPLICA_RECHECK_FACTOR = 4.0
@@ -66,4 +67,4 @@ class ReplicaRechecks:
             or recheck <= asked_at
         ):
             return
-        entry.ari_recheck_at = asked_at + (recheck - asked_at) * self.factor
+        entry.ari_recheck_at = on_recheck_grid(asked_at + (recheck - asked_at) * self.factor)

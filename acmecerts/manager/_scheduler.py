@@ -53,6 +53,12 @@ MAX_SCHEDULER_SLEEP = 3600.0
 ARI_RETRY_ON_ERROR = 3600.0
 #: At most this many stored certificates are read at once by the background scheduler.
 MAX_LOADS = 32
+#: Tasks that share the ARI re-checks due in one scheduling tick.
+RECHECK_LANES = 8
+#: ARI re-checks are asked on a grid of this many seconds (the CA's ``Retry-After``
+#: rounded up to it): the re-checks of a fleet share their scheduler ticks (at
+#: 10,000 certificates, ~28 a minute instead of one tick each).
+RECHECK_GRID = 60.0
 
 _Item = tuple[_dt.datetime, int, Entry]
 
@@ -96,14 +102,27 @@ class Scheduler:
         task_group: anyio.abc.TaskGroup,
         work: Callable[[Entry], Coroutine[Any, Any, None]],
         retired: RetiredCertificates | None,
+        recheck_only: Callable[[Entry], bool] | None = None,
     ) -> None:
-        """Start ``work`` for each certificate when it is due, and purge retired ones."""
+        """Start ``work`` for each certificate when it is due, and purge retired ones.
+
+        The certificates whose work is only an ARI re-check (``recheck_only``) share at
+        most :data:`RECHECK_LANES` tasks per tick (:meth:`_lane`): one request each,
+        in priority order, without a task of their own (a fleet at rest re-checks
+        every certificate four times a day).
+        """
         while True:
             self._wake = anyio.Event()
             now = self._clock.now()
             due_now, next_due = self.plan_tick(now)
+            rechecks: collections.deque[Entry] = collections.deque()
             for entry in due_now:
-                task_group.start_soon(work, entry)
+                if recheck_only is not None and recheck_only(entry):
+                    rechecks.append(entry)
+                else:
+                    task_group.start_soon(work, entry)
+            for _ in range(min(len(rechecks), RECHECK_LANES)):
+                task_group.start_soon(self._lane, rechecks, work)
             if retired is not None:
                 purge_at = retired.tick(task_group, now, self.wake_up)
                 if purge_at is not None and (next_due is None or purge_at < next_due):
@@ -119,6 +138,27 @@ class Scheduler:
                 await self._sleep_or_wake(delay)
             finally:
                 self._sleeping_until = None
+
+    async def _lane(
+        self,
+        rechecks: collections.deque[Entry],
+        work: Callable[[Entry], Coroutine[Any, Any, None]],
+    ) -> None:
+        """Run ``work`` for the re-checks of one tick, one after the other.
+
+        An entry planned again since the tick (it changed: a new spec, a cancel, a
+        flight) or no longer managed is left to the scheduler; ``work`` handles its own
+        errors, so one certificate's failure does not end the lane.
+        """
+        while rechecks:
+            entry = rechecks.popleft()
+            if (
+                entry.queued is None
+                and entry.flight is None
+                and entry not in self._dirty
+                and self._entries.get(entry.spec.name) is entry
+            ):
+                await work(entry)
 
     def changed(self, entry: Entry, *, wake: bool = True) -> None:
         """``entry`` may need work at another time: the scheduler recomputes it.
@@ -453,7 +493,7 @@ async def plan_renewal(
         if kept is not None and exc.kind is not ErrorKind.PERMANENT:
             entry.renew_at = kept
             again = clock.now() + _dt.timedelta(seconds=ARI_RETRY_ON_ERROR * rng.uniform(0.9, 1.1))
-            entry.ari_recheck_at = max(again, exc.retry_after or again)
+            entry.ari_recheck_at = on_recheck_grid(max(again, exc.retry_after or again))
             log.info("%s: renewalInfo failed (%s); asking again at %s", entry.spec.name, exc, again)
             return None
         log.info("%s: no ARI window (%s); renewing at %s", entry.spec.name, exc, entry.renew_at)
@@ -475,8 +515,19 @@ async def plan_renewal(
     entry.renew_at = (
         now if reason is not None else choose_renewal_time(result.info, now=now, rng=rng)
     )
-    entry.ari_recheck_at = result.retry_after
+    entry.ari_recheck_at = on_recheck_grid(result.retry_after)
     return reason if reason is not None and not announced else None
+
+
+_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
+_MICROSECOND = _dt.timedelta(microseconds=1)
+
+
+def on_recheck_grid(instant: _dt.datetime) -> _dt.datetime:
+    """``instant`` rounded up to the ARI re-check grid (:data:`RECHECK_GRID`), exactly."""
+    grid = round(RECHECK_GRID * 1_000_000)
+    micros = (instant - _EPOCH) // _MICROSECOND
+    return _EPOCH + _dt.timedelta(microseconds=-(-micros // grid) * grid)
 
 
 def _same_held(
