@@ -22,6 +22,7 @@ from acmecerts.manager import (
     FailedResult,
     IssuedResult,
 )
+from acmecerts.manager._scheduler import RECHECK_GRID, on_recheck_grid
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.retry import AttemptSchedule
 from acmecerts.testing import PebbleServer
@@ -185,7 +186,7 @@ async def test_owner_gone_prevents_the_renewal_order(
         # the next work before it is the re-check at its Retry-After (6 h)
         lifetime = first.certificate.not_after - first.certificate.not_before
         expected = first.certificate.not_after - lifetime / 3
-        assert due <= clock.now() + dt.timedelta(hours=6, seconds=1)
+        assert due <= on_recheck_grid(clock.now() + dt.timedelta(hours=6, seconds=1))
         owner_alive = False
         async with manager:
             with anyio.fail_after(20):
@@ -242,7 +243,9 @@ async def test_ari_window_and_renewal_with_replaces_on_acme2certifier(
     assert renew_at is not None
     assert info.window_start <= renew_at <= info.window_end
     assert recheck is not None
-    assert abs((recheck - info.retry_after).total_seconds()) < 5
+    # at the Retry-After, rounded up to the manager's 1-minute re-check grid
+    assert recheck == on_recheck_grid(recheck)
+    assert -5 < (recheck - info.retry_after).total_seconds() < RECHECK_GRID + 5
     # a CA whose window is already open: the manager renews at once, with replaces
     with Acme2CertifierServer(tmp_path / "a2c-forced", renewal_force=True) as forced:
         await _renew_with_replaces(forced)

@@ -30,6 +30,7 @@ from acmecerts.manager import (
     CertificateSpec,
     IssuedResult,
 )
+from acmecerts.manager._scheduler import RECHECK_GRID
 from acmecerts.storage import FileStorage
 from acmecerts.testing import PebbleServer
 from tests.integration.test_manager_retention import wait_until
@@ -41,6 +42,8 @@ NAME = "replica-ari.example.test"
 RETRY_AFTER = dt.timedelta(hours=6)
 #: How long both replicas run after the certificate is issued (fake time).
 RUN = dt.timedelta(hours=48)
+#: The manager's ARI re-check grid, in hours.
+GRID_HOURS = RECHECK_GRID / 3600
 
 
 class HorizonClock(FakeClock):
@@ -171,8 +174,12 @@ async def test_a_replica_asks_for_the_window_of_a_certificate_another_one_wrote_
         async with a, b:
             await wait_until(lambda: clock_a.parked and clock_b.parked, "two days of re-checks")
 
-    assert seen_a.renewal_info() == every(RETRY_AFTER)  # A wrote it: Pebble's rate, 9 asks
-    assert seen_b.renewal_info() == every(RETRY_AFTER * factor)  # 3 asks, or 9 with factor 1
+    # (each re-check comes on the manager's 1-minute grid: up to a minute after the
+    # Retry-After, B's stretched by its factor too)
+    late = pytest.approx
+    assert seen_a.renewal_info() == late(every(RETRY_AFTER), abs=GRID_HOURS)  # Pebble's rate, 9
+    b_late = GRID_HOURS * (factor + 1)
+    assert seen_b.renewal_info() == late(every(RETRY_AFTER * factor), abs=b_late)  # 3, or 9
     assert all(not isinstance(e, CertificateObtained) for e in events_b)
     assert seen_a.new_orders() + seen_b.new_orders() == 1  # nothing ordered again
     assert a.get(NAME) == b.get(NAME) == results["a"].certificate

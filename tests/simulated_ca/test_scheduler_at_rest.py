@@ -8,14 +8,18 @@ for a read slot (at most ``MAX_LOADS`` read at a time), new certificates.
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import random
 from pathlib import Path
+from typing import Any
 
 import pytest
+from requests_seen import on_requests
 
 from acmecerts import VirtualClock
 from acmecerts.manager import CertificateManager
-from acmecerts.manager._scheduler import MAX_LOADS
+from acmecerts.manager._scheduler import MAX_LOADS, RECHECK_LANES, on_recheck_grid
 from acmecerts.ratelimit import LETS_ENCRYPT
 from acmecerts.storage import FileStorage
 from acmecerts.testing.simulated_ca import ARI_RETRY_AFTER, SimulatedCA, SimulatedSolver
@@ -74,3 +78,46 @@ def test_a_recheck_at_rest_takes_no_tick_of_its_own(tmp_path: Path) -> None:
     # one tick at each due instant at most; a re-check's end wakes nothing (before: a
     # tick at each due instant and another after each re-check, twice as many)
     assert ticks <= 1.2 * checks, (ticks, checks)
+
+
+@pytest.mark.timeout(120)
+def test_rechecks_due_together_share_one_tick_and_a_few_lane_tasks() -> None:
+    """Re-checks come on the 1-minute grid; those due at one instant share its tick and
+    at most ``RECHECK_LANES`` tasks (not one task per re-check: issue #26)."""
+    clock = VirtualClock(START)
+    ca = SimulatedCA(clock, seed=7)
+    names = [f"lane{i}.team{i % 5}.example" for i in range(CERTS)]
+    asked: list[dt.datetime] = []
+
+    async def main() -> tuple[int, int]:
+        client = client_for(ca, request_rates=LETS_ENCRYPT.request_rates)
+        client.subscribe(
+            on_requests(lambda method, url: asked.append(clock.now()) if "renewal" in url else None)
+        )
+        manager = CertificateManager(client, solvers=[SimulatedSolver(ca.published)], clock=clock)
+        loop = asyncio.get_running_loop()
+        tasks = 0
+
+        def counting_factory(loop: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> Any:
+            nonlocal tasks
+            tasks += 1
+            return asyncio.Task(coro, loop=loop, **kw)
+
+        async with manager:
+            for name in names:
+                manager.manage(name, [name], profile="classic")  # 90 days: no renewal
+            await clock.sleep(ARI_RETRY_AFTER)
+            asked.clear()
+            loop.set_task_factory(counting_factory)
+            await clock.sleep(2 * 86400)
+            loop.set_task_factory(None)
+        return tasks, len(set(asked))
+
+    tasks, instants = clock.run(main)
+    assert CERTS * 8 - CERTS <= len(asked) <= CERTS * 8 + CERTS, len(asked)
+    assert all(at == on_recheck_grid(at) for at in asked), asked  # on the grid
+    # the certificates were issued within minutes: their re-checks share few instants,
+    # and each instant at most RECHECK_LANES tasks (before: a task per re-check)
+    assert instants < len(asked) / 4, (instants, len(asked))
+    assert tasks <= instants * RECHECK_LANES, (tasks, instants)
+    assert tasks < len(asked) / 2, (tasks, len(asked))
