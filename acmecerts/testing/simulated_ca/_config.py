@@ -123,3 +123,5 @@ class CertificateRecord:
     #: The cached renewalInfo body and the window it states.
     ari_body: bytes = b""
     ari_window: tuple[_dt.datetime, _dt.datetime] | None = None
+    #: Its Let's Encrypt window (``ari_window`` of its validity), once worked out.
+    base_window: tuple[_dt.datetime, _dt.datetime] | None = None

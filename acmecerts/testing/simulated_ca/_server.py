@@ -57,6 +57,9 @@ _ORDER_LIFETIME = _dt.timedelta(days=7)
 _PENDING_AUTHZ = _dt.timedelta(days=7)
 _CHALLENGES = ("http-01", "dns-01", "tls-alpn-01")
 _OWN_HEADERS = ("content-type", "replay-nonce", "link")  # set by SimulatedCA.answer
+#: The renewalInfo answer's own header (a constant: built once).
+_ARI_HEADERS = [("Retry-After", str(ARI_RETRY_AFTER))]
+_JSON_TYPE = (b"Content-Type", b"application/json")
 #: notBefore lies this long before issuance (kept in mind by mass revocations).
 BACKDATE = _dt.timedelta(hours=1)
 
@@ -167,6 +170,8 @@ class SimulatedCA:
             "cert": self._cert,
             "renewal-info": self._renewal_info,
         }
+        #: The ``Link: <directory>;rel="index"`` header every answer carries.
+        self._index = (b"Link", f'<{self.directory_url}>;rel="index"'.encode())
         self._endpoints = {
             "directory": "directory",
             "new-nonce": "newNonce",
@@ -235,11 +240,14 @@ class SimulatedCA:
                 {"type": _ERR + exc.problem, "detail": exc.detail, "status": status}
             ).encode()
         self.stats[(endpoint if endpoint != "other" else route, status)] += 1
-        if headers:  # these three are the CA's own: a handler's are replaced
-            headers = [h for h in headers if h[0].lower() not in _OWN_HEADERS]
-        index = ("Link", f'<{self.directory_url}>;rel="index"')
-        headers = [*headers, ("Content-Type", ctype), ("Replay-Nonce", self.nonces.issue()), index]
-        return Answer(status, b"", httpx.Headers(headers), content)
+        # these three are the CA's own: a handler's are replaced
+        own = [(k.encode(), v.encode()) for k, v in headers if k.lower() not in _OWN_HEADERS]
+        own.append(_JSON_TYPE if ctype == "application/json" else (b"Content-Type", ctype.encode()))
+        if method != "GET" or route == "new-nonce":
+            # as Boulder: every answer but a GET's carries a fresh nonce (newNonce's too)
+            own.append((b"Replay-Nonce", self.nonces.issue().encode()))
+        own.append(self._index)
+        return Answer(status, b"", httpx.Headers(own, encoding="ascii"), content)
 
     def _refused(self, refusal: Refusal) -> _Answer:
         self.refusals[refusal.limit] += 1
@@ -575,8 +583,7 @@ class SimulatedCA:
             record.ari_body = json.dumps(
                 {"suggestedWindow": {"start": _iso(start), "end": _iso(end)}}
             ).encode()
-        headers = [("Retry-After", str(ARI_RETRY_AFTER))]
-        return 200, record.ari_body, headers, "application/json"
+        return 200, record.ari_body, _ARI_HEADERS, "application/json"
 
     def window_of(
         self, record: CertificateRecord, now: _dt.datetime
@@ -593,7 +600,10 @@ class SimulatedCA:
                 if now >= revocation.deadline:
                     record.revoked_at = revocation.deadline
             return immediate_window(revocation.at)
-        return ari_window(record.not_before, record.not_after)
+        window = record.base_window
+        if window is None:  # it depends on the validity only: worked out once
+            window = record.base_window = ari_window(record.not_before, record.not_after)
+        return window
 
     def unpause(self, account_url: str, identifier: str, kind: str = "dns") -> None:
         """Unpause ``identifier`` for the account (what Let's Encrypt's unpause page does)."""
