@@ -247,7 +247,7 @@ class SimulatedCA:
             # as Boulder: every answer but a GET's carries a fresh nonce (newNonce's too)
             own.append((b"Replay-Nonce", self.nonces.issue().encode()))
         own.append(self._index)
-        return Answer(status, b"", httpx.Headers(own, encoding="ascii"), content)
+        return Answer(status, b"", httpx.Headers(own), content)
 
     def _refused(self, refusal: Refusal) -> _Answer:
         self.refusals[refusal.limit] += 1
