@@ -21,6 +21,7 @@ from acmecerts._time import (
     Clock,
     FakeClock,
     SystemClock,
+    _checkpoint,
     aware_utc,
     cancel_at,
     duration_seconds,
@@ -670,3 +671,27 @@ async def test_poll_until_lets_errors_of_the_check_through() -> None:
     with pytest.raises(ValueError, match="broken"):
         await poll_until(broken, clock=clock, backoff=Backoff(floor=1, cap=1))
     assert clock.sleeps == []
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_checkpoint_lets_others_run_and_honours_cancellation(backend: str) -> None:
+    pytest.importorskip(backend)
+
+    async def main() -> list[str]:
+        order: list[str] = []
+
+        async def other() -> None:
+            order.append("other")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other)
+            await _checkpoint()  # the other task runs here
+            order.append("after")
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await _checkpoint()
+            order.append("not cancelled")
+        assert scope.cancelled_caught
+        return order
+
+    assert anyio.run(main, backend=backend) == ["other", "after"]

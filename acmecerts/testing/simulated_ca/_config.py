@@ -9,6 +9,8 @@ import datetime as _dt
 from collections.abc import Callable
 from typing import Any
 
+from acmecerts.testing.simulated_ca._issuer import ari_window
+
 __all__ = [
     "Account",
     "Authorization",
@@ -123,5 +125,8 @@ class CertificateRecord:
     #: The cached renewalInfo body and the window it states.
     ari_body: bytes = b""
     ari_window: tuple[_dt.datetime, _dt.datetime] | None = None
-    #: Its Let's Encrypt window (``ari_window`` of its validity), once worked out.
-    base_window: tuple[_dt.datetime, _dt.datetime] | None = None
+    #: Its window as Let's Encrypt places it (``ari_window`` of its validity).
+    base_window: tuple[_dt.datetime, _dt.datetime] = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.base_window = ari_window(self.not_before, self.not_after)

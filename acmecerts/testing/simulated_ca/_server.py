@@ -19,7 +19,7 @@ import anyio
 import httpx
 from cryptography import x509
 
-from acmecerts import Clock
+from acmecerts._time import Clock, _checkpoint
 from acmecerts.testing.simulated_ca import _jws
 from acmecerts.testing.simulated_ca._buckets import Limits
 from acmecerts.testing.simulated_ca._config import (
@@ -37,7 +37,6 @@ from acmecerts.testing.simulated_ca._issuer import (
     _b64d,
     _csr_identifiers,
     _iso,
-    ari_window,
     immediate_window,
 )
 from acmecerts.testing.simulated_ca._jws import JwsRejected, Nonces, decode, public_key
@@ -57,9 +56,7 @@ _ORDER_LIFETIME = _dt.timedelta(days=7)
 _PENDING_AUTHZ = _dt.timedelta(days=7)
 _CHALLENGES = ("http-01", "dns-01", "tls-alpn-01")
 _OWN_HEADERS = ("content-type", "replay-nonce", "link")  # set by SimulatedCA.answer
-#: The renewalInfo answer's own header (a constant: built once).
-_ARI_HEADERS = [("Retry-After", str(ARI_RETRY_AFTER))]
-_JSON_TYPE = (b"Content-Type", b"application/json")
+_ARI_HEADERS = (("Retry-After", str(ARI_RETRY_AFTER)),)
 #: notBefore lies this long before issuance (kept in mind by mass revocations).
 BACKDATE = _dt.timedelta(hours=1)
 
@@ -170,8 +167,7 @@ class SimulatedCA:
             "cert": self._cert,
             "renewal-info": self._renewal_info,
         }
-        #: The ``Link: <directory>;rel="index"`` header every answer carries.
-        self._index = (b"Link", f'<{self.directory_url}>;rel="index"'.encode())
+        self._index = (b"Link", f'<{self.directory_url}>;rel="index"'.encode())  # every answer
         self._endpoints = {
             "directory": "directory",
             "new-nonce": "newNonce",
@@ -205,7 +201,7 @@ class SimulatedCA:
         if delay > 0:
             await anyio.sleep(delay)
         else:
-            await anyio.lowlevel.checkpoint()
+            await _checkpoint()
         path = url.path
         parts = path.strip("/").split("/")
         route = parts[0] if parts else ""
@@ -242,12 +238,10 @@ class SimulatedCA:
         self.stats[(endpoint if endpoint != "other" else route, status)] += 1
         # these three are the CA's own: a handler's are replaced
         own = [(k.encode(), v.encode()) for k, v in headers if k.lower() not in _OWN_HEADERS]
-        own.append(_JSON_TYPE if ctype == "application/json" else (b"Content-Type", ctype.encode()))
-        if method != "GET" or route == "new-nonce":
-            # as Boulder: every answer but a GET's carries a fresh nonce (newNonce's too)
+        own.append((b"Content-Type", ctype.encode()))
+        if method != "GET" or route == "new-nonce":  # as Boulder: no nonce to other GETs
             own.append((b"Replay-Nonce", self.nonces.issue().encode()))
-        own.append(self._index)
-        return Answer(status, b"", httpx.Headers(own), content)
+        return Answer(status, b"", httpx.Headers([*own, self._index]), content)
 
     def _refused(self, refusal: Refusal) -> _Answer:
         self.refusals[refusal.limit] += 1
@@ -578,11 +572,8 @@ class SimulatedCA:
             raise _Answer(404, "malformed", "no certificate with this certID")
         window = self.window_of(record, now)
         if window != record.ari_window:
-            start, end = window
-            record.ari_window = window
-            record.ari_body = json.dumps(
-                {"suggestedWindow": {"start": _iso(start), "end": _iso(end)}}
-            ).encode()
+            doc = {"suggestedWindow": {"start": _iso(window[0]), "end": _iso(window[1])}}
+            record.ari_window, record.ari_body = window, json.dumps(doc).encode()
         return 200, record.ari_body, _ARI_HEADERS, "application/json"
 
     def window_of(
@@ -600,10 +591,7 @@ class SimulatedCA:
                 if now >= revocation.deadline:
                     record.revoked_at = revocation.deadline
             return immediate_window(revocation.at)
-        window = record.base_window
-        if window is None:  # it depends on the validity only: worked out once
-            window = record.base_window = ari_window(record.not_before, record.not_after)
-        return window
+        return record.base_window
 
     def unpause(self, account_url: str, identifier: str, kind: str = "dns") -> None:
         """Unpause ``identifier`` for the account (what Let's Encrypt's unpause page does)."""
