@@ -21,7 +21,6 @@ from acmecerts._time import (
     Clock,
     FakeClock,
     SystemClock,
-    _checkpoint,
     aware_utc,
     cancel_at,
     duration_seconds,
@@ -29,6 +28,7 @@ from acmecerts._time import (
     poll_until,
     retry_after_from_detail,
 )
+from acmecerts._time._polling import _checkpoint
 from acmecerts.errors import AttemptTimeout, InvalidInput
 
 UTC = dt.UTC

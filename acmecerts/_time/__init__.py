@@ -31,7 +31,6 @@ from ._clock import (
     whole_second,
 )
 from ._polling import Again, Backoff, poll_until
-from ._polling import _checkpoint as _checkpoint  # private, for the simulated CA
 from ._polling import _running_loop as _running_loop  # private, for the solvers and transport
 from ._retry_after import DEFAULT_MAX_RETRY_AFTER, parse_retry_after, retry_after_from_detail
 from ._virtual import VirtualClock, VirtualEventLoop

@@ -4,10 +4,14 @@ a mass revocation; and the records the CA keeps (orders, authorizations, certifi
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime as _dt
 from collections.abc import Callable
 from typing import Any
+
+import anyio
+import anyio.lowlevel
 
 from acmecerts.testing.simulated_ca._issuer import ari_window
 
@@ -55,6 +59,24 @@ class MassRevocation:
 
 #: Latency of one request: seconds, or a function of the request (method, URL) giving them.
 Latency = float | Callable[[str, str], float]
+
+
+async def wait_latency(latency: Latency, method: str, url: object) -> None:
+    """Sleep the ``latency`` of one request; none: still a checkpoint, as any I/O is.
+
+    Under asyncio the checkpoint is what anyio's is there, ``asyncio.sleep(0)``, without
+    anyio's lookup of its backend (a good part of a renewalInfo answer's CPU).
+    """
+    delay = latency(method, str(url)) if callable(latency) else latency
+    if delay > 0:
+        await anyio.sleep(delay)
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # another event loop (trio)
+        await anyio.lowlevel.checkpoint()
+    else:
+        await asyncio.sleep(0)
 
 
 @dataclasses.dataclass(slots=True)

@@ -15,11 +15,10 @@ import json
 import random
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import httpx
 from cryptography import x509
 
-from acmecerts._time import Clock, _checkpoint
+from acmecerts import Clock
 from acmecerts.testing.simulated_ca import _jws
 from acmecerts.testing.simulated_ca._buckets import Limits
 from acmecerts.testing.simulated_ca._config import (
@@ -30,6 +29,7 @@ from acmecerts.testing.simulated_ca._config import (
     MassRevocation,
     Order,
     Outage,
+    wait_latency,
 )
 from acmecerts.testing.simulated_ca._enforce import Enforcer, Refusal
 from acmecerts.testing.simulated_ca._issuer import (
@@ -196,12 +196,7 @@ class SimulatedCA:
 
     async def answer(self, method: str, url: httpx.URL, body: bytes, source: str) -> Answer:
         """One request from ``source``: its whole answer, after the configured latency."""
-        latency = self.latency
-        delay = latency(method, str(url)) if callable(latency) else latency
-        if delay > 0:
-            await anyio.sleep(delay)
-        else:
-            await _checkpoint()
+        await wait_latency(self.latency, method, url)
         path = url.path
         parts = path.strip("/").split("/")
         route = parts[0] if parts else ""
