@@ -291,7 +291,20 @@ async def retry_request(
         del error  # no reference cycle through the traceback while sleeping
         return Again(pause=delay)
 
-    return await poll_until(once, clock=clock, backoff=policy.backoff)
+    # The first call outside the polling loop: nearly every request succeeds at once.
+    result = await once()
+    if not isinstance(result, Again):
+        return result
+    pending: Again[T] | None = result
+
+    async def again() -> T | Again[T]:
+        nonlocal pending
+        if pending is not None:  # the first call's: poll_until pauses as it says
+            first, pending = pending, None
+            return first
+        return await once()
+
+    return await poll_until(again, clock=clock, backoff=policy.backoff)
 
 
 # -- Attempt level -----------------------------------------------------------------

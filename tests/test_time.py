@@ -28,6 +28,7 @@ from acmecerts._time import (
     poll_until,
     retry_after_from_detail,
 )
+from acmecerts._time._polling import _checkpoint
 from acmecerts.errors import AttemptTimeout, InvalidInput
 
 UTC = dt.UTC
@@ -88,6 +89,96 @@ def test_round_trip_of_email_utils_dates(when: dt.datetime, ahead: dt.timedelta)
 @given(seconds=st.integers(min_value=0, max_value=30 * 86400))
 def test_round_trip_of_delta_seconds(seconds: int) -> None:
     assert parse_retry_after(str(seconds), now=NOW) == NOW + dt.timedelta(seconds=seconds)
+
+
+# --- parse_retry_after: the fast path for plain delta-seconds ----------------------------
+
+
+def _general(value: str, now: dt.datetime, max_delay: float | dt.timedelta) -> dt.datetime | None:
+    """What the general path makes of ``value``: the same digits between blanks skip the
+    fast path (blanks are stripped before anything else)."""
+    return parse_retry_after(f" {value}\t", now=now, max_delay=max_delay)
+
+
+FAST_EDGES = [
+    "0",
+    "00",
+    "120",
+    "007",
+    "21600",
+    str(30 * 86400),
+    str(30 * 86400 + 1),
+    "9" * 15,  # the most digits the fast path reads: far beyond any limit
+    "9" * 16,
+    "9" * 10_000,
+    "1" + "0" * 14,
+    "0" * 20 + "5",
+]
+LIMITS: list[float | dt.timedelta] = [
+    DEFAULT_MAX_RETRY_AFTER,
+    dt.timedelta(0),
+    dt.timedelta(seconds=120),
+    dt.timedelta(days=30),  # equal to the default, another object
+    300,
+    1.5,
+    math.inf,
+]
+
+
+@pytest.mark.parametrize("value", FAST_EDGES)
+@pytest.mark.parametrize("max_delay", LIMITS)
+def test_fast_delta_seconds_agree_with_the_general_path(
+    value: str, max_delay: float | dt.timedelta
+) -> None:
+    fast = parse_retry_after(value, now=NOW, max_delay=max_delay)
+    assert fast == _general(value, NOW, max_delay)
+    assert fast is not None
+    assert fast.tzinfo is UTC
+
+
+@given(
+    digits=st.from_regex(r"\A[0-9]{1,20}\Z"),
+    now=instants,
+    limit=st.one_of(limits, st.just(DEFAULT_MAX_RETRY_AFTER), st.just(math.inf)),
+)
+@example(digits="9" * 15, now=dt.datetime(9000, 1, 1, tzinfo=UTC), limit=math.inf)
+def test_fast_delta_seconds_agree_with_the_general_path_everywhere(
+    digits: str, now: dt.datetime, limit: dt.timedelta | float
+) -> None:
+    assert parse_retry_after(digits, now=now, max_delay=limit) == _general(digits, now, limit)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (" 120 ", NOW + dt.timedelta(seconds=120)),  # blanks: the general path, same value
+        ("-1", None),
+        ("-0", None),
+        ("+5", None),
+        ("1_000", None),  # int() would read it; the grammar does not
+        ("\u0661\u0662", None),  # Arabic-Indic digits: str.isdigit, not RFC 9110's DIGIT
+        ("\u00b2", None),  # a superscript two
+        ("12\n", NOW + dt.timedelta(seconds=12)),
+        ("Sun, 01 Jun 2025 12:02:00 GMT", NOW + dt.timedelta(minutes=2)),  # HTTP-date
+    ],
+)
+def test_what_the_fast_path_leaves_to_the_general_one(
+    value: str, expected: dt.datetime | None
+) -> None:
+    assert parse_retry_after(value, now=NOW) == expected
+
+
+def test_the_fast_path_still_refuses_a_naive_now() -> None:
+    with pytest.raises(InvalidInput, match="now"):
+        parse_retry_after("120", now=NOW.replace(tzinfo=None))
+
+
+def test_aware_utc_returns_a_utc_instant_itself_and_converts_others() -> None:
+    assert aware_utc(NOW) is NOW
+    plus_two = dt.timezone(dt.timedelta(hours=2))
+    other = aware_utc(dt.datetime(2025, 6, 1, 14, tzinfo=plus_two))
+    assert other == NOW
+    assert other.tzinfo is UTC
 
 
 # --- parse_retry_after: the forms of RFC 9110 §5.6.7 -------------------------------------
@@ -580,3 +671,27 @@ async def test_poll_until_lets_errors_of_the_check_through() -> None:
     with pytest.raises(ValueError, match="broken"):
         await poll_until(broken, clock=clock, backoff=Backoff(floor=1, cap=1))
     assert clock.sleeps == []
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_checkpoint_lets_others_run_and_honours_cancellation(backend: str) -> None:
+    pytest.importorskip(backend)
+
+    async def main() -> list[str]:
+        order: list[str] = []
+
+        async def other() -> None:
+            order.append("other")
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(other)
+            await _checkpoint()  # the other task runs here
+            order.append("after")
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await _checkpoint()
+            order.append("not cancelled")
+        assert scope.cancelled_caught
+        return order
+
+    assert anyio.run(main, backend=backend) == ["other", "after"]

@@ -132,6 +132,8 @@ def aware_utc(
     A naive ``datetime`` is a programming error (:class:`InvalidInput` naming ``name``),
     or, with ``assume_utc``, taken as UTC (for values from outside: a CA's timestamps).
     """
+    if instant.tzinfo is _dt.UTC:  # the usual case: astimezone() would return it as it is
+        return instant
     if instant.tzinfo is None or instant.utcoffset() is None:
         if assume_utc:
             return instant.replace(tzinfo=_dt.UTC)

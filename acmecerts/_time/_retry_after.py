@@ -37,8 +37,17 @@ _DETAIL_RETRY_AFTER = re.compile(
 )
 
 
+#: :data:`DEFAULT_MAX_RETRY_AFTER` in seconds (what nearly every call passes).
+_DEFAULT_LIMIT = DEFAULT_MAX_RETRY_AFTER.total_seconds()
+#: The most digits the fast path of :func:`parse_retry_after` reads (see
+#: :func:`_parse_delta_seconds`: more is saturated there).
+_FAST_DIGITS = 15
+
+
 def _limit_seconds(max_delay: float | _dt.timedelta) -> float:
     """``max_delay`` in seconds: a duration >= 0, or ``inf`` for no limit."""
+    if max_delay is DEFAULT_MAX_RETRY_AFTER:
+        return _DEFAULT_LIMIT
     if max_delay == math.inf:
         return math.inf
     return duration_seconds(max_delay, "max_delay")
@@ -62,7 +71,7 @@ def _parse_delta_seconds(text: str, now: _dt.datetime, limit: float) -> _dt.date
     whole = whole.lstrip("0")
     # Avoid int() on huge digit strings (CPython refuses > 4300 digits, and it is slow):
     # anything with more than 15 significant digits is far beyond any limit we accept.
-    if len(whole) > 15:
+    if len(whole) > _FAST_DIGITS:
         return _after(now, limit)
     seconds = float(int(whole or "0"))
     if frac and frac.strip("0"):
@@ -152,6 +161,11 @@ def parse_retry_after(
     limit = _limit_seconds(max_delay)
     if value is None:
         return None
+    if value.isdigit() and value.isascii() and len(value) <= _FAST_DIGITS:
+        # the common form (Let's Encrypt's "21600"): what the general path below makes
+        # of it, without its regular expression (tests/test_time.py checks they agree)
+        seconds = int(value)
+        return _after(now, seconds if seconds < limit else limit)
     text = value.strip()
     if not text:
         return None

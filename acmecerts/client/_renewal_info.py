@@ -15,7 +15,7 @@ from acmecerts.protocol.ari import (
     renewal_info_url,
 )
 from acmecerts.protocol.ari import cert_id as certificate_id
-from acmecerts.protocol.resources import parse_renewal_info
+from acmecerts.protocol.resources import parse_renewal_info, renewal_info_from_body
 
 #: An ARI certID (RFC 9773 §4.1): base64url of the AKI keyIdentifier, ".", of the serial.
 _CERT_ID = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
@@ -67,7 +67,11 @@ class _RenewalInfoRequests(_AccountRequests):
             )
         url = renewal_info_url(directory.renewal_info, ident)
         response = await self.transport.get(url)
-        info = parse_renewal_info(response.json(), url=url)
+        info = None
+        if response.media_type == "application/json":
+            info = renewal_info_from_body(response.content)  # the usual answer, read fast
+        if info is None:
+            info = parse_renewal_info(response.json(), url=url)
         if info.window_end <= info.window_start:
             # RFC 9773 §4.2: an end that equals or precedes the start is invalid.
             raise BadServerResponse("renewalInfo window is empty", url=url)

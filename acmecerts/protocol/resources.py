@@ -41,6 +41,7 @@ __all__ = [
     "parse_directory",
     "parse_order",
     "parse_renewal_info",
+    "renewal_info_from_body",
 ]
 
 #: What ``acme.messages``/josepy raise for odd JSON: a malicious CA can trigger any of them
@@ -408,6 +409,39 @@ def _window_fast(obj: Mapping[str, Any]) -> tuple[_dt.datetime, _dt.datetime] | 
         )
     except (ValueError, OverflowError):  # 2027-13-45...: said by the full path
         return None
+
+
+#: The usual renewalInfo answer as bytes: one suggestedWindow of two UTC instants, nothing
+#: else (JSON whitespace allowed between tokens, none inside them).
+_WS = rb"[ \t\r\n]*"
+_INSTANT = rb'"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]+)?Z)"'
+_USUAL_BODY = re.compile(
+    _WS + rb"\{" + _WS + rb'"suggestedWindow"' + _WS + rb":" + _WS + rb"\{"
+    + _WS + rb'"start"' + _WS + rb":" + _WS + _INSTANT + _WS + rb","
+    + _WS + rb'"end"' + _WS + rb":" + _WS + _INSTANT + _WS + rb"\}" + _WS + rb"\}" + _WS
+)  # fmt: skip
+
+
+def renewal_info_from_body(content: bytes) -> RenewalInfo | None:
+    """The usual ``renewalInfo`` answer read from its bytes; ``None``: any other answer.
+
+    Only a JSON object holding nothing but ``suggestedWindow`` with a ``start`` and a
+    later ``end`` in UTC (``2027-01-01T00:00:00Z``) is read here, without ``json``: what
+    :func:`parse_renewal_info` makes of the same document. Every other answer (an
+    ``explanationURL``, an escape, an empty window, an error) gives ``None``: parse it
+    with :func:`parse_renewal_info`, which says what is wrong with it.
+    """
+    match = _USUAL_BODY.fullmatch(content)
+    if match is None:
+        return None
+    try:
+        start = _dt.datetime.fromisoformat(match[1].decode("ascii")).astimezone(_dt.UTC)
+        end = _dt.datetime.fromisoformat(match[2].decode("ascii")).astimezone(_dt.UTC)
+    except (ValueError, OverflowError):  # 2027-13-45...: said by the full path
+        return None
+    if end <= start:
+        return None
+    return RenewalInfo(window_start=start, window_end=end)
 
 
 def parse_renewal_info(data: object, *, url: str) -> RenewalInfo:

@@ -58,9 +58,15 @@ class AcmeResponse:
             found.extend(_parse_links(value, rel, base=self.url))
         return found
 
+    @property
+    def media_type(self) -> str:
+        """The ``Content-Type``'s media type, lower case, without parameters (``""``: none)."""
+        media: str = self.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        return media
+
     def json(self) -> Any:
         """The body as JSON; :class:`BadServerResponse` for wrong content type or bad JSON."""
-        media = self.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        media = self.media_type
         if media not in ("application/json", "application/problem+json"):
             raise BadServerResponse(
                 f"expected application/json, got {media or 'no content type'}",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from acmecerts.protocol.resources import (
     parse_directory,
     parse_order,
     parse_renewal_info,
+    renewal_info_from_body,
 )
 
 DIRECTORY: dict[str, Any] = {
@@ -450,3 +452,81 @@ def test_renewal_info_usual_answer_takes_the_direct_path(monkeypatch: pytest.Mon
     assert info.window_end == dt.datetime(2027, 1, 2, 0, 0, 0, 500000, tzinfo=dt.UTC)
     with pytest.raises(AssertionError, match=r"acme\.messages"):  # any other shape: the full path
         parse_renewal_info({"suggestedWindow": {"start": "2027-01-01T00:00:00+01:00"}}, url="u")
+
+
+# --- renewal_info_from_body: the usual answer read from its bytes gives what
+# parse_renewal_info gives for the document, and leaves everything else to it -------------
+
+_SEPARATORS = st.sampled_from([(", ", ": "), (",", ":"), (" ,\n", " :\t"), (",\r\n  ", ":  ")])
+
+
+def _through_json(body: bytes) -> Any:
+    """What renewal_info() read before the direct path: parse_renewal_info of the JSON,
+    an empty window refused."""
+    try:
+        info = parse_renewal_info(json.loads(body), url="u")
+    except (BadServerResponse, ValueError):
+        return None
+    return info if info.window_end > info.window_start else None
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    _STAMP,
+    _STAMP,
+    st.sampled_from([None, "https://ca/why"]),
+    _SEPARATORS,
+    st.sampled_from(["", " ", "\n", "\t \r\n"]),
+)
+def test_renewal_info_from_body_agrees_with_parse_renewal_info(
+    start: Any, end: Any, explanation: Any, separators: tuple[str, str], around: str
+) -> None:
+    doc: dict[str, Any] = {"suggestedWindow": {"start": start, "end": end}}
+    if explanation is not None:
+        doc["explanationURL"] = explanation
+    body = (around + json.dumps(doc, separators=separators) + around).encode()
+    fast = renewal_info_from_body(body)
+    if fast is not None:
+        assert fast == _through_json(body)
+        assert fast.window_start.tzinfo is dt.UTC
+        assert fast.window_end.tzinfo is dt.UTC
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"suggestedWindow": {"start": "2027-01-01T00:00:00Z", "end": "2027-01-02T00:00:00Z"}}',
+        b'{"suggestedWindow":{"start":"2027-01-01T00:00:00Z","end":"2027-01-02T00:00:00.25Z"}}',
+        b' {\n "suggestedWindow" : {\n  "start" : "2027-01-01T00:00:00.123456Z",'
+        b'\n  "end" : "2027-01-01T00:00:00.123457Z"\n }\n}\n',
+        b'{"suggestedWindow": {"start": "2027-01-01T00:00:00.1234567Z", '
+        b'"end": "2027-01-02T00:00:00Z"}}',  # more than microseconds: truncated, as before
+    ],
+)
+def test_renewal_info_from_body_reads_the_usual_answers(body: bytes) -> None:
+    fast = renewal_info_from_body(body)
+    assert fast is not None
+    assert fast == _through_json(body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"",
+        b"{oops",
+        b'{"suggestedWindow": {"start": "2027-01-01T00:00:00Z", "end": "2027-01-01T00:00:00Z"}}',
+        b'{"suggestedWindow": {"start": "2027-01-02T00:00:00Z", "end": "2027-01-01T00:00:00Z"}}',
+        b'{"suggestedWindow": {"end": "2027-01-02T00:00:00Z", "start": "2027-01-01T00:00:00Z"}}',
+        b'{"suggestedWindow": {"start": "2027-01-01T00:00:00+00:00", '
+        b'"end": "2027-01-02T00:00:00Z"}}',
+        b'{"suggestedWindow": {"start": "2027-13-01T00:00:00Z", "end": "2028-01-02T00:00:00Z"}}',
+        b'{"suggestedWindow": {"start": "\\u0032027-01-01T00:00:00Z", '
+        b'"end": "2027-01-02T00:00:00Z"}}',
+        b'{"suggestedWindow": {"start": "2027-01-01T00:00:00Z", "end": "2027-01-02T00:00:00Z"}, '
+        b'"explanationURL": "https://ca/why"}',
+        b'{"suggestedWindow": {"start": "2027-01-01T00:00:00Z", "end": "2027-01-02T00:00:00Z"}}x',
+        b'[{"suggestedWindow": {"start": "2027-01-01T00:00:00Z", "end": "2027-01-02T00:00:00Z"}}]',
+    ],
+)
+def test_renewal_info_from_body_leaves_every_other_answer_to_the_full_path(body: bytes) -> None:
+    assert renewal_info_from_body(body) is None

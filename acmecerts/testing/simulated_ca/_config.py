@@ -4,10 +4,16 @@ a mass revocation; and the records the CA keeps (orders, authorizations, certifi
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime as _dt
 from collections.abc import Callable
 from typing import Any
+
+import anyio
+import anyio.lowlevel
+
+from acmecerts.testing.simulated_ca._issuer import ari_window
 
 __all__ = [
     "Account",
@@ -53,6 +59,24 @@ class MassRevocation:
 
 #: Latency of one request: seconds, or a function of the request (method, URL) giving them.
 Latency = float | Callable[[str, str], float]
+
+
+async def wait_latency(latency: Latency, method: str, url: object) -> None:
+    """Sleep the ``latency`` of one request; none: still a checkpoint, as any I/O is.
+
+    Under asyncio the checkpoint is what anyio's is there, ``asyncio.sleep(0)``, without
+    anyio's lookup of its backend (a good part of a renewalInfo answer's CPU).
+    """
+    delay = latency(method, str(url)) if callable(latency) else latency
+    if delay > 0:
+        await anyio.sleep(delay)
+        return
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # another event loop (trio)
+        await anyio.lowlevel.checkpoint()
+    else:
+        await asyncio.sleep(0)
 
 
 @dataclasses.dataclass(slots=True)
@@ -123,3 +147,8 @@ class CertificateRecord:
     #: The cached renewalInfo body and the window it states.
     ari_body: bytes = b""
     ari_window: tuple[_dt.datetime, _dt.datetime] | None = None
+    #: Its window as Let's Encrypt places it (``ari_window`` of its validity).
+    base_window: tuple[_dt.datetime, _dt.datetime] = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.base_window = ari_window(self.not_before, self.not_after)

@@ -15,7 +15,6 @@ import json
 import random
 from typing import TYPE_CHECKING, Any
 
-import anyio
 import httpx
 from cryptography import x509
 
@@ -30,6 +29,7 @@ from acmecerts.testing.simulated_ca._config import (
     MassRevocation,
     Order,
     Outage,
+    wait_latency,
 )
 from acmecerts.testing.simulated_ca._enforce import Enforcer, Refusal
 from acmecerts.testing.simulated_ca._issuer import (
@@ -37,7 +37,6 @@ from acmecerts.testing.simulated_ca._issuer import (
     _b64d,
     _csr_identifiers,
     _iso,
-    ari_window,
     immediate_window,
 )
 from acmecerts.testing.simulated_ca._jws import JwsRejected, Nonces, decode, public_key
@@ -57,6 +56,7 @@ _ORDER_LIFETIME = _dt.timedelta(days=7)
 _PENDING_AUTHZ = _dt.timedelta(days=7)
 _CHALLENGES = ("http-01", "dns-01", "tls-alpn-01")
 _OWN_HEADERS = ("content-type", "replay-nonce", "link")  # set by SimulatedCA.answer
+_ARI_HEADERS = (("Retry-After", str(ARI_RETRY_AFTER)),)
 #: notBefore lies this long before issuance (kept in mind by mass revocations).
 BACKDATE = _dt.timedelta(hours=1)
 
@@ -167,6 +167,7 @@ class SimulatedCA:
             "cert": self._cert,
             "renewal-info": self._renewal_info,
         }
+        self._index = (b"Link", f'<{self.directory_url}>;rel="index"'.encode())  # every answer
         self._endpoints = {
             "directory": "directory",
             "new-nonce": "newNonce",
@@ -195,12 +196,7 @@ class SimulatedCA:
 
     async def answer(self, method: str, url: httpx.URL, body: bytes, source: str) -> Answer:
         """One request from ``source``: its whole answer, after the configured latency."""
-        latency = self.latency
-        delay = latency(method, str(url)) if callable(latency) else latency
-        if delay > 0:
-            await anyio.sleep(delay)
-        else:
-            await anyio.lowlevel.checkpoint()
+        await wait_latency(self.latency, method, url)
         path = url.path
         parts = path.strip("/").split("/")
         route = parts[0] if parts else ""
@@ -235,11 +231,12 @@ class SimulatedCA:
                 {"type": _ERR + exc.problem, "detail": exc.detail, "status": status}
             ).encode()
         self.stats[(endpoint if endpoint != "other" else route, status)] += 1
-        if headers:  # these three are the CA's own: a handler's are replaced
-            headers = [h for h in headers if h[0].lower() not in _OWN_HEADERS]
-        index = ("Link", f'<{self.directory_url}>;rel="index"')
-        headers = [*headers, ("Content-Type", ctype), ("Replay-Nonce", self.nonces.issue()), index]
-        return Answer(status, b"", httpx.Headers(headers), content)
+        # these three are the CA's own: a handler's are replaced
+        own = [(k.encode(), v.encode()) for k, v in headers if k.lower() not in _OWN_HEADERS]
+        own.append((b"Content-Type", ctype.encode()))
+        if method != "GET" or route == "new-nonce":  # as Boulder: no nonce to other GETs
+            own.append((b"Replay-Nonce", self.nonces.issue().encode()))
+        return Answer(status, b"", httpx.Headers([*own, self._index]), content)
 
     def _refused(self, refusal: Refusal) -> _Answer:
         self.refusals[refusal.limit] += 1
@@ -570,13 +567,9 @@ class SimulatedCA:
             raise _Answer(404, "malformed", "no certificate with this certID")
         window = self.window_of(record, now)
         if window != record.ari_window:
-            start, end = window
-            record.ari_window = window
-            record.ari_body = json.dumps(
-                {"suggestedWindow": {"start": _iso(start), "end": _iso(end)}}
-            ).encode()
-        headers = [("Retry-After", str(ARI_RETRY_AFTER))]
-        return 200, record.ari_body, headers, "application/json"
+            doc = {"suggestedWindow": {"start": _iso(window[0]), "end": _iso(window[1])}}
+            record.ari_window, record.ari_body = window, json.dumps(doc).encode()
+        return 200, record.ari_body, _ARI_HEADERS, "application/json"
 
     def window_of(
         self, record: CertificateRecord, now: _dt.datetime
@@ -593,7 +586,7 @@ class SimulatedCA:
                 if now >= revocation.deadline:
                     record.revoked_at = revocation.deadline
             return immediate_window(revocation.at)
-        return ari_window(record.not_before, record.not_after)
+        return record.base_window
 
     def unpause(self, account_url: str, identifier: str, kind: str = "dns") -> None:
         """Unpause ``identifier`` for the account (what Let's Encrypt's unpause page does)."""
