@@ -78,7 +78,6 @@ __all__ = [
 
 T = TypeVar("T")
 
-_UTC = _dt.UTC
 _RNG = random.Random()
 _RETRYING = tenacity.Retrying()
 _MAX_ERROR_TEXT = 1000
@@ -105,10 +104,7 @@ def _add(now: _dt.datetime, seconds: float) -> _dt.datetime:
     try:
         return now + _dt.timedelta(seconds=seconds)
     except OverflowError:
-        return _dt.datetime.max.replace(tzinfo=_UTC)
-
-
-# -- Request level -----------------------------------------------------------------
+        return _dt.datetime.max.replace(tzinfo=_dt.UTC)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -291,23 +287,10 @@ async def retry_request(
         del error  # no reference cycle through the traceback while sleeping
         return Again(pause=delay)
 
-    # The first call outside the polling loop: nearly every request succeeds at once.
-    result = await once()
-    if not isinstance(result, Again):
-        return result
-    pending: Again[T] | None = result
-
-    async def again() -> T | Again[T]:
-        nonlocal pending
-        if pending is not None:  # the first call's: poll_until pauses as it says
-            first, pending = pending, None
-            return first
-        return await once()
-
-    return await poll_until(again, clock=clock, backoff=policy.backoff)
-
-
-# -- Attempt level -----------------------------------------------------------------
+    first = await once()  # outside the polling loop: nearly every request succeeds at once
+    if not isinstance(first, Again):
+        return first
+    return await poll_until(once, clock=clock, backoff=policy.backoff, first=first)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -619,6 +619,18 @@ async def test_poll_until_sleeps_the_growing_pause_between_checks() -> None:
 
 
 @pytest.mark.anyio
+async def test_poll_until_starts_from_a_first_result_the_caller_had() -> None:
+    clock = FakeClock(NOW)
+    check = _Checks(done_on=2)
+    backoff = Backoff(initial=1, multiplier=2, floor=0.5, cap=5)
+    done = await poll_until(check, clock=clock, backoff=backoff, first=Again(pause=7))
+    assert done == "done"
+    # the first result's pause, then the check's own first Again and its backoff pause
+    assert clock.sleeps == [7, 1]
+    assert check.calls == 2
+
+
+@pytest.mark.anyio
 async def test_poll_until_obeys_retry_after_and_exact_pauses() -> None:
     clock = FakeClock(NOW)
     later = NOW + dt.timedelta(seconds=30)

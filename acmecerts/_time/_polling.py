@@ -115,6 +115,7 @@ async def poll_until(
     deadline: _dt.datetime | None = None,
     on_deadline: Callable[[], BaseException] | None = None,
     rng: random.Random | None = None,
+    first: Again[T] | None = None,
 ) -> T:
     """Await ``check()`` until it returns something other than :class:`Again`; return that.
 
@@ -124,11 +125,13 @@ async def poll_until(
     pause never runs past ``deadline``: once a check is not done at or after it, the
     exception ``on_deadline()`` makes (default :class:`~acmecerts.errors.AttemptTimeout`)
     is raised. An exception from ``check`` propagates at once. A pause of zero is still a
-    checkpoint (cancellation, other tasks).
+    checkpoint (cancellation, other tasks). ``first``: the result of a check the caller
+    already made (its pause comes first, as if this loop had made it).
     """
     step = 0
     while True:
-        result = await check()
+        result: T | Again[T] = first if first is not None else await check()
+        first = None
         if not isinstance(result, Again):
             return result
         now = clock.now()
