@@ -14,7 +14,7 @@ import anyio
 
 from acmecerts import VirtualClock
 from acmecerts.storage import FileStorage
-from acmecerts.storage._workers import in_worker
+from acmecerts.storage._workers import before_waiting, in_worker
 
 START = _dt.datetime(2027, 1, 1, tzinfo=_dt.UTC)
 
@@ -51,7 +51,8 @@ def test_a_slow_store_thread_holds_time_and_the_loop_waits_for_its_wake_up() -> 
         async with anyio.create_task_group() as tg:
             tg.start_soon(clock.sleep, 3600)  # a timer an hour ahead: the jump it may not make
             began = time.perf_counter()
-            await in_worker(lambda: time.sleep(0.3))
+            # a job that would wait for a lock runs in a worker thread, even here
+            await in_worker(lambda: (before_waiting(), time.sleep(0.3)))
             seen["real"] = time.perf_counter() - began
             seen["now"] = clock.now()
             seen["waits"] = list(counting.waits)

@@ -24,6 +24,12 @@ in-process CA) in simulated time. How it works, and why this design:
   at a time: the threads watched wake the loop when they finish, so the wait ends
   with the work, not with a timer. (A wait of a millisecond at a time made the loop
   spin through thousands of empty iterations per second of a store write.)
+* Work done when idle. Before it waits or jumps, the loop first runs the callbacks
+  handed to :meth:`VirtualEventLoop.call_when_idle` and, if there were any, returns at
+  once (they made tasks ready). FileStorage's jobs come this way on a virtual loop: a
+  job a thread would run while the loop waited for it runs on the loop's own thread
+  instead, without the hand-off to a thread and back (``acmecerts.storage._workers``).
+  Time cannot move during such a job: the loop is busy running it.
 * No timer at all and nothing in flight means every task waits for something only
   another task could give: a deadlock. The selector then waits for real (a test's own
   timeout ends it), as a plain loop would.
@@ -102,8 +108,15 @@ class _VirtualSelector(selectors.BaseSelector):
             if self._busy_iterations < _READY_POLL_EVERY:
                 return []
             self._busy_iterations = 0
+            if loop._idle:
+                loop._run_idle()  # never left waiting behind tasks that stay ready
             return self._real.select(0)
         self._busy_iterations = 0
+        if loop._idle:
+            # work a thread would do while the loop waits: done now, on this thread; the
+            # tasks it made ready run in this iteration (asyncio runs ``_ready`` next)
+            loop._run_idle()
+            return []
         # Ask the threads first, then poll: a worker hands its result to the loop (the
         # self-pipe) before it counts as idle, so "idle" seen here means its wake-up is
         # already in the pipe. Polled first, a result posted between the poll and the
@@ -152,6 +165,28 @@ class VirtualEventLoop(asyncio.SelectorEventLoop):
         self._clock_resolution = 1e-6
         #: anyio's default thread limiter of this loop, once known (asked every select).
         self._limiter: Any = None
+        self._idle: list[Callable[[], object]] = []
+
+    def call_when_idle(self, callback: Callable[[], object]) -> None:
+        """Call ``callback()`` (once, on the loop's thread) before the loop next waits.
+
+        That is when no callback is ready: before a jump in time, a wait for a worker
+        thread's wake-up, or a wait for the outside world; also at the latest every
+        :data:`_READY_POLL_EVERY` iterations while callbacks stay ready. The loop then
+        returns to its ready callbacks without waiting (time does not move), so what
+        ``callback`` made ready runs next.
+        """
+        self._idle.append(callback)
+
+    def _run_idle(self) -> None:
+        callbacks, self._idle = self._idle, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception as exc:  # as asyncio reports a failed callback
+                self.call_exception_handler(
+                    {"message": f"idle callback {callback!r} failed", "exception": exc}
+                )
 
     def time(self) -> float:
         """The loop's virtual time in seconds (0 when the loop was made)."""

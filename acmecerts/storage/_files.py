@@ -1,6 +1,7 @@
 """FileStorage's files: the integrity envelope, directory locks, atomic reads and writes.
 
-Everything here runs in a worker thread (:mod:`acmecerts.storage._workers`) and blocks;
+Everything here runs in a worker thread (:mod:`acmecerts.storage._workers`; on a virtual
+loop, on the loop's thread until it would wait for a lock) and blocks;
 see :mod:`acmecerts.storage.filesystem` for the on-disk format and its guarantees.
 """
 
@@ -20,7 +21,7 @@ from collections.abc import Iterator
 from acmecerts._time import Backoff
 from acmecerts.errors import StorageError
 from acmecerts.storage._base import StoredValue, VersionConflict
-from acmecerts.storage._workers import check_cancelled
+from acmecerts.storage._workers import before_waiting, check_cancelled
 
 __all__ = [
     "MAX_VALUE_SIZE",
@@ -188,8 +189,10 @@ class DirLocks:
                 entry = self._mutexes[dirpath] = _DirMutex()
             entry.users += 1
         try:
-            while not entry.lock.acquire(timeout=0.05):
-                _give_up_at(deadline, dirpath, "by this process (is a write stuck?)")
+            if not entry.lock.acquire(blocking=False):
+                before_waiting()  # a job on the event loop's thread goes to a thread
+                while not entry.lock.acquire(timeout=0.05):
+                    _give_up_at(deadline, dirpath, "by this process (is a write stuck?)")
             change = 0
             try:
                 locked = LockedDir(_open_dir(dirpath, create))
@@ -233,7 +236,12 @@ def _open_dir(dirpath: str, create: bool) -> int:
 
 
 def _give_up_at(deadline: float, dirpath: str, why: str) -> None:
-    """While waiting for ``dirpath``: raise once ``deadline`` passed or the caller cancelled."""
+    """While waiting for ``dirpath``: raise once ``deadline`` passed or the caller cancelled.
+
+    Called after each failed attempt, before any wait: a job on the event loop's thread
+    stops at the first (:func:`before_waiting`) and is run again in a worker thread.
+    """
+    before_waiting()
     if time.monotonic() >= deadline:
         raise StorageError(
             f"directory {dirpath} stayed locked for {_DIR_LOCK_WAIT:.0f}s {why}", path=dirpath

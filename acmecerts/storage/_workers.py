@@ -9,6 +9,16 @@ wake-up (``run_sync_soon`` of the loop's anyio backend, so asyncio and trio alik
 A cancelled caller waits (shielded) for its job to end, as ``anyio.to_thread.run_sync``
 does: a job not started yet is skipped, and a job that calls :func:`check_cancelled`
 while it waits (for a directory lock) sees the cancellation and gives up.
+
+On a :class:`~acmecerts._time.VirtualEventLoop` (simulated time) no thread is woken: the
+job waits in its loop's port until the loop has nothing else to run, which is when the
+loop would wait for a thread, and then runs on the loop's own thread
+(``call_when_idle``); its outcome reaches the caller as a worker's does. The hand-off to
+a thread and back was most of a store operation's CPU there (issue #26), and time stands
+still during a job either way. A job that would have to wait for a lock (another
+process's, or a thread's of this process: :func:`before_waiting`) is not waited for on
+the loop: it goes to a worker thread as before, so a lock held by anything the loop
+itself must run first cannot deadlock it.
 """
 
 from __future__ import annotations
@@ -29,9 +39,9 @@ import anyio.lowlevel
 import anyio.to_thread
 from anyio.lowlevel import RunVar
 
-from acmecerts._time._virtual import watch_worker_threads
+from acmecerts._time._virtual import VirtualEventLoop, watch_worker_threads
 
-__all__ = ["MAX_WORKERS", "check_cancelled", "in_worker", "run_sync"]
+__all__ = ["MAX_WORKERS", "before_waiting", "check_cancelled", "in_worker", "run_sync"]
 
 _T = TypeVar("_T")
 
@@ -52,8 +62,23 @@ def check_cancelled() -> None:
         anyio.from_thread.check_cancelled()
 
 
+def before_waiting() -> None:
+    """Call in a job before it waits for a lock: a job on the event loop's thread stops.
+
+    A job run on a virtual loop's own thread must not wait (the holder may need the
+    loop); it raises here, before any change, and is run again in a worker thread. In a
+    worker thread (or outside a job) this does nothing.
+    """
+    if getattr(_local, "inline", False):
+        raise _Handoff
+
+
 class _Cancelled(BaseException):
     """Raised in a worker by :func:`check_cancelled` when the job's caller was cancelled."""
+
+
+class _Handoff(BaseException):
+    """Raised by :func:`before_waiting` in a job run on the loop's thread."""
 
 
 class _Job:
@@ -75,10 +100,24 @@ class _Job:
 class _Port:
     """One event loop's door for finished jobs: wakes the loop once per batch."""
 
-    __slots__ = ("_finished", "_lock", "_scheduled", "_token", "backend", "pending")
+    __slots__ = (
+        "_finished",
+        "_inline",
+        "_lock",
+        "_scheduled",
+        "_token",
+        "backend",
+        "pending",
+        "virtual",
+    )
 
     def __init__(self, token: Any) -> None:
         self._token = token
+        loop = token.native_token
+        #: The loop, if it runs on virtual time: its jobs then run on its thread.
+        self.virtual: VirtualEventLoop | None = loop if isinstance(loop, VirtualEventLoop) else None
+        # Jobs waiting for the virtual loop to be idle (only touched on its thread).
+        self._inline: list[_Job] = []
         #: The loop's anyio backend class (its checkpoints and events, without a look-up).
         self.backend: Any = token.backend_class
         self._lock = threading.Lock()
@@ -106,6 +145,33 @@ class _Port:
                 self.pending -= len(self._finished)
                 self._finished.clear()
                 self._scheduled = False
+
+    def defer(self, job: _Job) -> None:
+        """Run ``job`` on the (virtual) loop's thread once it has nothing else to run."""
+        if not self._inline:
+            assert self.virtual is not None
+            self.virtual.call_when_idle(self._run_inline)
+        self._inline.append(job)
+
+    def _run_inline(self) -> None:
+        """Run the deferred jobs in order, as a worker would; answer each at once."""
+        jobs, self._inline = self._inline, []
+        for job in jobs:
+            if job.cancelled:
+                job.error = _Cancelled()
+            else:
+                _local.job, _local.inline = job, True
+                try:
+                    job.result = job.func()
+                except _Handoff:  # it would wait for a lock: a worker waits instead
+                    self.submitted()
+                    _pool.submit(job)
+                    continue
+                except BaseException as exc:
+                    job.error = exc
+                finally:
+                    _local.job, _local.inline = None, False
+            job.done.set()
 
     def _deliver(self) -> None:
         with self._lock:
@@ -219,7 +285,10 @@ os.register_at_fork(after_in_child=_pool.reset)
 
 
 async def in_worker(func: Callable[[], _T]) -> _T:
-    """Run ``func`` in a pool thread; a cancelled caller waits for it (see check_cancelled)."""
+    """Run ``func`` in a pool thread; a cancelled caller waits for it (see check_cancelled).
+
+    On a virtual loop, on the loop's own thread when it is idle (see the module docstring).
+    """
     # On asyncio the running loop finds the port at once: anyio's own look-ups (the
     # backend, the RunVar) were a good part of a store operation's CPU on the loop.
     loop = asyncio._get_running_loop()
@@ -235,8 +304,11 @@ async def in_worker(func: Callable[[], _T]) -> _T:
     else:
         await port.backend.checkpoint_if_cancelled()
     job = _Job(func, port)
-    port.submitted()
-    _pool.submit(job)
+    if port.virtual is not None:
+        port.defer(job)  # run by the loop itself when it would wait (see the docstring)
+    else:
+        port.submitted()
+        _pool.submit(job)
     try:
         await job.done.wait()
     except BaseException:

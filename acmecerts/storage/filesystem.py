@@ -62,7 +62,10 @@ Design:
   started yet is skipped, and a job waiting for a directory lock sees the cancellation
   within milliseconds and gives up, so every method honours cancellation within
   milliseconds and no write continues behind a caller's back. These threads do not
-  count against anyio's default thread limiter.
+  count against anyio's default thread limiter. On a
+  :class:`~acmecerts.VirtualClock`'s loop (simulated time), a call runs on the loop's
+  own thread when the loop has nothing else to run (it would only wait for the thread),
+  unless it would have to wait for a directory lock: then a worker thread takes it.
 
 Lease instants come from the injected :class:`~acmecerts.Clock` (wall-clock UTC with the
 default :class:`~acmecerts.SystemClock`), so processes sharing a store must share a clock:
