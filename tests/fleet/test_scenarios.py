@@ -7,6 +7,7 @@ the simulated Let's Encrypt, on virtual time, over a counted FileStorage.
 from __future__ import annotations
 
 import contextlib
+import datetime as _dt
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,8 +23,10 @@ from acmecerts.testing.fleet import (
     Service,
     lower_bound_hours,
     scenario,
+    strategy,
 )
 from acmecerts.testing.fleet.__main__ import main
+from acmecerts.testing.fleet._measures import Sampler
 from acmecerts.testing.simulated_ca import Limits
 
 
@@ -156,3 +159,23 @@ def test_cli_prints_the_table_and_writes_json(
     assert row["scenario"] == "onboarding"
     assert row["certificates"] == 20
     assert row["issued"] == 20
+
+
+@pytest.mark.timeout(120)
+def test_the_samplers_shortcut_changes_no_measure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A service serving what it served at its last sample, still valid, is counted
+    without looking its certificates up again: the measures are the same as when every
+    sample looks everything up (a mass revocation, which a twice-daily cron client
+    outlives: certificates stop being valid at the deadline, not at expiry)."""
+    kept = ("cpu_seconds", "cpu_seconds_per_day", "wall_seconds", "peak_rss_mib")
+
+    def measures() -> dict[str, object]:
+        cron = strategy("certbot-cron")
+        m = FleetRun("revocation", certificates=60, days=3, seed=4, strategy=cron).run()
+        return {k: v for k, v in m.as_dict().items() if k not in kept}
+
+    shortcut = measures()
+    never_valid = _dt.datetime.min.replace(tzinfo=_dt.UTC)
+    monkeypatch.setattr(Sampler, "_valid_end", lambda self, record: never_valid)
+    assert measures() == shortcut
+    assert shortcut["expired_certificate_hours"]  # served past the revocation's deadline

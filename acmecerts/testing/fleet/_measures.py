@@ -31,7 +31,7 @@ from typing import Any
 from acmecerts.ratelimit import registered_domain
 from acmecerts.testing.fleet._counting import CountingStorage
 from acmecerts.testing.fleet._scenarios import Plan, Service
-from acmecerts.testing.fleet._strategy import Running
+from acmecerts.testing.fleet._strategy import Running, Served
 from acmecerts.testing.simulated_ca import ARI_RETRY_AFTER, CertificateRecord, Limits, SimulatedCA
 
 __all__ = ["Measures", "Sampler", "lower_bound_hours"]
@@ -150,17 +150,30 @@ class Sampler:
         self.life_at_outage: dict[str, _dt.datetime] | None = None
         self.lapsed_after_outage: set[str] = set()
         self.lapsed_hours = 0.0
+        #: Per service: what it served at its last valid sample, and until when that is
+        #: valid (a later sample serving the same needs no look-up in the CA).
+        self._valid_until: dict[str, tuple[tuple[Served | None, ...], _dt.datetime]] = {}
 
     def added(self, service: Service) -> None:
         """A service appeared."""
         self.wanted[service.name] = service
         self.held.discard(service.name)
+        self._valid_until.pop(service.name, None)
         self.events_since += 1
 
     def removed(self, service: Service) -> None:
         """A service was deleted."""
         self.wanted.pop(service.name, None)
+        self._valid_until.pop(service.name, None)
         self.events_since += 1
+
+    def _valid_end(self, record: CertificateRecord) -> _dt.datetime:
+        """The instant a record valid now stops being valid (expiry, or the revocation's
+        deadline if it is among the revoked)."""
+        rev = self.plan.revocation
+        if rev is not None and _issued_at(record) < rev.at and record.draw < rev.fraction:
+            return min(record.not_after, rev.deadline)
+        return record.not_after
 
     def _valid(self, record: CertificateRecord | None, now: _dt.datetime) -> bool:
         if record is None or not record.not_before <= now < record.not_after:
@@ -183,14 +196,20 @@ class Sampler:
         if snapshot:
             self.life_at_outage = {}
         covered = 0
+        valid_until = self._valid_until
         for name in self.wanted:
             if name in zombies:
                 continue
-            served = running.serving(name)
+            served = tuple(running.serving(name))
+            known = valid_until.get(name)
+            if known is not None and known[0] == served and now < known[1] and not snapshot:
+                covered += 1  # what it serves is unchanged and still valid (most samples)
+                continue
             records = [None if s is None else certificates.get(s.serial) for s in served]
             if all(self._valid(r, now) for r in records):
                 covered += 1
                 self.held.add(name)
+                valid_until[name] = (served, min(self._valid_end(r) for r in records if r))
                 if snapshot and self.life_at_outage is not None:
                     self.life_at_outage[name] = min(r.not_after for r in records if r)
                 continue
