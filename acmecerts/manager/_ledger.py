@@ -4,9 +4,10 @@ The ledger keeps a :class:`~acmecerts.ratelimit._state.LedgerState` (the pure bu
 arithmetic, in the policy layer with the questions and records made on it,
 :mod:`acmecerts.ratelimit._changes`) in memory, or in a :class:`~acmecerts.storage.Storage`
 where every change is a read-modify-write with compare-and-swap, retried on
-:class:`~acmecerts.storage.VersionConflict`, so that replicas sharing a store share one
-budget and a restart forgets nothing. Because it writes to storage it lives here, beside
-the manager; ``acmecerts.ratelimit.RateLimitLedger`` names this same class.
+:class:`~acmecerts.storage.VersionConflict` (:func:`~acmecerts.storage.update`), so
+that replicas sharing a store share one budget and a restart forgets nothing. Because
+it writes to storage it lives here, beside the manager;
+``acmecerts.ratelimit.RateLimitLedger`` names this same class.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import random
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, TypeVar, Unpack, cast
+from typing import TYPE_CHECKING, Literal, TypeVar, Unpack, cast
 
 import anyio
 
@@ -24,7 +25,6 @@ from acmecerts.errors import (
     InvalidInput,
     RateLimitDeferred,
     RateLimited,
-    StorageError,
 )
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.ratelimit import _changes as changes
@@ -33,7 +33,7 @@ from acmecerts.ratelimit._model import Event, RateLimitModel
 from acmecerts.ratelimit._priority import IssuanceRequest, PlannedIssuance, prioritize
 from acmecerts.ratelimit._scopes import as_identifiers
 from acmecerts.ratelimit._state import BudgetLine, Decision, LedgerState, OrderRequest, to_us
-from acmecerts.storage._base import VersionConflict
+from acmecerts.storage import UNREAD, UpdateConflict, UpdateMarker, update
 
 if TYPE_CHECKING:
     from acmecerts.storage._base import Storage, StoredValue
@@ -42,12 +42,14 @@ __all__ = ["RateLimitLedger"]
 
 T = TypeVar("T")
 
-_MAX_CAS_ATTEMPTS = 50
+# Conflicting writes before a change gives up: more than UPDATE_TRIES, because this one
+# key is written by every replica sharing the store at each order (group commit keeps
+# it to one writer per process).
+_LEDGER_TRIES = 50
 # Without storage, full buckets are pruned at most this often (ledger time, µs).
 _PRUNE_EVERY_US = 60 * 1_000_000
 # ... and only after as many writes as the state had entries (amortised O(1) per write).
 _MIN_PRUNE_WRITES = 256
-_UNLOADED = object()
 
 
 class RateLimitLedger:
@@ -93,7 +95,8 @@ class RateLimitLedger:
         self.storage = storage
         self.key = key
         self._state = LedgerState()
-        self._version: object = _UNLOADED
+        #: The stored value the cached state is (UNREAD: unknown, or holds unsaved changes).
+        self._stored: StoredValue | Literal[UpdateMarker.UNREAD] | None = UNREAD
         #: Whether the store was read once (what :meth:`cached_budget` needs).
         self._loaded = False
         self._lock = anyio.Lock()
@@ -146,7 +149,7 @@ class RateLimitLedger:
         tokens back), so asking costs a store request only when the answer is no.
         """
         request = order_request(identifiers, order)
-        cached = self.storage is not None and self._version is not _UNLOADED
+        cached = self.storage is not None and self._stored is not UNREAD
         if cached and self._state.evaluate(self.model, request, self._now()).allowed:
             return None
         decision = await self._read(lambda state, now: state.evaluate(self.model, request, now))
@@ -446,85 +449,73 @@ class RateLimitLedger:
         """Apply every change of ``batch`` to the stored state and store it once (CAS)."""
         assert self.storage is not None
         left = list(batch)
-        # With the ledger's version known (this object wrote or read it last), the
-        # first try applies the group to the cached state and stores it only if the
-        # stored version is still that one (the compare-and-swap checks it): no read
-        # first. Another writer in between makes it a conflict, and the next try reads.
-        cached = self._version is not _UNLOADED
-        for attempt in range(0 if cached else 1, _MAX_CAS_ATTEMPTS + 1):
-            if attempt == 0:
-                state, expected = self._state, cast("str | None", self._version)
-            else:
-                state, stored = await self._load()
-                expected = None if stored is None else stored.version
-            now = self._now()
-            changed = False
-            failed: _PendingChange | None = None
-            for change in left:
-                try:
-                    change.result, changed_here = change.fn(state, now)
-                except Exception as exc:
-                    change.error, failed = exc, change
-                    break
-                changed |= changed_here
-            if failed is not None:
-                # its partial change is in the cached state: drop it, start again without it
-                self._version = _UNLOADED
-                failed.done = True
-                left.remove(failed)
-                continue
-            if not changed and attempt == 0 and not await self._current(expected):
-                continue  # answered from a stale cache (nothing stored): again, read
-            try:
-                if changed:
-                    state.prune(self.model, now)
-                    # shielded: a cancellation arriving while the group is written must
-                    # not leave it stored but reported unknown (its changes would then
-                    # be applied again by their callers)
-                    with anyio.CancelScope(shield=True):
-                        version = await self.storage.store(
-                            self._key(),
-                            state.to_bytes(),
-                            expect_version=expected,
-                        )
-                    self._version = version
-            except VersionConflict:
-                self._version = _UNLOADED  # the cached state holds our unsaved changes
-                await self.clock.sleep(self._rng.uniform(0, 0.002 * attempt))
-                continue
-            except BaseException:
-                self._version = _UNLOADED
-                raise
-            for change in left:
-                change.done = True
-            return
-        error = StorageError(
-            f"the rate-limit ledger {self.key} kept changing while it was updated "
-            f"({_MAX_CAS_ATTEMPTS} attempts)",
-            path=self.key,
-        )
-        for change in left:
-            change.error, change.done = error, True
 
-    async def _current(self, version: object) -> bool:
-        """Whether the stored ledger is still at ``version`` (else forget the cache)."""
-        assert self.storage is not None
-        stored = await self.storage.load(self._key())
-        if (None if stored is None else stored.version) == version:
-            return True
-        self._version = _UNLOADED
-        return False
+        def apply(stored: StoredValue | None) -> bytes | None:
+            while True:
+                state, now, changed = self._state_of(stored), self._now(), False
+                for change in left:
+                    try:
+                        change.result, changed_here = change.fn(state, now)
+                    except Exception as exc:
+                        # its partial change is in the cached state: drop it, start
+                        # again without it
+                        self._stored = UNREAD
+                        change.error, change.done = exc, True
+                        left.remove(change)
+                        break
+                    changed |= changed_here
+                else:
+                    if not changed:
+                        return None
+                    state.prune(self.model, now)
+                    self._stored = UNREAD  # the cached state holds our unsaved changes
+                    return state.to_bytes()
+
+        async def pause(conflicts: int) -> None:
+            await self.clock.sleep(self._rng.uniform(0, 0.002 * conflicts))
+
+        # With the ledger's value known (this object wrote or read it last), the first
+        # try applies the group to the cached state and stores it only if the stored
+        # version is still that one (the compare-and-swap checks it): no read first.
+        # Another writer in between makes it a conflict, and the next try reads; an
+        # answer with no change is read again to check it was not a stale one. The
+        # write is shielded: a cancellation arriving while the group is written must
+        # not leave it stored but reported unknown (its changes would then be applied
+        # again by their callers).
+        try:
+            stored = await update(
+                self.storage,
+                self._key(),
+                apply,
+                tries=_LEDGER_TRIES,
+                current=self._stored,
+                shield=True,
+                on_conflict=pause,
+            )
+        except UpdateConflict as exc:
+            for change in left:
+                change.error, change.done = exc, True
+            return
+        self._stored = stored  # what the cached state now is
+        for change in left:
+            change.done = True
+
+    def _state_of(self, stored: StoredValue | None) -> LedgerState:
+        """The state ``stored`` holds: the cached one if it is that version, else parsed."""
+        cached = self._stored
+        if stored is None:
+            if cached is not None:
+                self._state = LedgerState()
+        elif cached is UNREAD or cached is None or cached.version != stored.version:
+            self._state = LedgerState.from_bytes(stored.data, where=self._key())
+        self._stored = stored
+        self._loaded = True
+        return self._state
 
     async def _load(self) -> tuple[LedgerState, StoredValue | None]:
         assert self.storage is not None
         stored = await self.storage.load(self._key())
-        if stored is None:
-            self._state, self._version = LedgerState(), None
-        elif stored.version != self._version:
-            self._state = LedgerState.from_bytes(stored.data, where=self._key())
-            self._version = stored.version
-        self._loaded = True
-        return self._state, stored
+        return self._state_of(stored), stored
 
     def _key(self) -> str:
         assert self.key is not None

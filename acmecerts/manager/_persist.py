@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import anyio
@@ -57,12 +57,16 @@ from acmecerts.protocol.identifiers import Identifier, parse_identifiers
 from acmecerts.protocol.keys import load_private_key
 from acmecerts.retry import AttemptState
 from acmecerts.storage import (
+    DELETE,
+    UNREAD,
     KeyLayout,
     Lease,
     LegacyCertificate,
+    Outcome,
     Storage,
     StoredValue,
     VersionConflict,
+    update,
 )
 from acmecerts.storage._json import decode_json, encode_json
 from acmecerts.storage.keys import CertificateBundle, CertificateKeys, certificate_slug
@@ -355,8 +359,9 @@ class CertificateStore:
     async def load_retired(self, key: str) -> RetiredRecord | None:
         """The retired record at ``key``; :class:`StorageError` if it is not one of ours."""
         value = await self.storage.load(key)
-        if value is None:
-            return None
+        return None if value is None else self._parse_retired(key, value)
+
+    def _parse_retired(self, key: str, value: StoredValue) -> RetiredRecord:
         data = decode_json(value.data, key)
         try:
             identifiers = parse_identifiers(data["identifiers"])
@@ -368,29 +373,58 @@ class CertificateStore:
             raise StorageError(f"{key} is not a valid retired record: {exc}", path=key) from exc
         if self.retired_key(identifiers) != key:
             raise StorageError(f"{key} holds the record of other identifiers", path=key)
-        return RetiredRecord(key, identifiers, entries, value.version)
+        return RetiredRecord(key, identifiers, entries, value.version, value)
 
-    async def save_retired(
-        self, record: RetiredRecord, entries: tuple[RetiredEntry, ...]
-    ) -> RetiredRecord:
-        """Replace ``record``'s entries (none: delete it), compare-and-swap on its version.
+    async def update_retired(
+        self,
+        key: str,
+        change: Callable[[RetiredRecord], tuple[RetiredEntry, ...] | None],
+        *,
+        create: tuple[Identifier, ...] | None = None,
+        fresh: RetiredRecord | None = None,
+    ) -> RetiredRecord | None:
+        """Apply ``change`` to the record at ``key`` by compare-and-swap (:func:`update`).
 
-        Raises :class:`~acmecerts.storage.VersionConflict` when the record changed since
-        ``record`` was read (or was created meanwhile, for a record read as absent).
+        ``change`` gets the current record and returns its new entries (none: the record
+        is deleted), or ``None`` to leave it as it is. An absent record is left absent,
+        unless ``create`` gives its identifiers: ``change`` then gets an empty record.
+        Returns the record as it is now (``None``: absent). ``fresh``: the record as just
+        read, tried first instead of reading it again (a stale one only costs a conflict
+        and a read).
+
+        Raises :class:`~acmecerts.storage.UpdateConflict` when the record kept changing,
+        :class:`StorageError` when it is not one of ours or the store failed.
         """
-        if not entries:
-            if record.version is not None:
-                await self.storage.delete(record.key, expect_version=record.version)
-            return RetiredRecord(record.key, record.identifiers, (), None)
-        value = {
-            "format": _FORMAT,
-            "identifiers": [i.value for i in record.identifiers],
-            "entries": [entry.to_json() for entry in entries],
-        }
-        version = await self.storage.store(
-            record.key, encode_json(value), expect_version=record.version
-        )
-        return RetiredRecord(record.key, record.identifiers, entries, version)
+        made: RetiredRecord | None = None
+
+        def edit(value: StoredValue | None) -> Outcome:
+            nonlocal made
+            made = record = None if value is None else self._parse_retired(key, value)
+            if record is None:
+                if create is None:
+                    return None
+                record = RetiredRecord(key, create, ())
+            entries = change(record)
+            if entries is None:
+                return None
+            if not entries:
+                return DELETE
+            made = RetiredRecord(key, record.identifiers, entries)
+            return encode_json(
+                {
+                    "format": _FORMAT,
+                    "identifiers": [i.value for i in record.identifiers],
+                    "entries": [entry.to_json() for entry in entries],
+                }
+            )
+
+        hint = UNREAD if fresh is None or fresh.value is None else fresh.value
+        stored = await update(self.storage, key, edit, current=hint)
+        if stored is None or made is None:
+            return None
+        if made.value is not stored:  # written now: its version is the new one
+            made = dataclasses.replace(made, version=stored.version, value=stored)
+        return made
 
     async def stored_files(self, name: str) -> StoredFiles:
         """The versions of what is stored for ``name``, and what its metadata says.

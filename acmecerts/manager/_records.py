@@ -15,6 +15,7 @@ from typing import Any
 
 from acmecerts._time import aware_utc
 from acmecerts.protocol.identifiers import Identifier
+from acmecerts.storage import StoredValue
 from acmecerts.storage.keys import certificate_slug
 
 __all__ = ["OrderRecord", "RetiredEntry", "RetiredRecord", "RetiredState", "StoredFiles"]
@@ -122,6 +123,8 @@ class RetiredRecord:
     entries: tuple[RetiredEntry, ...]
     #: The stored version (``None``: not stored).
     version: str | None = None
+    #: The value as read or written (what an update tries first), if stored.
+    value: StoredValue | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def entry(self, name: str) -> RetiredEntry | None:
         """The entry of certificate ``name`` (names that share a storage slug are one)."""

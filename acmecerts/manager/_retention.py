@@ -63,7 +63,6 @@ from acmecerts.manager._persist import CertificateStore
 from acmecerts.manager._records import RetiredEntry, RetiredRecord, RetiredState
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.protocol.keys import KeyType, key_type_of
-from acmecerts.storage import VersionConflict
 from acmecerts.storage.keys import certificate_slug
 
 __all__ = ["DEFAULT_RETENTION", "RetiredCertificates", "retention_seconds"]
@@ -87,8 +86,6 @@ _RETRY_MAX = 3600.0
 _LOCK_TIMEOUT = 10.0
 #: A retired certificate this manager is about to adopt is looked at again after this.
 _POSTPONE = 600.0
-#: Compare-and-swap rounds on one record before giving up for now.
-_CAS_TRIES = 8
 
 _Change = Callable[[RetiredRecord], "tuple[RetiredEntry, ...] | None"]
 
@@ -298,30 +295,10 @@ class RetiredCertificates:
         create: tuple[Identifier, ...] | None = None,
         fresh: RetiredRecord | None = None,
     ) -> RetiredRecord | None:
-        """Apply ``change`` to the record at ``key`` by compare-and-swap, retrying.
-
-        ``change`` gets the current record and returns its new entries, or ``None`` to
-        leave it as it is. An absent record is left absent, unless ``create`` gives its
-        identifiers: ``change`` then gets an empty record. Returns the record as it is now.
-        ``fresh``: the record as just read, tried first instead of reading it again (a
-        stale one only costs a conflict and a read).
-        """
-        for _ in range(_CAS_TRIES):
-            record, fresh = fresh if fresh is not None else await self._load(key), None
-            if record is None:
-                if create is None:
-                    return None
-                record = RetiredRecord(key, create, ())
-            entries = change(record)
-            if entries is None:
-                return record
-            try:
-                saved = await self.store.save_retired(record, entries)
-            except VersionConflict:
-                continue  # another replica changed it: look again
-            self._remember(key, saved)
-            return saved
-        raise StorageError(f"{key} kept changing while it was updated", path=key)
+        """:meth:`CertificateStore.update_retired`, and remember the record as it is now."""
+        record = await self.store.update_retired(key, change, create=create, fresh=fresh)
+        self._remember(key, record)
+        return record
 
     # -- retire / reclaim / adopt -----------------------------------------------------
 

@@ -6,6 +6,12 @@ version is the envelope's, drawn at each write. A swap reads the file and writes
 removes it under the directory's ``flock``, in one worker-thread hop, only if the
 version is the one expected. A released lease is no file at all, so a free lock costs
 one hop to take and one to give back. The lease logic is in :mod:`acmecerts.storage._lease`.
+
+A lease file is never fsynced, nor is its directory after a write or a removal (every
+value of the store is; issue #27). The rename stays atomic, so a lease file is always
+whole. After a machine crash every lease is void anyway: it has expired by the time the
+machine is back, or its holder's pid names a process that no longer exists (taken over
+at once); a lease write lost, or a released one that reappears, changes nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from typing import Any
 from acmecerts._time import Backoff
 from acmecerts.errors import StorageError
 from acmecerts.storage import _files
-from acmecerts.storage._lease import LeaseRecord, Observed
+from acmecerts.storage._lease import LeaseRecord, ObservedLease
 
 __all__ = ["LOCKS_DIR", "FileLeases"]
 
@@ -124,38 +130,40 @@ class FileLeases:
             return False  # alive, another user's
         return False
 
-    async def peek(self, name: str) -> Observed | None:
+    async def peek(self, name: str) -> ObservedLease | None:
         """Guess "no lease file" without I/O: a released lock has none."""
         return None
 
-    async def read(self, name: str) -> Observed | None:
+    async def read(self, name: str) -> ObservedLease | None:
         """The lease file as it is now (no lock needed: it is replaced by ``rename``)."""
-        result: Observed | None = await self._run(self._read_sync, name)
+        result: ObservedLease | None = await self._run(self._read_sync, name)
         return result
 
-    def _read_sync(self, name: str, path: str | None = None) -> Observed | None:
+    def _read_sync(self, name: str, path: str | None = None) -> ObservedLease | None:
         path = path or self.path(name)
         value = _files.read(path, f"lock {name}")
         return (
-            None if value is None else Observed(_from_json(value.data, name, path), value.version)
+            None
+            if value is None
+            else ObservedLease(_from_json(value.data, name, path), value.version)
         )
 
     async def swap(
         self, name: str, expect: str | None, record: LeaseRecord
-    ) -> tuple[bool, Observed | None]:
+    ) -> tuple[bool, ObservedLease | None]:
         """One hop: compare the file's version and write (or remove) it under the flock.
 
         A closed store still releases (leaving an ``async with`` after ``aclose``).
         """
         releasing = record.holder is None
-        result: tuple[bool, Observed | None] = await self._run(
+        result: tuple[bool, ObservedLease | None] = await self._run(
             self._swap_sync, name, expect, record, check_open=not releasing
         )
         return result
 
     def _swap_sync(
         self, name: str, expect: str | None, record: LeaseRecord
-    ) -> tuple[bool, Observed | None]:
+    ) -> tuple[bool, ObservedLease | None]:
         path = self.path(name)
         releasing = record.holder is None
         try:
@@ -168,14 +176,14 @@ class FileLeases:
                     raise
                 if (current.version if current is not None else None) != expect:
                     return False, current
+                # No fsync, of the file or of its directory (see the module docstring).
                 if releasing:
                     if current is not None:
                         os.unlink(path)
-                        locked.sync = True
                     return True, None
                 version = secrets.token_hex(16)
-                _files.write(locked, path, _files.encode(version, _to_json(record)))
-                return True, Observed(record, version)
+                _files.write(locked, path, _files.encode(version, _to_json(record)), durable=False)
+                return True, ObservedLease(record, version)
         except FileNotFoundError:  # no directory (released already): nothing to remove
             return expect is None, None
         except OSError as exc:

@@ -19,7 +19,7 @@ from lightkube.resources.coordination_v1 import Lease as LeaseObject
 
 from acmecerts._time import Backoff, aware_utc
 from acmecerts.storage._kube_client import LOCK_ANNOTATION, KubeApi, object_name, version_of
-from acmecerts.storage._lease import LeaseRecord, Observed
+from acmecerts.storage._lease import LeaseRecord, ObservedLease
 
 __all__ = ["KubeLeases"]
 
@@ -32,7 +32,7 @@ def _micro_time(when: _dt.datetime | None) -> _dt.datetime | None:
     return when.replace(microsecond=1)
 
 
-def _record(obj: LeaseObject) -> Observed:
+def _record(obj: LeaseObject) -> ObservedLease:
     spec = obj.spec or LeaseSpec()
     duration = spec.leaseDurationSeconds or 0
     renewed = spec.renewTime or spec.acquireTime
@@ -47,7 +47,7 @@ def _record(obj: LeaseObject) -> Observed:
         duration=float(duration),
         transitions=spec.leaseTransitions or 0,
     )
-    return Observed(record, version_of(obj))
+    return ObservedLease(record, version_of(obj))
 
 
 def _spec(record: LeaseRecord) -> LeaseSpec:
@@ -95,18 +95,18 @@ class KubeLeases:
         """Never known: a holder in another pod may be alive."""
         return False
 
-    async def peek(self, name: str) -> Observed | None:
+    async def peek(self, name: str) -> ObservedLease | None:
         """The Lease as it is (it usually exists: Leases are never deleted)."""
         return await self.read(name)
 
-    async def read(self, name: str) -> Observed | None:
+    async def read(self, name: str) -> ObservedLease | None:
         """GET the Lease; ``None`` if there is none yet."""
         obj = await self._api.get(LeaseObject, self.lease_name(name))
         return None if obj is None else _record(obj)
 
     async def swap(
         self, name: str, expect: str | None, record: LeaseRecord
-    ) -> tuple[bool, Observed | None]:
+    ) -> tuple[bool, ObservedLease | None]:
         """Create the Lease (``expect`` None) or update it from ``expect``; on 409, GET it."""
         meta = self._api.meta(self.lease_name(name), "lock", {LOCK_ANNOTATION: name}, expect)
         written = await self._api.swap(

@@ -1,5 +1,18 @@
 """One lease lock for every store, on a compare-and-swap of one lease record per lock.
 
+Public (:mod:`acmecerts.storage`), so that a third-party
+:class:`~acmecerts.storage.Storage` gets the same locks as acmecerts' own stores: it
+implements :class:`LeaseBackend` over its own compare-and-swap and answers
+:meth:`~acmecerts.storage.Storage.lock` with ``LeaseLocks(backend, clock).hold(name,
+lease, timeout)``::
+
+    class MyStore:
+        def __init__(self) -> None:
+            self._locks = LeaseLocks(MyLeaseBackend(...), SystemClock())
+
+        def lock(self, name, *, lease=60.0, timeout=None):
+            return self._locks.hold(name, lease, timeout)
+
 A store provides a :class:`LeaseBackend`: it reads a lock's lease record with its
 version, and swaps it for a new one only if the version is still the one expected
 (FileStorage: the lease file, rewritten under its directory's ``flock``; Kubernetes: the
@@ -41,7 +54,7 @@ from acmecerts.errors import StorageError
 from acmecerts.storage._base import LockTimeout
 from acmecerts.storage.keys import validate_key
 
-__all__ = ["HeldLease", "LeaseBackend", "LeaseLocks", "LeaseRecord", "Observed"]
+__all__ = ["HeldLease", "LeaseBackend", "LeaseLocks", "LeaseRecord", "ObservedLease"]
 
 log = logging.getLogger("acmecerts.storage")
 
@@ -81,7 +94,7 @@ class LeaseRecord:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Observed:
+class ObservedLease:
     """A lease record as stored, with the version a swap compares against."""
 
     record: LeaseRecord
@@ -114,20 +127,20 @@ class LeaseBackend(Protocol):
         """Whether ``record``'s holder is known to be gone (its lease need not run out)."""
         ...
 
-    async def peek(self, name: str) -> Observed | None:
+    async def peek(self, name: str) -> ObservedLease | None:
         """Lock ``name``'s record, or a guess at it made without I/O.
 
         A wrong guess is cheap: the first :meth:`swap` answers with the record as stored.
         """
         ...
 
-    async def read(self, name: str) -> Observed | None:
+    async def read(self, name: str) -> ObservedLease | None:
         """Lock ``name``'s record as stored now; ``None`` if there is none."""
         ...
 
     async def swap(
         self, name: str, expect: str | None, record: LeaseRecord
-    ) -> tuple[bool, Observed | None]:
+    ) -> tuple[bool, ObservedLease | None]:
         """Write ``record`` for lock ``name`` if its version is ``expect`` (``None``: absent).
 
         ``(True, what was written)`` on success (``None`` if a released record is stored
@@ -141,12 +154,12 @@ class HeldLease:
 
     __slots__ = ("_clock", "_expires_at", "_lost", "_name", "holder", "observed")
 
-    def __init__(self, name: str, holder: str, observed: Observed, clock: Clock) -> None:
+    def __init__(self, name: str, holder: str, observed: ObservedLease, clock: Clock) -> None:
         self._name = name
         #: This acquisition's holder id, as written in the record.
         self.holder = holder
         #: Our record as last written (the version the next swap expects).
-        self.observed: Observed | None = observed
+        self.observed: ObservedLease | None = observed
         expires_at = observed.record.expires_at
         assert expires_at is not None  # a claim always says when it runs out
         self._expires_at = expires_at
@@ -202,7 +215,13 @@ class _Wakeable:
 
 
 class LeaseLocks:
-    """Acquire, heartbeat and release leases of one store's locks over its backend."""
+    """Acquire, heartbeat and release leases of one store's locks over its backend.
+
+    One per store, built with the store's :class:`LeaseBackend` and
+    :class:`~acmecerts.Clock`; :meth:`hold` is what the store's
+    :meth:`~acmecerts.storage.Storage.lock` returns. It keeps the store's waiters (a
+    release wakes this store's tasks waiting for that lock at once).
+    """
 
     def __init__(self, backend: LeaseBackend, clock: Clock) -> None:
         self._backend = backend
@@ -224,7 +243,7 @@ class LeaseLocks:
         return LockBlock(self, name, self._backend.lease_seconds(seconds), patience)
 
     def _claim(
-        self, holder: str, now: _dt.datetime, seconds: float, prior: Observed | None
+        self, holder: str, now: _dt.datetime, seconds: float, prior: ObservedLease | None
     ) -> LeaseRecord:
         transitions = 0
         if prior is not None:
@@ -252,8 +271,8 @@ class LeaseLocks:
         return await self._wait(name, holder, seconds, patience, start, observed)
 
     async def _swap_claim(
-        self, name: str, holder: str, seconds: float, prior: Observed | None
-    ) -> tuple[bool, Observed | None]:
+        self, name: str, holder: str, seconds: float, prior: ObservedLease | None
+    ) -> tuple[bool, ObservedLease | None]:
         """Claim the lock over ``prior`` (the record as last seen)."""
         claim = self._claim(holder, self._clock.now(), seconds, prior)
         # Shielded: a cancellation arriving while the swap is under way would otherwise
@@ -271,7 +290,7 @@ class LeaseLocks:
         seconds: float,
         patience: float | None,
         start: _dt.datetime,
-        observed: Observed | None,
+        observed: ObservedLease | None,
     ) -> HeldLease:
         """Poll a held lock until it can be claimed (see the module docstring)."""
         backend, clock = self._backend, self._clock

@@ -18,12 +18,11 @@ import anyio.to_thread
 
 from acmecerts.errors import InvalidInput, StorageError
 from acmecerts.protocol.keys import AccountKey, KeyType
-from acmecerts.storage._base import Storage, VersionConflict
+from acmecerts.storage._base import Storage, StoredValue, VersionConflict
+from acmecerts.storage._update import update
 from acmecerts.storage.keys import KeyLayout
 
 __all__ = ["load_account_url", "load_or_create_account_key", "save_account_url"]
-
-_CAS_ATTEMPTS = 8
 
 
 async def _load_key(storage: Storage, key: str) -> AccountKey | None:
@@ -120,8 +119,8 @@ async def save_account_url(
 ) -> None:
     """Store the account URL (and ``account_key``'s thumbprint) with compare-and-swap.
 
-    Concurrent savers are safe: each re-reads and retries on a version conflict, and an
-    unchanged record is not rewritten.
+    Concurrent savers are safe: each re-reads and retries on a version conflict
+    (:func:`~acmecerts.storage.update`), and an unchanged record is not rewritten.
     """
     if not isinstance(url, str) or not url.startswith(("https://", "http://")):
         raise InvalidInput(f"an account URL must be an http(s) URL, got {url!r}")
@@ -130,20 +129,10 @@ async def save_account_url(
     if account_key is not None:
         record["thumbprint"] = account_key.thumbprint
     data = json.dumps(record, sort_keys=True, indent=2).encode() + b"\n"
-    for _ in range(_CAS_ATTEMPTS):
-        current = await storage.load(key)
-        if current is not None:
-            meta = _parse_meta(current.data, key, storage)
-            if meta == record:
-                return
-        try:
-            await storage.store(
-                key, data, expect_version=None if current is None else current.version
-            )
-            return
-        except VersionConflict:
-            continue
-    raise VersionConflict(
-        f"the account metadata {key!r} kept changing; gave up after {_CAS_ATTEMPTS} tries",
-        path=key,
-    )
+
+    def save(current: StoredValue | None) -> bytes | None:
+        if current is not None and _parse_meta(current.data, key, storage) == record:
+            return None  # unchanged: not rewritten
+        return data
+
+    await update(storage, key, save)

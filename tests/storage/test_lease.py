@@ -18,8 +18,7 @@ import pytest
 
 from acmecerts._time import Backoff, FakeClock
 from acmecerts.errors import InvalidInput, StorageError
-from acmecerts.storage import Lease, LockTimeout
-from acmecerts.storage._lease import HeldLease, LeaseLocks, LeaseRecord, Observed
+from acmecerts.storage import HeldLease, Lease, LeaseLocks, LeaseRecord, LockTimeout, ObservedLease
 
 pytestmark = pytest.mark.anyio
 
@@ -33,7 +32,7 @@ class MemoryLeases:
     backoff = Backoff(initial=0.005, floor=0.0025, cap=0.25, jitter=0.5)
 
     def __init__(self, *, guess: bool = True) -> None:
-        self.records: dict[str, Observed] = {}
+        self.records: dict[str, ObservedLease] = {}
         self.guess = guess
         self.reads = 0
         self.swaps = 0
@@ -46,10 +45,10 @@ class MemoryLeases:
         self._serial = 0
         self._holders = 0
 
-    def put(self, name: str, record: LeaseRecord) -> Observed:
+    def put(self, name: str, record: LeaseRecord) -> ObservedLease:
         """Write ``record`` as another process would (a new version)."""
         self._serial += 1
-        self.records[name] = Observed(record, f"v{self._serial}")
+        self.records[name] = ObservedLease(record, f"v{self._serial}")
         return self.records[name]
 
     def lease_seconds(self, requested: float) -> float:
@@ -65,17 +64,17 @@ class MemoryLeases:
     def abandoned(self, record: LeaseRecord) -> bool:
         return record.holder in self.dead
 
-    async def peek(self, name: str) -> Observed | None:
+    async def peek(self, name: str) -> ObservedLease | None:
         return None if self.guess else await self.read(name)
 
-    async def read(self, name: str) -> Observed | None:
+    async def read(self, name: str) -> ObservedLease | None:
         self.reads += 1
         await anyio.lowlevel.checkpoint()
         return self.records.get(name)
 
     async def swap(
         self, name: str, expect: str | None, record: LeaseRecord
-    ) -> tuple[bool, Observed | None]:
+    ) -> tuple[bool, ObservedLease | None]:
         self.swaps += 1
         self.in_swap.set()
         if self.gate is not None:
