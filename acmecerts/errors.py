@@ -50,7 +50,7 @@ import sys
 import types
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 __all__ = [
     "ERROR_PREFIX",
@@ -91,6 +91,8 @@ __all__ = [
     "UnsupportedChallenge",
     "problem_class",
 ]
+
+_E = TypeVar("_E", bound="AcmeCertsError")
 
 #: RFC 8555 §6.7: the prefix of every ACME problem type URN.
 ERROR_PREFIX = "urn:ietf:params:acme:error:"
@@ -303,6 +305,7 @@ class AcmeProblem(AcmeCertsError):
         subproblems: Sequence[AcmeProblem] = (),
         retry_after: _dt.datetime | None = None,
         document: Mapping[str, Any] | None = None,
+        reached_ca: bool = True,
     ) -> None:
         short = type.removeprefix(ERROR_PREFIX)
         where = f" ({identifier.get('value')})" if identifier else ""
@@ -319,6 +322,9 @@ class AcmeProblem(AcmeCertsError):
         self.identifier = dict(identifier) if identifier else None
         self.subproblems = tuple(subproblems)
         self.document = dict(document) if document else {}
+        #: ``False`` when the CA refused the request unprocessed (a ``503``) or it was
+        #: decided without asking the CA (e.g. from its directory): nothing was created.
+        self.reached_ca = reached_ca
         if status_code is not None and status_code >= 500 and type not in _PERMANENT_5XX:
             self.kind = ErrorKind.TRANSIENT
 
@@ -566,6 +572,19 @@ class StorageError(AcmeCertsError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)
         self.path = path
+
+
+def _unsent(error: _E) -> _E:
+    """A new ``error`` for a request it stopped before it was sent: ``reached_ca`` false.
+
+    The same type, message and attributes, the same traceback: e.g. a POST whose nonce
+    could not be fetched never reached the CA, whatever the newNonce request's failure
+    says about that request. Raise it ``from error.__cause__`` to keep the chain.
+    """
+    cls = type(error)
+    unsent = cls.__new__(cls, *error.args)
+    unsent.__dict__.update(error.__dict__, reached_ca=False)
+    return unsent.with_traceback(error.__traceback__)
 
 
 def _warn_deprecated(message: str) -> None:

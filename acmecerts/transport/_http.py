@@ -31,6 +31,7 @@ from acmecerts.errors import (
     InvalidInput,
     RequestTimeout,
     TransportError,
+    _unsent,
 )
 from acmecerts.protocol.jws import sign_request
 from acmecerts.protocol.keys import AccountKey
@@ -502,9 +503,8 @@ class AcmeTransport(Observable):
             # the POST itself was never sent: retrying is safe even if not idempotent.
             try:
                 nonce = await self._nonce(retry=False)
-            except AcmeCertsError as exc:
-                exc.reached_ca = False
-                raise
+            except AcmeCertsError as exc:  # this request was not sent, whatever that one did
+                raise _unsent(exc) from exc.__cause__
             body = sign_request(key, url=url, nonce=nonce, payload=payload, kid=kid)
             return checked_answer(
                 await self._send_once("POST", url, content=body, accept=accept),
