@@ -50,7 +50,7 @@ import sys
 import types
 import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
 __all__ = [
     "ERROR_PREFIX",
@@ -91,8 +91,6 @@ __all__ = [
     "UnsupportedChallenge",
     "problem_class",
 ]
-
-_E = TypeVar("_E", bound="AcmeCertsError")
 
 #: RFC 8555 §6.7: the prefix of every ACME problem type URN.
 ERROR_PREFIX = "urn:ietf:params:acme:error:"
@@ -572,19 +570,6 @@ class StorageError(AcmeCertsError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)
         self.path = path
-
-
-def _unsent(error: _E) -> _E:
-    """A new ``error`` for a request it stopped before it was sent: ``reached_ca`` false.
-
-    The same type, message and attributes, the same traceback: e.g. a POST whose nonce
-    could not be fetched never reached the CA, whatever the newNonce request's failure
-    says about that request. Raise it ``from error.__cause__`` to keep the chain.
-    """
-    cls = type(error)
-    unsent = cls.__new__(cls, *error.args)
-    unsent.__dict__.update(error.__dict__, reached_ca=False)
-    return unsent.with_traceback(error.__traceback__)
 
 
 def _warn_deprecated(message: str) -> None:

@@ -16,9 +16,10 @@ import httpx
 import pytest
 
 from acmecerts import FakeClock, InvalidInput, RequestRetry
-from acmecerts.errors import ConnectError, RequestTimeout, ServerBusy, _unsent
+from acmecerts.errors import ConnectError, RequestTimeout, ServerBusy
 from acmecerts.protocol.keys import AccountKey
 from acmecerts.transport import AcmeTransport, NoncePool
+from acmecerts.transport._http import _unsent
 from acmecerts.transport._nonces import NonceSupply
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(30)]

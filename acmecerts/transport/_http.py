@@ -3,8 +3,9 @@
 The transport sends requests; it decides nothing about orders. Every request takes the
 same path, whatever sends its bytes: the URL policy bound to the CA's directory
 (:class:`UrlPolicy`), the throttle's token (:class:`RequestThrottle`, told apart by the
-directory's URLs), the nonce (a :class:`NoncePool` fed from every ``Replay-Nonce``
-header, RFC 8555 §6.5, so ``newNonce`` is only asked when the pool is empty), then one
+directory's URLs), the nonce (from a :class:`NonceSupply`: its pool fed from every
+``Replay-Nonce`` header, RFC 8555 §6.5, or an answer on its way, so ``newNonce`` is
+asked only when neither has one), then one
 :class:`~acmecerts.transport._exchange.HttpExchange` (acmecerts' HTTP/1.1 pool by
 default; an ``httpx.AsyncClient`` for HTTP/2, a caller's client or another event loop;
 a test's fake), then the answer's checks, the mapping of httpx errors and problem
@@ -18,7 +19,7 @@ import datetime as _dt
 import ssl
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import httpx
@@ -31,7 +32,6 @@ from acmecerts.errors import (
     InvalidInput,
     RequestTimeout,
     TransportError,
-    _unsent,
 )
 from acmecerts.protocol.jws import sign_request
 from acmecerts.protocol.keys import AccountKey
@@ -73,6 +73,21 @@ _USER_AGENT = (b"User-Agent", USER_AGENT.encode("ascii"))
 _JOSE = (b"Content-Type", b"application/jose+json")
 #: The longest a request waits for another request's Replay-Nonce before asking newNonce.
 _NONCE_WAIT = 2.0
+
+_E = TypeVar("_E", bound=AcmeCertsError)
+
+
+def _unsent(error: _E) -> _E:
+    """A new ``error`` for a request it stopped before it was sent: ``reached_ca`` false.
+
+    The same type, message, attributes and traceback: e.g. a POST whose nonce could not
+    be fetched never reached the CA, whatever the newNonce request's failure says about
+    that request. Raise it ``from error.__cause__`` to keep the chain.
+    """
+    cls = type(error)
+    unsent = cls.__new__(cls, *error.args)
+    unsent.__dict__.update(error.__dict__, reached_ca=False)
+    return unsent.with_traceback(error.__traceback__)
 
 
 def _directory_urls(directory: Directory) -> list[str]:
