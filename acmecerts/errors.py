@@ -303,6 +303,7 @@ class AcmeProblem(AcmeCertsError):
         subproblems: Sequence[AcmeProblem] = (),
         retry_after: _dt.datetime | None = None,
         document: Mapping[str, Any] | None = None,
+        reached_ca: bool = True,
     ) -> None:
         short = type.removeprefix(ERROR_PREFIX)
         where = f" ({identifier.get('value')})" if identifier else ""
@@ -319,6 +320,9 @@ class AcmeProblem(AcmeCertsError):
         self.identifier = dict(identifier) if identifier else None
         self.subproblems = tuple(subproblems)
         self.document = dict(document) if document else {}
+        #: ``False`` when the CA refused the request unprocessed (a ``503``) or it was
+        #: decided without asking the CA (e.g. from its directory): nothing was created.
+        self.reached_ca = reached_ca
         if status_code is not None and status_code >= 500 and type not in _PERMANENT_5XX:
             self.kind = ErrorKind.TRANSIENT
 

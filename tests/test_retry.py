@@ -463,9 +463,11 @@ def test_a_503_the_ca_answered_escalates_though_nothing_was_spent() -> None:
     state = AttemptState()
     waits = []
     for _ in range(4):
-        busy = synthetic_problem(503, url="https://ca.test/new-order", retry_after=None, reason="")
-        busy.reached_ca = False  # as the transport marks a 503
+        busy = synthetic_problem(
+            503, url="https://ca.test/new-order", retry_after=None, reason="", reached_ca=False
+        )  # as the transport builds a 503
         assert busy.kind is ErrorKind.TRANSIENT
+        assert busy.reached_ca is False
         state = schedule.after_failure(state, busy, now=START)
         assert state.next_attempt_at is not None
         waits.append((state.next_attempt_at - START).total_seconds())

@@ -260,9 +260,9 @@ async def test_a_post_cancelled_in_the_throttle_leaves_no_nonce_promise_behind()
         tg.start_soon(post, transport, "/authz/2")
         await until(lambda: throttle.stats()[EndpointClass.OTHER].queued == 1)
         # the POST waiting for its token holds a nonce: it counts as one on its way
-        assert transport._promised == 1
+        assert transport._nonce_supply.promised == 1
         tg.cancel_scope.cancel()
-    assert transport._promised == 0
+    assert transport._nonce_supply.promised == 0
     assert throttle.stats()[EndpointClass.OTHER].queued == 0
     assert [p for m, p, _ in ca.requests if m == "POST"] == ["/authz/1"]
 

@@ -188,15 +188,14 @@ class _AccountRequests:
                 algorithm=eab.algorithm,
             )
         elif directory.external_account_required:
-            error = ExternalAccountRequired(
+            raise ExternalAccountRequired(
                 ProblemType.EXTERNAL_ACCOUNT_REQUIRED,
                 "the CA requires external account binding (its directory says "
                 "externalAccountRequired); pass eab=ExternalAccountBinding(kid, hmac_key) "
                 "with the key ID and MAC key the CA gave you (CLI: --eab-kid/--eab-hmac-key)",
                 url=directory.new_account,
+                reached_ca=False,  # decided from the directory: nothing was sent
             )
-            error.reached_ca = False  # decided from the directory: nothing was sent
-            raise error
         reservation = await self._ledger_reserve_account()
         if reservation is not None and not reservation.allowed:
             return await self._existing_account_or_defer(reservation)

@@ -28,9 +28,13 @@ def problem_from_document(
     status_code: int | None = None,
     url: str | None = None,
     retry_after: _dt.datetime | None = None,
+    reached_ca: bool = True,
     _depth: int = 0,
 ) -> AcmeProblem:
-    """Build the typed exception for a problem document (never raises for odd input)."""
+    """Build the typed exception for a problem document (never raises for odd input).
+
+    ``reached_ca=False``: the CA refused the request unprocessed (nothing was created).
+    """
     ptype = document.get("type")
     if not isinstance(ptype, str) or not ptype:
         ptype = "about:blank"
@@ -59,6 +63,7 @@ def problem_from_document(
         subproblems=subs,
         retry_after=retry_after,
         document=document,
+        reached_ca=reached_ca,
     )
     if status_code == 503 and cls is not RateLimited:
         problem.kind = ErrorKind.SERVER_BUSY if retry_after else ErrorKind.TRANSIENT
@@ -74,6 +79,7 @@ def problem_from_response(
     body: bytes,
     url: str,
     retry_after: _dt.datetime | None = None,
+    reached_ca: bool = True,
 ) -> AcmeProblem | None:
     """Parse an error answer's body as a problem document, or return ``None``.
 
@@ -92,12 +98,17 @@ def problem_from_response(
     if media == "application/json" and "type" not in document:
         return None
     return problem_from_document(
-        document, status_code=status_code, url=url, retry_after=retry_after
+        document, status_code=status_code, url=url, retry_after=retry_after, reached_ca=reached_ca
     )
 
 
 def synthetic_problem(
-    status_code: int, *, url: str, retry_after: _dt.datetime | None, reason: str
+    status_code: int,
+    *,
+    url: str,
+    retry_after: _dt.datetime | None,
+    reason: str,
+    reached_ca: bool = True,
 ) -> AcmeProblem:
     """A problem for a 429/503 answer that carried no problem document."""
     ptype = ProblemType.RATE_LIMITED if status_code == 429 else ProblemType.SERVER_INTERNAL
@@ -106,4 +117,5 @@ def synthetic_problem(
         status_code=status_code,
         url=url,
         retry_after=retry_after,
+        reached_ca=reached_ca,
     )

@@ -3,8 +3,9 @@
 The transport sends requests; it decides nothing about orders. Every request takes the
 same path, whatever sends its bytes: the URL policy bound to the CA's directory
 (:class:`UrlPolicy`), the throttle's token (:class:`RequestThrottle`, told apart by the
-directory's URLs), the nonce (a :class:`NoncePool` fed from every ``Replay-Nonce``
-header, RFC 8555 §6.5, so ``newNonce`` is only asked when the pool is empty), then one
+directory's URLs), the nonce (from a :class:`NonceSupply`: its pool fed from every
+``Replay-Nonce`` header, RFC 8555 §6.5, or an answer on its way, so ``newNonce`` is
+asked only when neither has one), then one
 :class:`~acmecerts.transport._exchange.HttpExchange` (acmecerts' HTTP/1.1 pool by
 default; an ``httpx.AsyncClient`` for HTTP/2, a caller's client or another event loop;
 a test's fake), then the answer's checks, the mapping of httpx errors and problem
@@ -14,12 +15,11 @@ documents to acmecerts errors, ``badNonce`` replay and the retries
 
 from __future__ import annotations
 
-import collections
 import datetime as _dt
 import ssl
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import httpx
@@ -52,7 +52,7 @@ from acmecerts.transport._exchange import (
     ResponseTooLarge,
     httpx_exchange,
 )
-from acmecerts.transport._nonces import NoncePool
+from acmecerts.transport._nonces import NoncePool, NonceSupply
 from acmecerts.transport._policy import (
     BoundUrlPolicy,
     UrlPolicy,
@@ -74,15 +74,20 @@ _JOSE = (b"Content-Type", b"application/jose+json")
 #: The longest a request waits for another request's Replay-Nonce before asking newNonce.
 _NONCE_WAIT = 2.0
 
+_E = TypeVar("_E", bound=AcmeCertsError)
 
-class _NonceWaiter:
-    """A request waiting for a nonce from another request's answer."""
 
-    __slots__ = ("event", "nonce")
+def _unsent(error: _E) -> _E:
+    """A new ``error`` for a request it stopped before it was sent: ``reached_ca`` false.
 
-    def __init__(self) -> None:
-        self.event = anyio.Event()
-        self.nonce: str | None = None
+    The same type, message, attributes and traceback: e.g. a POST whose nonce could not
+    be fetched never reached the CA, whatever the newNonce request's failure says about
+    that request. Raise it ``from error.__cause__`` to keep the chain.
+    """
+    cls = type(error)
+    unsent = cls.__new__(cls, *error.args)
+    unsent.__dict__.update(error.__dict__, reached_ca=False)
+    return unsent.with_traceback(error.__traceback__)
 
 
 def _directory_urls(directory: Directory) -> list[str]:
@@ -177,15 +182,8 @@ class AcmeTransport(Observable):
         self.directory_url = directory_url
         self.clock: Clock = clock or SystemClock()
         self.retry = retry or RequestRetry()
-        self.nonces = NoncePool()
-        if nonce_circulation < 1:
-            raise InvalidInput("nonce_circulation must be at least 1")
-        self.nonce_circulation = nonce_circulation
-        #: Nonces on their way: POSTs in flight (their answers bring a spare nonce),
-        #: newNonce requests in flight (whose requester will then POST), and nonces
-        #: handed to a waiting request that has not resumed yet.
-        self._promised = 0
-        self._nonce_waiters: collections.deque[_NonceWaiter] = collections.deque()
+        #: Where each request's nonce comes from (the pool, an answer, newNonce).
+        self._nonce_supply = NonceSupply(NoncePool(), bound=nonce_circulation, wait=_NONCE_WAIT)
         Observable.__init__(self, on_request)
         #: Where requests may go, bound to the directory (see :attr:`url_policy`).
         self._policy: BoundUrlPolicy = (url_policy or UrlPolicy()).bind(directory_url)
@@ -250,6 +248,20 @@ class AcmeTransport(Observable):
                 )
 
     @property
+    def nonces(self) -> NoncePool:
+        """The pool of spare nonces, fed from every ``Replay-Nonce`` header."""
+        return self._nonce_supply.pool
+
+    @property
+    def nonce_circulation(self) -> int:
+        """The most nonces kept in circulation (see ``nonce_circulation`` above)."""
+        return self._nonce_supply.bound
+
+    @nonce_circulation.setter
+    def nonce_circulation(self, bound: int) -> None:
+        self._nonce_supply.bound = bound
+
+    @property
     def url_policy(self) -> UrlPolicy:
         """Where requests may go (checked before every request; see :class:`UrlPolicy`).
 
@@ -307,58 +319,41 @@ class AcmeTransport(Observable):
             headers.append((b"Accept", accept.encode("ascii")))
         if content is not None:
             headers.append((b"Content-Length", str(len(content)).encode("ascii")))
+        post = method == "POST"  # its answer brings a nonce for another request
+        supply = self._nonce_supply
         throttle = self.throttle
         if throttle is not None:
             endpoint = self.endpoint_class(url)
             if not throttle.try_take(endpoint):
-                await self._wait_for_token(throttle, endpoint, donor=method == "POST")
+                if post:
+                    with supply.held():  # a nonce on its way meanwhile
+                        await throttle.acquire(endpoint)
+                else:
+                    await throttle.acquire(endpoint)
         self.request_count += 1
         events = self._events
         if events:
             await events.emit(RequestSent(method, url))
-        donor = method == "POST"
-        if donor:
-            self._promised += 1
+        if post:
+            supply.expect()
         try:
             response = await self._request(method, url, parsed, headers, content or b"")
         except BaseException:
-            if donor:
-                self._promised -= 1
-                self._wake_nonce_waiter(None)  # it counted on this request: look again
+            if post:
+                supply.arrived(None)  # a request that counted on it looks again
             if events:  # failing already: a subscriber's error is logged, this one wins
                 await events.emit_quietly(ResponseReceived(method, url, 0))
             raise
         if events:
             await events.emit(ResponseReceived(method, url, response.status_code))
         nonce = response.headers.get("replay-nonce")
-        if donor:
-            self._promised -= 1
-            # a POST's nonce goes straight to a request waiting for one, else to the pool
-            # (a newNonce answer's nonce is its requester's, see _fetch_nonce; a GET's,
-            # if it has one, goes to the pool)
-            self._wake_nonce_waiter(self.nonces.valid(nonce) if nonce else None)
+        if post:
+            # to a request waiting for one, else to the pool (a newNonce answer's nonce is
+            # its requester's, see _fetch_nonce; a GET's, if it has one, goes to the pool)
+            supply.arrived(nonce)
         elif nonce and method != "HEAD":
             self.nonces.put(nonce)
         return response
-
-    async def _wait_for_token(
-        self, throttle: RequestThrottle, endpoint: EndpointClass, *, donor: bool
-    ) -> None:
-        """Wait for the throttle; a POST waiting counts as a nonce on its way meanwhile."""
-        # A POST held by the throttle will bring a Replay-Nonce as surely as one in
-        # flight: requests that find the nonce pool empty wait for it rather than
-        # spending newNonce requests (the CA's tightest request rate) on the wait.
-        if donor:
-            self._promised += 1
-        try:
-            await throttle.acquire(endpoint)
-        except BaseException:
-            if donor:
-                self._promised -= 1
-                self._wake_nonce_waiter(None)  # it counted on this request: look again
-            raise
-        if donor:
-            self._promised -= 1
 
     def endpoint_class(self, url: str) -> EndpointClass:
         """The endpoint class a request to ``url`` counts against (see ``request_rates``).
@@ -372,17 +367,6 @@ class AcmeTransport(Observable):
         if below is not None and url.startswith(below):
             return EndpointClass.RENEWAL_INFO
         return EndpointClass.OTHER
-
-    def _wake_nonce_waiter(self, nonce: str | None) -> None:
-        """Hand ``nonce`` to the longest-waiting request (or the pool); wake it either way."""
-        if self._nonce_waiters:  # only waiters still waiting are in the queue
-            waiter = self._nonce_waiters.popleft()
-            if nonce is not None:
-                self._promised += 1  # in the waiter's hands until it sends its POST
-            waiter.nonce = nonce
-            waiter.event.set()
-        elif nonce is not None:
-            self.nonces.put(nonce)
 
     async def _request(
         self,
@@ -490,56 +474,8 @@ class AcmeTransport(Observable):
         return await self._nonce(retry=True)
 
     async def _nonce(self, *, retry: bool) -> str:
-        patient = True
-        while True:
-            nonce = self.nonces.take()
-            if nonce is not None:
-                return nonce
-            waiting = len(self._nonce_waiters)
-            if not patient or (
-                self._promised <= waiting and self._promised < self.nonce_circulation
-            ):
-                break
-            # A nonce is on its way that no other request waits for: an answer to a POST
-            # in flight, or the POST of a request whose newNonce is in flight. Waiting for
-            # it takes no longer than a newNonce round-trip of our own would, and spares
-            # the CA a request. The wait is bounded once: an answer that is slow to come
-            # (a CA that takes its time with one request) must not hold up the others.
-            handed, patient = await self._wait_for_nonce()
-            if handed is not None:
-                return handed
-        self._promised += 1
-        try:
-            return await self._fetch_nonce(retry=retry)
-        except BaseException:
-            self._wake_nonce_waiter(None)  # a waiter counted on this one: look again
-            raise
-        finally:
-            self._promised -= 1
-
-    async def _wait_for_nonce(self) -> tuple[str | None, bool]:
-        """Wait (bounded) for a nonce handed over by an answer.
-
-        Returns the nonce (``None`` to look again) and whether to keep waiting for
-        answers: ``False`` once the bound ran out, so the caller asks ``newNonce``.
-        """
-        waiter = _NonceWaiter()
-        self._nonce_waiters.append(waiter)
-        patient = True
-        try:
-            with anyio.move_on_after(_NONCE_WAIT) as scope:
-                await waiter.event.wait()
-            patient = not scope.cancelled_caught
-        finally:
-            if not waiter.event.is_set():
-                # timed out or cancelled: nothing may be handed to it now, and it no longer
-                # counts as waiting
-                waiter.event.set()
-                self._nonce_waiters.remove(waiter)
-            nonce, waiter.nonce = waiter.nonce, None
-            if nonce is not None:
-                self._promised -= 1  # the caller signs and sends it without a pause
-        return nonce, patient
+        """A nonce from the pool, an answer on its way, or ``newNonce`` (NonceSupply)."""
+        return await self._nonce_supply.take(lambda: self._fetch_nonce(retry=retry))
 
     async def _fetch_nonce(self, *, retry: bool) -> str:
         directory = await self.directory()
@@ -582,9 +518,8 @@ class AcmeTransport(Observable):
             # the POST itself was never sent: retrying is safe even if not idempotent.
             try:
                 nonce = await self._nonce(retry=False)
-            except AcmeCertsError as exc:
-                exc.reached_ca = False
-                raise
+            except AcmeCertsError as exc:  # this request was not sent, whatever that one did
+                raise _unsent(exc) from exc.__cause__
             body = sign_request(key, url=url, nonce=nonce, payload=payload, kid=kid)
             return checked_answer(
                 await self._send_once("POST", url, content=body, accept=accept),

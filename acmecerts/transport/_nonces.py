@@ -1,11 +1,19 @@
-"""The nonce pool (RFC 8555 §6.5): nonces from ``Replay-Nonce`` headers, used once each."""
+"""Nonces (RFC 8555 §6.5): the pool of ``Replay-Nonce`` values, used once each, and the
+supply that hands them to requests (from the pool, an answer on its way, or newNonce).
+"""
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import re
+from collections.abc import Awaitable, Callable, Iterator
 
-__all__ = ["NoncePool"]
+import anyio
+
+from acmecerts.errors import InvalidInput
+
+__all__ = ["NoncePool", "NonceSupply"]
 
 # §6.5.1: the value is base64url; anything else is ignored rather than sent back.
 _NONCE = re.compile(r"[A-Za-z0-9_-]{1,512}")  # fullmatch: "$" would allow a final "\n"
@@ -49,3 +57,156 @@ class NoncePool:
 
     def __len__(self) -> int:
         return len(self._nonces)
+
+
+class _Waiter:
+    """A request waiting for a nonce from another request's answer."""
+
+    __slots__ = ("event", "nonce")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.nonce: str | None = None
+
+
+class NonceSupply:
+    """Where a request's nonce comes from: the pool, an answer on its way, or newNonce.
+
+    The bookkeeping of the nonces in circulation (RFC 8555 §6.5), apart from the requests
+    that carry them. A nonce is *promised* while it is on its way: a POST in flight or
+    held by the throttle (its answer brings a ``Replay-Nonce``), a newNonce request in
+    flight (its requester will then POST), or a nonce handed to a waiting request that
+    has not resumed yet. The transport tells the supply:
+
+    * :meth:`expect`: a POST is on its way (:meth:`held` while the throttle holds it);
+    * :meth:`arrived`: its answer came, with its ``Replay-Nonce`` or without one (or
+      never: it failed), which goes to the longest-waiting request, else to the pool;
+    * :meth:`take`: a nonce for a request, from the pool, else from an answer on its way
+      that no other request waits for (bounded by ``wait`` seconds), else from ``fetch``
+      (newNonce).
+
+    Args:
+        pool: Where spare nonces are kept.
+        bound: The most nonces kept in circulation: a request that finds the pool empty
+            also waits whenever this many are promised.
+        wait: The longest a request waits for an answer's nonce before it fetches one.
+    """
+
+    def __init__(self, pool: NoncePool, *, bound: int, wait: float) -> None:
+        if bound < 1:
+            raise InvalidInput("nonce_circulation must be at least 1")
+        #: The spare nonces.
+        self.pool = pool
+        #: The most nonces in circulation (see the class docstring).
+        self.bound = bound
+        #: Seconds a request waits for an answer's nonce at most, once.
+        self.wait = wait
+        self._promised = 0
+        self._waiters: collections.deque[_Waiter] = collections.deque()
+
+    @property
+    def promised(self) -> int:
+        """Nonces on their way (see the class docstring)."""
+        return self._promised
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for a nonce handed over by an answer."""
+        return len(self._waiters)
+
+    def expect(self) -> None:
+        """A POST is on its way: its answer will bring a nonce (see :meth:`arrived`)."""
+        self._promised += 1
+
+    def arrived(self, nonce: str | None) -> None:
+        """The answer to an expected POST came with ``nonce`` (``None``: without one, or
+        no answer came at all).
+
+        A well-formed nonce goes straight to the longest-waiting request, else to the
+        pool; without one, that request is woken to look again (it counted on this one).
+        """
+        self._promised -= 1
+        self._hand_over(self.pool.valid(nonce) if nonce else None)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """While the throttle holds a POST, it counts as a nonce on its way.
+
+        A POST held by the throttle will bring a ``Replay-Nonce`` as surely as one in
+        flight: requests that find the pool empty wait for it rather than spend newNonce
+        requests (the CA's tightest request rate) on the wait. If the POST gives up
+        there, a request that counted on it looks again.
+        """
+        self._promised += 1
+        try:
+            yield
+        except BaseException:
+            self.arrived(None)
+            raise
+        self._promised -= 1
+
+    async def take(self, fetch: Callable[[], Awaitable[str]]) -> str:
+        """A nonce for one request: from the pool, an answer on its way, or ``fetch()``.
+
+        ``fetch`` asks newNonce; the nonce it returns is the caller's own (it never
+        enters the pool), and while it runs it counts as a nonce on its way.
+        """
+        patient = True
+        while True:
+            nonce = self.pool.take()
+            if nonce is not None:
+                return nonce
+            waiting = len(self._waiters)
+            if not patient or (self._promised <= waiting and self._promised < self.bound):
+                break
+            # A nonce is on its way that no other request waits for: an answer to a POST
+            # in flight, or the POST of a request whose newNonce is in flight. Waiting for
+            # it takes no longer than a newNonce round-trip of our own would, and spares
+            # the CA a request. The wait is bounded once: an answer that is slow to come
+            # (a CA that takes its time with one request) must not hold up the others.
+            handed, patient = await self._wait_for_answer()
+            if handed is not None:
+                return handed
+        self._promised += 1
+        try:
+            return await fetch()
+        except BaseException:
+            self._hand_over(None)  # a waiter counted on this one: look again
+            raise
+        finally:
+            self._promised -= 1
+
+    def _hand_over(self, nonce: str | None) -> None:
+        """Hand ``nonce`` to the longest-waiting request (or the pool); wake it either way."""
+        if self._waiters:  # only waiters still waiting are in the queue
+            waiter = self._waiters.popleft()
+            if nonce is not None:
+                self._promised += 1  # in the waiter's hands until it sends its POST
+            waiter.nonce = nonce
+            waiter.event.set()
+        elif nonce is not None:
+            self.pool.put(nonce)
+
+    async def _wait_for_answer(self) -> tuple[str | None, bool]:
+        """Wait (bounded) for a nonce handed over by an answer.
+
+        Returns the nonce (``None`` to look again) and whether to keep waiting for
+        answers: ``False`` once the bound ran out, so the caller asks ``newNonce``.
+        """
+        waiter = _Waiter()
+        self._waiters.append(waiter)
+        patient = True
+        try:
+            with anyio.move_on_after(self.wait) as scope:
+                await waiter.event.wait()
+            patient = not scope.cancelled_caught
+        finally:
+            if not waiter.event.is_set():
+                # timed out or cancelled: nothing may be handed to it now, and it no longer
+                # counts as waiting
+                waiter.event.set()
+                self._waiters.remove(waiter)
+            nonce, waiter.nonce = waiter.nonce, None
+            if nonce is not None:
+                self._promised -= 1  # the caller signs and sends it without a pause
+        return nonce, patient

@@ -143,24 +143,28 @@ def checked_answer(answer: Answer, url: str, method: str, clock: Clock) -> AcmeR
         if status >= 300:
             raise BadServerResponse(f"unexpected redirect ({status})", url=url)
         return AcmeResponse(status, answer.headers, content, url, retry_after)
+    # a 503: the CA refused the request unprocessed, nothing was created or spent
+    reached_ca = status != 503
     problem = problem_from_response(
         status_code=status,
         content_type=answer.headers.get("content-type", ""),
         body=content,
         url=url,
         retry_after=retry_after,
+        reached_ca=reached_ca,
     )
     if problem is None and status in (429, 503):
         problem = synthetic_problem(
-            status, url=url, retry_after=retry_after, reason=answer.reason_phrase
+            status,
+            url=url,
+            retry_after=retry_after,
+            reason=answer.reason_phrase,
+            reached_ca=reached_ca,
         )
     if problem is not None:
         if status == 404 and url not in problem.message:
             # a wrong URL (a typo in the directory's path): say which request it was
             problem.message = f"{problem.message} ({method} {url})"
-        if status == 503:
-            # the CA refused the request unprocessed: nothing was created or spent
-            problem.reached_ca = False
         if isinstance(problem, RateLimited) and problem.retry_after is None:
             problem.retry_after = retry_after_from_detail(problem.detail, now=now)
         raise problem
