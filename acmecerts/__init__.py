@@ -18,7 +18,14 @@ from acmecerts._version import __version__
 
 if TYPE_CHECKING:
     from acmecerts._issued import IssuedCertificate
-    from acmecerts._time import Clock, FakeClock, SystemClock, VirtualClock, parse_retry_after
+    from acmecerts._time import (
+        Clock,
+        FakeClock,
+        SystemClock,
+        VirtualClock,
+        duration_seconds,
+        parse_retry_after,
+    )
     from acmecerts.client import AcmeClient, ExternalAccountBinding, PollPolicy, RevocationReason
     from acmecerts.errors import (
         AccountDoesNotExist,
@@ -136,6 +143,7 @@ __all__ = [
     "UrlPolicy",
     "VirtualClock",
     "__version__",
+    "duration_seconds",
     "parse_identifier",
     "parse_retry_after",
 ]
@@ -204,6 +212,7 @@ _LAZY: dict[str, str] = {
     "UrlPolicy": "acmecerts.transport",
     "ProxyConfig": "acmecerts.transport",
     "ProxyError": "acmecerts.errors",
+    "duration_seconds": "acmecerts._time",
     "parse_identifier": "acmecerts.protocol.identifiers",
     "parse_retry_after": "acmecerts._time",
 }

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 import anyio
 
-from acmecerts._time import Clock, SystemClock, as_seconds
+from acmecerts._time import Clock, SystemClock, duration_seconds
 from acmecerts.errors import InvalidInput, RateLimitDeferred
 from acmecerts.protocol._flow import PollPolicy
 from acmecerts.protocol.keys import AccountKey
@@ -165,9 +165,7 @@ class AcmeClient(_Issuance, _RenewalInfoRequests):
         self.account_url = account_url
         self.contact = tuple(contact)
         self.eab = eab
-        self.attempt_timeout = as_seconds(attempt_timeout)
-        if self.attempt_timeout <= 0:
-            raise InvalidInput("attempt_timeout must be positive")
+        self.attempt_timeout = duration_seconds(attempt_timeout, "attempt_timeout", positive=True)
         self.poll = poll or PollPolicy()
         self._account_lock = anyio.Lock()
         self._issuance_events: EventSubscribers[IssuanceEvent] = EventSubscribers()

@@ -27,10 +27,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import enum
-import math
 from collections.abc import Iterable, Iterator, Mapping
 from urllib.parse import urlsplit
 
+from acmecerts._time import duration_seconds
 from acmecerts.errors import InvalidInput
 from acmecerts.ratelimit._profiles import (
     LETS_ENCRYPT_PROFILES,
@@ -98,17 +98,9 @@ _DEFAULT_EVENT = {
 
 
 def _period(value: float | _dt.timedelta, what: str) -> _dt.timedelta:
-    if isinstance(value, _dt.timedelta):
-        period = value
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        if not math.isfinite(value):
-            raise InvalidInput(f"{what} must be finite, got {value!r}")
-        period = _dt.timedelta(seconds=value)
-    else:
-        raise InvalidInput(f"{what} must be seconds or a timedelta, got {value!r}")
-    if period <= _dt.timedelta(0):
-        raise InvalidInput(f"{what} must be positive, got {value!r}")
-    return period
+    if isinstance(value, _dt.timedelta) and value > _dt.timedelta(0):
+        return value  # as given: no round trip through float seconds
+    return _dt.timedelta(seconds=duration_seconds(value, what, positive=True))
 
 
 @dataclasses.dataclass(frozen=True, slots=True, init=False)
