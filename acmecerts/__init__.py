@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     )
     from acmecerts.protocol.ari import RenewalDecision, RenewalInfoResult
     from acmecerts.protocol.certificate import CertificateChain, CertificateInfo
+    from acmecerts.protocol.directory import DirectoryUrl
     from acmecerts.protocol.identifiers import Identifier, parse_identifier
     from acmecerts.protocol.keys import AccountKey, KeyType
     from acmecerts.protocol.resources import RenewalInfo
@@ -98,6 +99,7 @@ __all__ = [
     "ChallengeTask",
     "Clock",
     "ConnectError",
+    "DirectoryUrl",
     "DnsHookSolver",
     "DnsPersistSolver",
     "ErrorKind",
@@ -168,6 +170,7 @@ _LAZY: dict[str, str] = {
     "ChallengeTask": "acmecerts.solvers",
     "Clock": "acmecerts._time",
     "ConnectError": "acmecerts.errors",
+    "DirectoryUrl": "acmecerts.protocol.directory",
     "DnsHookSolver": "acmecerts.solvers",
     "DnsPersistSolver": "acmecerts.solvers",
     "ErrorKind": "acmecerts.errors",

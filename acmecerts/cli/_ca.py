@@ -26,6 +26,7 @@ from acmecerts.errors import (
     InvalidInput,
     RateLimitDeferred,
 )
+from acmecerts.protocol.directory import DirectoryUrl
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.protocol.keys import AccountKey, KeyType
 from acmecerts.ratelimit import LETS_ENCRYPT as LETS_ENCRYPT_LIMITS
@@ -38,7 +39,7 @@ from ._engine import Deferred, TrackingClient
 from ._firstcontact import agree_to_terms, can_prompt, resolve_directory
 from ._proxy import cli_proxy
 from ._report import log, when
-from ._state import State, default_state_dir, directory_slug
+from ._state import State, default_state_dir
 
 __all__ = ["CaPlan", "ensure_registered", "open_client", "plan_ca", "wait_or_defer"]
 
@@ -110,8 +111,8 @@ def plan_ca(
     common: CommonArgs, account: AccountArgs | None = None, *, max_wait: float = 120.0
 ) -> CaPlan:
     """Validate the CA options (raises :class:`InvalidInput`; touches nothing)."""
-    directory = resolve_directory(common.directory, staging=common.staging)
-    directory_slug(directory)  # InvalidInput for a URL a CA cannot have
+    # InvalidInput for a URL a CA cannot have; parsed once, then passed on
+    directory = DirectoryUrl(resolve_directory(common.directory, staging=common.staging))
     timeout = duration_seconds(common.timeout, "--timeout", positive=True)
     ca_bundle = common.ca_bundle.expanduser() if common.ca_bundle is not None else None
     if ca_bundle is not None:

@@ -28,10 +28,10 @@ import dataclasses
 import datetime as _dt
 import enum
 from collections.abc import Iterable, Iterator, Mapping
-from urllib.parse import urlsplit
 
 from acmecerts._time import duration_seconds
 from acmecerts.errors import InvalidInput
+from acmecerts.protocol.directory import DirectoryUrl
 from acmecerts.ratelimit._profiles import (
     LETS_ENCRYPT_PROFILES,
     LETS_ENCRYPT_STAGING_PROFILES,
@@ -430,7 +430,7 @@ _MODELS_BY_HOST = {
 }
 
 
-def model_for_directory(directory_url: str) -> RateLimitModel:
+def model_for_directory(directory_url: str | DirectoryUrl) -> RateLimitModel:
     """The limits model of the CA at ``directory_url``, as far as acmecerts knows it.
 
     :data:`LETS_ENCRYPT` for Let's Encrypt's production directory,
@@ -441,15 +441,7 @@ def model_for_directory(directory_url: str) -> RateLimitModel:
     :class:`~acmecerts.AcmeClient`'s ``request_rates="auto"`` all choose with it.
 
     Raises:
-        InvalidInput: ``directory_url`` is not an http(s) URL.
+        InvalidInput: ``directory_url`` is no directory URL (see
+            :class:`~acmecerts.DirectoryUrl`: an absolute https URL with a host).
     """
-    if not isinstance(directory_url, str):
-        raise InvalidInput(f"the directory URL must be a string, got {directory_url!r}")
-    try:
-        parts = urlsplit(directory_url.strip())
-    except ValueError as exc:
-        raise InvalidInput(f"invalid directory URL {directory_url!r}: {exc}") from None
-    host = (parts.hostname or "").lower().rstrip(".")
-    if parts.scheme.lower() not in ("http", "https") or not host:
-        raise InvalidInput(f"invalid directory URL {directory_url!r}: need http(s)://host/...")
-    return _MODELS_BY_HOST.get(host, NO_LIMITS)
+    return _MODELS_BY_HOST.get(DirectoryUrl(directory_url).host, NO_LIMITS)
