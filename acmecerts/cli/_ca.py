@@ -26,7 +26,6 @@ from acmecerts.errors import (
     InvalidInput,
     RateLimitDeferred,
 )
-from acmecerts.protocol.directory import DirectoryUrl
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.protocol.keys import AccountKey, KeyType
 from acmecerts.ratelimit import LETS_ENCRYPT as LETS_ENCRYPT_LIMITS
@@ -112,7 +111,7 @@ def plan_ca(
 ) -> CaPlan:
     """Validate the CA options (raises :class:`InvalidInput`; touches nothing)."""
     # InvalidInput for a URL a CA cannot have; parsed once, then passed on
-    directory = DirectoryUrl(resolve_directory(common.directory, staging=common.staging))
+    directory = resolve_directory(common.directory, staging=common.staging)
     timeout = duration_seconds(common.timeout, "--timeout", positive=True)
     ca_bundle = common.ca_bundle.expanduser() if common.ca_bundle is not None else None
     if ca_bundle is not None:
