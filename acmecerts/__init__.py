@@ -18,7 +18,14 @@ from acmecerts._version import __version__
 
 if TYPE_CHECKING:
     from acmecerts._issued import IssuedCertificate
-    from acmecerts._time import Clock, FakeClock, SystemClock, VirtualClock, parse_retry_after
+    from acmecerts._time import (
+        Clock,
+        FakeClock,
+        SystemClock,
+        VirtualClock,
+        duration_seconds,
+        parse_retry_after,
+    )
     from acmecerts.client import AcmeClient, ExternalAccountBinding, PollPolicy, RevocationReason
     from acmecerts.errors import (
         AccountDoesNotExist,
@@ -54,6 +61,7 @@ if TYPE_CHECKING:
     )
     from acmecerts.protocol.ari import RenewalDecision, RenewalInfoResult
     from acmecerts.protocol.certificate import CertificateChain, CertificateInfo
+    from acmecerts.protocol.directory import DirectoryUrl
     from acmecerts.protocol.identifiers import Identifier, parse_identifier
     from acmecerts.protocol.keys import AccountKey, KeyType
     from acmecerts.protocol.resources import RenewalInfo
@@ -91,6 +99,7 @@ __all__ = [
     "ChallengeTask",
     "Clock",
     "ConnectError",
+    "DirectoryUrl",
     "DnsHookSolver",
     "DnsPersistSolver",
     "ErrorKind",
@@ -136,6 +145,7 @@ __all__ = [
     "UrlPolicy",
     "VirtualClock",
     "__version__",
+    "duration_seconds",
     "parse_identifier",
     "parse_retry_after",
 ]
@@ -160,6 +170,7 @@ _LAZY: dict[str, str] = {
     "ChallengeTask": "acmecerts.solvers",
     "Clock": "acmecerts._time",
     "ConnectError": "acmecerts.errors",
+    "DirectoryUrl": "acmecerts.protocol.directory",
     "DnsHookSolver": "acmecerts.solvers",
     "DnsPersistSolver": "acmecerts.solvers",
     "ErrorKind": "acmecerts.errors",
@@ -204,6 +215,7 @@ _LAZY: dict[str, str] = {
     "UrlPolicy": "acmecerts.transport",
     "ProxyConfig": "acmecerts.transport",
     "ProxyError": "acmecerts.errors",
+    "duration_seconds": "acmecerts._time",
     "parse_identifier": "acmecerts.protocol.identifiers",
     "parse_retry_after": "acmecerts._time",
 }

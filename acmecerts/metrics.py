@@ -42,11 +42,11 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import logging
-import math
 import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from acmecerts import duration_seconds
 from acmecerts import manager as mgr
 from acmecerts.client import ClientEvent, ResponseReceived
 from acmecerts.errors import AcmeCertsError, AcmeProblem, InvalidInput, ProblemType
@@ -171,15 +171,7 @@ class PrometheusMetrics:
             raise InvalidInput(
                 "metrics need prometheus_client: pip install 'acmecerts[metrics]'"
             ) from exc
-        refresh = (
-            budget_refresh.total_seconds()
-            if isinstance(budget_refresh, _dt.timedelta)
-            else budget_refresh
-        )
-        if isinstance(refresh, bool) or not isinstance(refresh, int | float):
-            raise InvalidInput(f"budget_refresh must be seconds, got {budget_refresh!r}")
-        if not (math.isfinite(refresh) and refresh >= 0):
-            raise InvalidInput(f"budget_refresh must be >= 0 seconds, got {budget_refresh!r}")
+        refresh = duration_seconds(budget_refresh, "budget_refresh")
         self.budget_refresh = _dt.timedelta(seconds=refresh)
         self.registry = registry if registry is not None else prom.CollectorRegistry()
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import math
+import numbers
 from collections.abc import Iterator
 from typing import Protocol, runtime_checkable
 
@@ -107,20 +108,37 @@ def as_seconds(value: float | _dt.timedelta) -> float:
     return float(value)
 
 
-def duration_seconds(value: float | _dt.timedelta, name: str, *, positive: bool = False) -> float:
-    """A duration given as seconds or ``timedelta``, validated, in seconds.
+def duration_seconds(
+    value: float | _dt.timedelta, name: str, *, positive: bool = False, unbounded: bool = False
+) -> float:
+    """A duration option given as seconds or ``timedelta``, validated, in seconds.
+
+    The one parser of acmecerts' duration options (the library's keyword arguments and the
+    command line's ``--timeout``-style options alike): a real number of seconds (``int``,
+    ``float``, ``fractions.Fraction``...) or a ``datetime.timedelta``, finite, and at least
+    0 (more than 0 with ``positive``). ``name`` names the option in the error. Infinity
+    is refused too, except with ``unbounded`` (for an option whose ``inf`` means "no
+    limit", such as :func:`parse_retry_after`'s ``max_delay``).
 
     Raises:
-        InvalidInput: ``value`` is not a number of seconds or a ``timedelta``, is not
-            finite (``inf``, NaN), or is negative (or zero, with ``positive``).
+        InvalidInput: ``value`` is of another type (``bool`` and ``str`` included: ``True``
+            is no duration, and text is parsed where it is read), is NaN, is infinite
+            (without ``unbounded``), or is negative (or zero, with ``positive``).
     """
     bound = "> 0" if positive else ">= 0"
-    try:
-        seconds = as_seconds(value)
-    except (TypeError, ValueError):
-        seconds = math.nan
-    if not ((seconds > 0 if positive else seconds >= 0) and math.isfinite(seconds)):
-        raise InvalidInput(f"{name} must be a finite number of seconds {bound}, got {value!r}")
+    finite = "" if unbounded else "finite "
+    if isinstance(value, _dt.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, numbers.Real) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidInput(
+            f"{name} must be a {finite}number of seconds {bound} or a timedelta, "
+            f"got {type(value).__name__} {value!r}"
+        )
+    in_range = seconds > 0 if positive else seconds >= 0
+    if not (in_range and (math.isfinite(seconds) or (unbounded and seconds == math.inf))):
+        raise InvalidInput(f"{name} must be a {finite}number of seconds {bound}, got {value!r}")
     return seconds
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import email.utils
-import math
 import re
 
 from ._clock import _MAX_INSTANT, _after, aware_utc, duration_seconds
@@ -48,9 +47,7 @@ def _limit_seconds(max_delay: float | _dt.timedelta) -> float:
     """``max_delay`` in seconds: a duration >= 0, or ``inf`` for no limit."""
     if max_delay is DEFAULT_MAX_RETRY_AFTER:
         return _DEFAULT_LIMIT
-    if max_delay == math.inf:
-        return math.inf
-    return duration_seconds(max_delay, "max_delay")
+    return duration_seconds(max_delay, "max_delay", unbounded=True)
 
 
 def _clamp(instant: _dt.datetime, now: _dt.datetime, limit: float) -> _dt.datetime:

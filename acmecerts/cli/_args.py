@@ -11,7 +11,6 @@ start-up, before anything of the library is imported (``tests/test_cli_start.py`
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 from typing import Final
 
@@ -136,8 +135,6 @@ class HookArgs:
 
     def checked_timeout(self) -> float:
         """``--hook-timeout``, validated (raises :class:`InvalidInput`)."""
-        if not (math.isfinite(self.timeout) and self.timeout > 0):
-            raise InvalidInput(
-                f"--hook-timeout must be a positive number of seconds, not {self.timeout}"
-            )
-        return self.timeout
+        from acmecerts import duration_seconds  # the library's one duration parser
+
+        return duration_seconds(self.timeout, "--hook-timeout", positive=True)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as _dt
-import math
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from acmecerts import Clock, IssuedCertificate, SystemClock
+from acmecerts import Clock, IssuedCertificate, SystemClock, duration_seconds
 from acmecerts.client import AcmeClient, ExternalAccountBinding
 from acmecerts.errors import (
     AccountDoesNotExist,
@@ -39,7 +38,7 @@ from ._engine import Deferred, TrackingClient
 from ._firstcontact import agree_to_terms, can_prompt, resolve_directory
 from ._proxy import cli_proxy
 from ._report import log, when
-from ._state import State, default_state_dir, directory_slug
+from ._state import State, default_state_dir
 
 __all__ = ["CaPlan", "ensure_registered", "open_client", "plan_ca", "wait_or_defer"]
 
@@ -107,21 +106,13 @@ def _rate_limit_model(value: str, directory: str) -> RateLimitModel:
     raise InvalidInput(f"--rate-limits {value!r}: choose auto, letsencrypt or none")
 
 
-def _seconds(value: float, option: str, *, allow_zero: bool = False) -> float:
-    ok = math.isfinite(value) and (value >= 0 if allow_zero else value > 0)
-    if not ok:
-        what = "0 or more" if allow_zero else "a positive number of"
-        raise InvalidInput(f"{option} must be {what} seconds, not {value}")
-    return value
-
-
 def plan_ca(
     common: CommonArgs, account: AccountArgs | None = None, *, max_wait: float = 120.0
 ) -> CaPlan:
     """Validate the CA options (raises :class:`InvalidInput`; touches nothing)."""
+    # InvalidInput for a URL a CA cannot have; parsed once, then passed on
     directory = resolve_directory(common.directory, staging=common.staging)
-    directory_slug(directory)  # InvalidInput for a URL a CA cannot have
-    timeout = _seconds(common.timeout, "--timeout")
+    timeout = duration_seconds(common.timeout, "--timeout", positive=True)
     ca_bundle = common.ca_bundle.expanduser() if common.ca_bundle is not None else None
     if ca_bundle is not None:
         try:
@@ -148,7 +139,7 @@ def plan_ca(
         timeout=timeout,
         contact=_contacts(account.emails),
         eab=eab,
-        max_wait=_seconds(max_wait, "--max-wait", allow_zero=True),
+        max_wait=duration_seconds(max_wait, "--max-wait"),
         proxy=cli_proxy(common.proxy),
         agree_tos=account.agree_tos,
         prompt=can_prompt(json_mode=common.json),

@@ -25,7 +25,6 @@ import dataclasses
 import json
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
@@ -36,6 +35,7 @@ from acmecerts.protocol.certificate import (
     check_certificate_matches,
     parse_pem_chain,
 )
+from acmecerts.protocol.directory import DirectoryUrl
 from acmecerts.protocol.identifiers import Identifier, parse_identifiers
 from acmecerts.protocol.keys import AccountKey, KeyType, load_private_key
 
@@ -202,11 +202,11 @@ def read_lineage(conf_path: Path) -> CertbotLineage:
     params = conf.get("renewalparams")
     if not isinstance(params, dict):
         raise _bad(conf_path, "it has no [renewalparams] section")
-    server = _text(params, "server", conf_path)
-    parts = urlsplit(server or "")
-    if parts.scheme != "https" or not parts.hostname:
-        raise _bad(conf_path, f"server {server!r} is not an https:// ACME directory URL")
-    assert server is not None
+    text = _text(params, "server", conf_path)
+    try:
+        server = DirectoryUrl(text or "")  # parsed once; the import passes it on
+    except InvalidInput:
+        raise _bad(conf_path, f"server {text!r} is not an https:// ACME directory URL") from None
     live = conf_path.parent.parent / "live" / name
     fullchain = Path(_text(conf, "fullchain", conf_path) or live / "fullchain.pem")
     privkey = Path(_text(conf, "privkey", conf_path) or live / "privkey.pem")
@@ -288,9 +288,11 @@ def _jwk_key(jwk: object, path: Path) -> AccountKey:
     raise _bad(path, f"key type {jwk.get('kty')!r} is neither RSA nor EC")
 
 
-def read_account(directory: Path, server: str, account_id: str) -> tuple[AccountKey, str]:
+def read_account(
+    directory: Path, server: str | DirectoryUrl, account_id: str
+) -> tuple[AccountKey, str]:
     """certbot's account ``account_id`` at ``server``: its key and URL."""
-    parts = urlsplit(server)
+    parts = DirectoryUrl(server).parts
     base = directory / "accounts" / parts.netloc / parts.path.strip("/")
     folder = base / account_id
     if not folder.is_dir():

@@ -42,7 +42,13 @@ def parse_grace(text: str) -> _dt.timedelta:
         raise InvalidInput(
             f"--check-grace {text!r}: expected a duration, e.g. 86400, 12h or 2d"
         ) from None
-    return _dt.timedelta(seconds=float(match[1]) * _UNITS[match[2]])
+    from acmecerts import duration_seconds  # the library's one duration parser
+
+    seconds = duration_seconds(float(match[1]) * _UNITS[match[2]], "--check-grace")
+    try:
+        return _dt.timedelta(seconds=seconds)
+    except OverflowError:  # more than a timedelta holds (999,999,999 days)
+        raise InvalidInput(f"--check-grace {text!r}: too long") from None
 
 
 def grace_text(grace: _dt.timedelta) -> str:

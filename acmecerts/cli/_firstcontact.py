@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Final
 import anyio.to_thread
 
 from acmecerts.errors import AccountDoesNotExist, InvalidInput
+from acmecerts.protocol.directory import DirectoryUrl
 
 if TYPE_CHECKING:
     from acmecerts.client import AcmeClient
@@ -49,8 +50,9 @@ LETS_ENCRYPT_STAGING: Final = "https://acme-staging-v02.api.letsencrypt.org/dire
 LETS_ENCRYPT_PRODUCTION: Final = "https://acme-v02.api.letsencrypt.org/directory"
 
 
-def resolve_directory(directory: str | None, *, staging: bool) -> str:
-    """The directory URL to use: ``--directory``, ``--staging`` or Let's Encrypt's."""
+def resolve_directory(directory: str | None, *, staging: bool) -> DirectoryUrl:
+    """The directory URL to use: ``--directory``, ``--staging`` or Let's Encrypt's, parsed
+    once here (:class:`InvalidInput` for one a CA cannot have) and passed on."""
     if staging:
         given = (directory or "").strip()
         if given and given.rstrip("/") != LETS_ENCRYPT_STAGING:
@@ -58,8 +60,8 @@ def resolve_directory(directory: str | None, *, staging: bool) -> str:
                 f"--staging uses {LETS_ENCRYPT_STAGING}; it cannot be combined with "
                 f"--directory {given}"
             )
-        return LETS_ENCRYPT_STAGING
-    return directory if directory else LETS_ENCRYPT_PRODUCTION
+        return DirectoryUrl(LETS_ENCRYPT_STAGING)
+    return DirectoryUrl(directory if directory else LETS_ENCRYPT_PRODUCTION)
 
 
 # -- terms of service -------------------------------------------------------------------------

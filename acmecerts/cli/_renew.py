@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from acmecerts import duration_seconds
 from acmecerts.errors import AcmeCertsError, InvalidInput, StorageError
 from acmecerts.manager import CertificateSpec
 from acmecerts.protocol.identifiers import parse_identifiers
@@ -374,8 +375,7 @@ def run_renew(
         directory = resolve_directory(given.directory, staging=given.staging)
         common = dataclasses.replace(given, directory=directory, staging=False)
         args.batch.check()
-        if not (0 <= args.random_delay < float("inf")):
-            raise InvalidInput(f"--random-delay must be 0 or more seconds, not {args.random_delay}")
+        duration_seconds(args.random_delay, "--random-delay")
         hook_timeout = args.hooks.checked_timeout()
         root, cas, problems = ca_plans(
             common,

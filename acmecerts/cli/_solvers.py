@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import ipaddress
-import math
 import os
 import re
 import shlex
@@ -160,9 +159,9 @@ def _hook_argv(command: str) -> list[str]:
 
 
 def _propagation(options: ChallengeOptions, default_port: int) -> PropagationCheck | None:
-    timeout = options.dns_propagation_timeout
-    if not (math.isfinite(timeout) and timeout >= 0):
-        raise InvalidInput(f"--dns-propagation-timeout must be 0 or more seconds, not {timeout}")
+    from acmecerts import duration_seconds  # the library's one duration parser
+
+    timeout = duration_seconds(options.dns_propagation_timeout, "--dns-propagation-timeout")
     if timeout == 0:
         return None
     servers = list(options.dns_propagation_nameservers)

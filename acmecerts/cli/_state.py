@@ -44,13 +44,13 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from acmecerts.errors import AcmeCertsError, InvalidInput, StorageError
 from acmecerts.protocol.certificate import (
     certificate_info,
     parse_pem_chain,
 )
+from acmecerts.protocol.directory import DirectoryUrl
 from acmecerts.protocol.keys import AccountKey, KeyType, key_type_of
 from acmecerts.ratelimit import RateLimitLedger, RateLimitModel
 from acmecerts.retry import AttemptState
@@ -122,18 +122,17 @@ def certificate_name(first_identifier: str) -> str:
     return first_identifier.lower().replace(":", "_")
 
 
-def directory_slug(directory_url: str) -> str:
-    """The first cut's directory name for a CA: ``host[_port]_path_segments``."""
-    try:
-        parts = urlsplit(directory_url)
-        port = parts.port
-    except ValueError as exc:
-        raise InvalidInput(f"invalid directory URL {directory_url!r}: {exc}") from None
-    if parts.scheme != "https" or not parts.hostname:
-        raise InvalidInput(f"the directory URL must be https://..., got {directory_url!r}")
+def directory_slug(directory_url: str | DirectoryUrl) -> str:
+    """The first cut's directory name for a CA: ``host[_port]_path_segments``.
+
+    Raises:
+        InvalidInput: ``directory_url`` is no directory URL (see :class:`DirectoryUrl`).
+    """
+    parts = DirectoryUrl(directory_url).parts
+    assert parts.hostname is not None  # DirectoryUrl holds one
     pieces = [parts.hostname.lower()]
-    if port is not None:
-        pieces.append(str(port))
+    if parts.port is not None:
+        pieces.append(str(parts.port))
     pieces.extend(segment for segment in parts.path.split("/") if segment)
     if parts.query:
         pieces.append(parts.query)
@@ -154,9 +153,9 @@ def _key_type_of(pem: bytes) -> KeyType | None:
 class State:
     """The state directory for one CA (see the module docstring for the layout)."""
 
-    def __init__(self, root: Path, directory_url: str) -> None:
+    def __init__(self, root: Path, directory_url: str | DirectoryUrl) -> None:
         self.root = root.expanduser().absolute()
-        self.directory_url = directory_url
+        self.directory_url = directory_url = DirectoryUrl(directory_url)
         self.layout = KeyLayout(directory_url)
         self.storage = FileStorage(self.root)
 

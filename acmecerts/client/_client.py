@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Literal
 
 import anyio
 
-from acmecerts._time import Clock, SystemClock, as_seconds
+from acmecerts._time import Clock, SystemClock, duration_seconds
 from acmecerts.errors import InvalidInput, RateLimitDeferred
 from acmecerts.protocol._flow import PollPolicy
+from acmecerts.protocol.directory import DirectoryUrl
 from acmecerts.protocol.keys import AccountKey
 from acmecerts.ratelimit._model import RateLimitModel, model_for_directory
 from acmecerts.ratelimit._profiles import CaProfiles
@@ -46,7 +47,7 @@ class AcmeClient(_Issuance, _RenewalInfoRequests):
     """An async ACME client for one account on one CA.
 
     Args:
-        directory_url: The CA's directory URL.
+        directory_url: The CA's directory URL: an https URL string or a :class:`DirectoryUrl`.
         account_key: The account key; a new P-256 key is generated when omitted (save
             ``client.account_key.to_pem()`` to reuse the account).
         account_url: The account URL if known (saves a ``newAccount`` round-trip).
@@ -107,7 +108,7 @@ class AcmeClient(_Issuance, _RenewalInfoRequests):
 
     def __init__(
         self,
-        directory_url: str,
+        directory_url: str | DirectoryUrl,
         *,
         account_key: AccountKey | None = None,
         account_url: str | None = None,
@@ -132,6 +133,7 @@ class AcmeClient(_Issuance, _RenewalInfoRequests):
         proxy: ProxySetting = "env",
         ca_profiles: CaProfiles | Literal["auto"] | None = "auto",
     ) -> None:
+        directory_url = DirectoryUrl(directory_url)  # parsed here once, then passed on
         self.clock: Clock = clock or SystemClock()
         self.ledger = ledger
         #: The rules of the CA's profiles each order is checked against (``None``: none).
@@ -165,9 +167,7 @@ class AcmeClient(_Issuance, _RenewalInfoRequests):
         self.account_url = account_url
         self.contact = tuple(contact)
         self.eab = eab
-        self.attempt_timeout = as_seconds(attempt_timeout)
-        if self.attempt_timeout <= 0:
-            raise InvalidInput("attempt_timeout must be positive")
+        self.attempt_timeout = duration_seconds(attempt_timeout, "attempt_timeout", positive=True)
         self.poll = poll or PollPolicy()
         self._account_lock = anyio.Lock()
         self._issuance_events: EventSubscribers[IssuanceEvent] = EventSubscribers()
@@ -223,7 +223,7 @@ class AcmeClient(_Issuance, _RenewalInfoRequests):
 
 def _request_rates(
     value: RequestRates | RatesTable | RateLimitModel | RequestThrottle | str | None,
-    directory_url: str,
+    directory_url: DirectoryUrl,
     ledger: LedgerLike | None,
 ) -> RatesTable | RequestThrottle | None:
     """What ``AcmeClient(request_rates=value)`` gives the transport."""
@@ -241,7 +241,7 @@ def _request_rates(
 
 
 def _ca_profiles(
-    value: CaProfiles | str | None, directory_url: str, ledger: LedgerLike | None
+    value: CaProfiles | str | None, directory_url: DirectoryUrl, ledger: LedgerLike | None
 ) -> CaProfiles | None:
     """What ``AcmeClient(ca_profiles=value)`` checks orders against."""
     if isinstance(value, str):

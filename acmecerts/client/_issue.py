@@ -11,7 +11,7 @@ import anyio
 import httpx
 
 from acmecerts._issued import IssuedCertificate
-from acmecerts._time import as_seconds, cancel_at
+from acmecerts._time import cancel_at, duration_seconds
 from acmecerts.client._authorization import _AuthorizationRequests
 from acmecerts.client._certificate import _CertificateRequests
 from acmecerts.client._events import (
@@ -223,10 +223,10 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
             key = private_key or generate_private_key(key_type)
             csr_der = build_csr(identifiers, key)
         timeout = (
-            as_seconds(attempt_timeout) if attempt_timeout is not None else self.attempt_timeout
+            duration_seconds(attempt_timeout, "attempt_timeout", positive=True)
+            if attempt_timeout is not None
+            else self.attempt_timeout
         )
-        if not timeout > 0:  # also NaN
-            raise InvalidInput(f"attempt_timeout must be positive, got {attempt_timeout!r}")
         deadline = self.clock.now() + _dt.timedelta(seconds=timeout)
         flow = IssuanceFlow(
             identifiers,

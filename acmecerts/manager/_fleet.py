@@ -38,6 +38,7 @@ from acmecerts.client import AcmeClient, ExternalAccountBinding, PollPolicy
 from acmecerts.errors import InvalidInput
 from acmecerts.manager._ledger import RateLimitLedger
 from acmecerts.manager._manager import CertificateManager
+from acmecerts.protocol.directory import DirectoryUrl
 from acmecerts.protocol.keys import KeyType
 from acmecerts.ratelimit import CaProfiles, RateLimitModel, model_for_directory
 from acmecerts.ratelimit._throttle import RatesTable
@@ -195,7 +196,7 @@ async def _account_url(
 @contextlib.asynccontextmanager
 async def open_manager(
     storage: Storage,
-    directory_url: str,
+    directory_url: str | DirectoryUrl,
     *,
     solvers: Sequence[Solver],
     account: str = "default",
@@ -222,7 +223,7 @@ async def open_manager(
         storage: The shared store (:class:`~acmecerts.storage.FileStorage`,
             :class:`~acmecerts.storage.kubernetes.KubernetesStorage`...). It stays open:
             close it after the block.
-        directory_url: The CA's directory URL.
+        directory_url: The CA's directory URL: an https URL string or a :class:`DirectoryUrl`.
         solvers: The challenge solvers (at least one).
         account: The account's name in the store (:class:`~acmecerts.storage.KeyLayout`):
             several accounts on one CA may share a store under different names.
@@ -260,6 +261,7 @@ async def open_manager(
     """
     if not isinstance(storage, Storage):
         raise InvalidInput(f"storage must be a Storage (FileStorage...), got {storage!r}")
+    directory_url = DirectoryUrl(directory_url)  # parsed here once, then passed on
     layout = KeyLayout(directory_url, account)
     key_type = KeyType.parse(account_key_type)
     if not isinstance(terms_of_service_agreed, bool):

@@ -24,7 +24,7 @@ import anyio
 import anyio.abc
 
 from acmecerts._issued import IssuedCertificate
-from acmecerts._time import Clock, as_seconds
+from acmecerts._time import Clock, duration_seconds
 from acmecerts.client import AcmeClient, IssuanceEvent, OrderCreated, OrderRequested
 from acmecerts.errors import (
     AcmeCertsError,
@@ -183,11 +183,7 @@ class CertificateManager(Attempts):
         self._cancellation_hooks: list[CancellationHook] = []
         self._task_group: anyio.abc.TaskGroup | None = None
         self._store: CertificateStore | None = None
-        self._lock_lease = as_seconds(lock_lease)
-        if not 0 < self._lock_lease < float("inf"):
-            raise InvalidInput(
-                f"lock_lease must be a positive number of seconds, not {lock_lease!r}"
-            )
+        self._lock_lease = duration_seconds(lock_lease, "lock_lease", positive=True)
         if storage is not None:
             self._store = CertificateStore(
                 storage, layout or KeyLayout(client.transport.directory_url)

@@ -58,7 +58,7 @@ import anyio.abc
 
 from acmecerts._issued import IssuedCertificate
 from acmecerts._time import Clock, duration_seconds
-from acmecerts.errors import AcmeCertsError, InvalidInput, StorageError
+from acmecerts.errors import AcmeCertsError, StorageError
 from acmecerts.manager._persist import CertificateStore
 from acmecerts.manager._records import RetiredEntry, RetiredRecord, RetiredState
 from acmecerts.protocol.identifiers import Identifier
@@ -94,8 +94,6 @@ def retention_seconds(value: float | _dt.timedelta | None) -> float | None:
     """Validate a retention (seconds or a ``timedelta``; ``None``: keep forever)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float | _dt.timedelta):
-        raise InvalidInput(f"retention must be seconds, a timedelta or None, got {value!r}")
     return duration_seconds(value, "retention")
 
 

@@ -9,10 +9,20 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import math
 
+from acmecerts._time import duration_seconds
 from acmecerts.errors import AcmeCertsError, AttemptTimeout, InvalidInput
 
 __all__ = ["Fail", "Poll", "PollPolicy", "next_poll"]
+
+#: The durations of a :class:`PollPolicy` (seconds), and whether each must be more than 0.
+_DURATIONS = (
+    ("initial", True),
+    ("max_interval", True),
+    ("floor", False),
+    ("max_retry_after", False),
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -43,6 +53,11 @@ class PollPolicy:
     authorization_look: int = 3
 
     def __post_init__(self) -> None:
+        for name, positive in _DURATIONS:
+            value = duration_seconds(getattr(self, name), f"PollPolicy.{name}", positive=positive)
+            object.__setattr__(self, name, value)
+        if not (self.multiplier >= 1 and math.isfinite(self.multiplier)):
+            raise InvalidInput(f"PollPolicy.multiplier must be >= 1, got {self.multiplier!r}")
         for name in ("challenge_answers", "authorization_look"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

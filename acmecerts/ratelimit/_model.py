@@ -27,11 +27,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import enum
-import math
 from collections.abc import Iterable, Iterator, Mapping
-from urllib.parse import urlsplit
 
+from acmecerts._time import duration_seconds
 from acmecerts.errors import InvalidInput
+from acmecerts.protocol.directory import DirectoryUrl
 from acmecerts.ratelimit._profiles import (
     LETS_ENCRYPT_PROFILES,
     LETS_ENCRYPT_STAGING_PROFILES,
@@ -98,17 +98,9 @@ _DEFAULT_EVENT = {
 
 
 def _period(value: float | _dt.timedelta, what: str) -> _dt.timedelta:
-    if isinstance(value, _dt.timedelta):
-        period = value
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        if not math.isfinite(value):
-            raise InvalidInput(f"{what} must be finite, got {value!r}")
-        period = _dt.timedelta(seconds=value)
-    else:
-        raise InvalidInput(f"{what} must be seconds or a timedelta, got {value!r}")
-    if period <= _dt.timedelta(0):
-        raise InvalidInput(f"{what} must be positive, got {value!r}")
-    return period
+    if isinstance(value, _dt.timedelta) and value > _dt.timedelta(0):
+        return value  # as given: no round trip through float seconds
+    return _dt.timedelta(seconds=duration_seconds(value, what, positive=True))
 
 
 @dataclasses.dataclass(frozen=True, slots=True, init=False)
@@ -438,7 +430,7 @@ _MODELS_BY_HOST = {
 }
 
 
-def model_for_directory(directory_url: str) -> RateLimitModel:
+def model_for_directory(directory_url: str | DirectoryUrl) -> RateLimitModel:
     """The limits model of the CA at ``directory_url``, as far as acmecerts knows it.
 
     :data:`LETS_ENCRYPT` for Let's Encrypt's production directory,
@@ -449,15 +441,7 @@ def model_for_directory(directory_url: str) -> RateLimitModel:
     :class:`~acmecerts.AcmeClient`'s ``request_rates="auto"`` all choose with it.
 
     Raises:
-        InvalidInput: ``directory_url`` is not an http(s) URL.
+        InvalidInput: ``directory_url`` is no directory URL (see
+            :class:`~acmecerts.DirectoryUrl`: an absolute https URL with a host).
     """
-    if not isinstance(directory_url, str):
-        raise InvalidInput(f"the directory URL must be a string, got {directory_url!r}")
-    try:
-        parts = urlsplit(directory_url.strip())
-    except ValueError as exc:
-        raise InvalidInput(f"invalid directory URL {directory_url!r}: {exc}") from None
-    host = (parts.hostname or "").lower().rstrip(".")
-    if parts.scheme.lower() not in ("http", "https") or not host:
-        raise InvalidInput(f"invalid directory URL {directory_url!r}: need http(s)://host/...")
-    return _MODELS_BY_HOST.get(host, NO_LIMITS)
+    return _MODELS_BY_HOST.get(DirectoryUrl(directory_url).host, NO_LIMITS)

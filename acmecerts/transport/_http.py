@@ -33,6 +33,7 @@ from acmecerts.errors import (
     RequestTimeout,
     TransportError,
 )
+from acmecerts.protocol.directory import DirectoryUrl
 from acmecerts.protocol.jws import sign_request
 from acmecerts.protocol.keys import AccountKey
 from acmecerts.protocol.resources import Directory, parse_directory
@@ -106,7 +107,7 @@ class AcmeTransport(Observable):
     """HTTP transport to one ACME server.
 
     Args:
-        directory_url: The CA's directory URL.
+        directory_url: The CA's directory URL (``str`` or :class:`DirectoryUrl`).
         ca_bundle: An extra CA certificate (PEM file) to trust besides the system store,
             e.g. Pebble's test CA. TLS verification is always on.
         timeout: Per-HTTP-request timeout (seconds or ``timedelta``), separate from the
@@ -158,7 +159,7 @@ class AcmeTransport(Observable):
 
     def __init__(
         self,
-        directory_url: str,
+        directory_url: str | DirectoryUrl,
         *,
         ca_bundle: str | Path | None = None,
         timeout: float | _dt.timedelta = 30.0,
@@ -173,13 +174,8 @@ class AcmeTransport(Observable):
         request_rates: RequestThrottle | RatesTable | None = None,
         proxy: ProxySetting = "env",
     ) -> None:
-        try:
-            parsed = httpx.URL(directory_url)
-        except (httpx.InvalidURL, TypeError) as exc:
-            raise InvalidInput(f"invalid directory URL {directory_url!r}") from exc
-        if parsed.scheme != "https" or not parsed.host:
-            raise InvalidInput(f"the directory URL must be https://..., got {directory_url!r}")
-        self.directory_url = directory_url
+        #: The CA's directory URL (a ``str``, parsed once: :class:`DirectoryUrl`).
+        self.directory_url = directory_url = DirectoryUrl(directory_url)
         self.clock: Clock = clock or SystemClock()
         self.retry = retry or RequestRetry()
         #: Where each request's nonce comes from (the pool, an answer, newNonce).

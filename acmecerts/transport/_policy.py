@@ -40,6 +40,7 @@ from acmecerts.errors import (
     RequestTimeout,
     UnsafeUrl,
 )
+from acmecerts.protocol.directory import DirectoryUrl
 from acmecerts.transport._reasons import is_unknown_host
 
 __all__ = [
@@ -130,16 +131,20 @@ class UrlPolicy:
         """The origins allowed besides the directory's, normalised (``https://host[:port]``)."""
         return tuple(_show(o) for o in self._extra)
 
-    def origins(self, directory_url: str) -> tuple[Origin, ...]:
-        """Every origin allowed for a CA with this directory URL, the directory's first."""
-        home = origin_of(directory_url)
+    def origins(self, directory_url: str | DirectoryUrl) -> tuple[Origin, ...]:
+        """Every origin allowed for a CA with this directory URL, the directory's first.
+
+        Raises:
+            InvalidInput: ``directory_url`` is no directory URL (see :class:`DirectoryUrl`).
+        """
+        home = DirectoryUrl(directory_url).origin
         return (home, *(o for o in self._extra if o != home))
 
-    def bind(self, directory_url: str) -> BoundUrlPolicy:
+    def bind(self, directory_url: str | DirectoryUrl) -> BoundUrlPolicy:
         """This policy for one CA: its origins worked out once (what a transport uses).
 
         Raises:
-            InvalidInput: ``directory_url`` is not an absolute http(s) URL.
+            InvalidInput: ``directory_url`` is not an absolute https URL with a host.
         """
         return BoundUrlPolicy(self, directory_url)
 
@@ -217,11 +222,11 @@ class BoundUrlPolicy:
 
     __slots__ = ("_accepted", "_narrowed", "directory_url", "origins", "policy")
 
-    def __init__(self, policy: UrlPolicy, directory_url: str) -> None:
+    def __init__(self, policy: UrlPolicy, directory_url: str | DirectoryUrl) -> None:
         #: The policy bound.
         self.policy = policy
         #: The CA's directory URL it is bound to.
-        self.directory_url = directory_url
+        self.directory_url = directory_url = DirectoryUrl(directory_url)
         #: Every origin allowed, the directory's first.
         self.origins = policy.origins(directory_url)
         self._narrowed = type(policy).checked is not UrlPolicy.checked

@@ -99,7 +99,7 @@ def test_no_limits_is_empty() -> None:
         (("bad name", 1, 60, Scope.ACCOUNT), {}, "identifier"),
         (("x", 0, 60, Scope.ACCOUNT), {}, "capacity"),
         (("x", 1.5, 60, Scope.ACCOUNT), {}, "capacity"),
-        (("x", 1, 0, Scope.ACCOUNT), {}, "positive"),
+        (("x", 1, 0, Scope.ACCOUNT), {}, "seconds > 0"),
         (("x", 1, float("inf"), Scope.ACCOUNT), {}, "finite"),
         (("x", 1, 60, "galaxy"), {}, "galaxy"),
         (("x", 1, 60, Scope.ACCOUNT), {"pauses": True}, "pause"),
