@@ -26,7 +26,13 @@ if TYPE_CHECKING:
         duration_seconds,
         parse_retry_after,
     )
-    from acmecerts.client import AcmeClient, ExternalAccountBinding, PollPolicy, RevocationReason
+    from acmecerts.client import (
+        AcmeClient,
+        ExternalAccountBinding,
+        PollPolicy,
+        RevocationReason,
+        TermsOfServiceNotAgreed,
+    )
     from acmecerts.errors import (
         AccountDoesNotExist,
         AcmeCertsError,
@@ -55,7 +61,6 @@ if TYPE_CHECKING:
         RequestTimeout,
         ServerBusy,
         StorageError,
-        TermsOfServiceNotAgreed,
         TransportError,
         UnsafeUrl,
         UnsupportedChallenge,
@@ -210,7 +215,7 @@ _LAZY: dict[str, str] = {
     "StorageError": "acmecerts.errors",
     "SystemClock": "acmecerts._time",
     "VirtualClock": "acmecerts._time",
-    "TermsOfServiceNotAgreed": "acmecerts.errors",
+    "TermsOfServiceNotAgreed": "acmecerts.client",
     "TlsAlpn01Server": "acmecerts.solvers",
     "TransportError": "acmecerts.errors",
     "UnsafeUrl": "acmecerts.errors",

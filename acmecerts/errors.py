@@ -10,7 +10,6 @@ with ``raise Ours(...) from exc``.
     ├── InvalidInput                     bad input from the caller (ValueError too)
     │   ├── InvalidIdentifier            a malformed domain name or IP address
     │   ├── ProfileRefused               a profile the CA does not offer, or whose rules it breaks
-    │   ├── TermsOfServiceNotAgreed      a new account at a CA whose terms were not agreed to
     │   └── UnsupportedChallenge         e.g. a wildcard with http-01
     ├── TransportError                   the CA could not be reached or did not answer in time
     │   ├── ConnectError
@@ -86,7 +85,6 @@ __all__ = [
     "RequestTimeout",
     "ServerBusy",
     "StorageError",
-    "TermsOfServiceNotAgreed",
     "TransportError",
     "Unauthorized",
     "UnsafeUrl",
@@ -184,22 +182,6 @@ class ProfileRefused(InvalidInput):
     def __init__(self, message: str, *, profile: str | None) -> None:
         super().__init__(message)
         self.profile = profile
-
-
-class TermsOfServiceNotAgreed(InvalidInput):
-    """The CA publishes terms of service (``terms_of_service``, its directory's
-    ``meta.termsOfService``) and the client was told they were not agreed to
-    (``AcmeClient(terms_of_service_agreed=False)``): no account is created. Only the
-    directory (``directory_url``) was fetched; nothing that creates an account was sent."""
-
-    def __init__(self, terms_of_service: str, *, directory_url: str) -> None:
-        super().__init__(
-            f"the CA {directory_url} asks you to agree to its terms of service "
-            f"({terms_of_service}) before an account is created: read them, then agree "
-            "(terms_of_service_agreed=True); no account was created"
-        )
-        self.terms_of_service = terms_of_service
-        self.directory_url = directory_url
 
 
 class UnsupportedChallenge(InvalidInput):

@@ -18,6 +18,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from acmecerts.client import TermsOfServiceNotAgreed
 from acmecerts.errors import (
     AcmeCertsError,
     AcmeProblem,
@@ -25,7 +26,6 @@ from acmecerts.errors import (
     InvalidInput,
     RateLimitDeferred,
     StorageError,
-    TermsOfServiceNotAgreed,
 )
 from acmecerts.transport import trust_hint
 

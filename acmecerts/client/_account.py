@@ -23,7 +23,6 @@ from acmecerts.errors import (
     InvalidInput,
     ProblemType,
     RateLimitDeferred,
-    TermsOfServiceNotAgreed,
 )
 from acmecerts.protocol._polling import PollPolicy
 from acmecerts.protocol.jws import eab_binding, key_change_inner
@@ -57,6 +56,22 @@ class ExternalAccountBinding:
 
     def __repr__(self) -> str:
         return f"ExternalAccountBinding(kid={self.kid!r}, algorithm={self.algorithm!r})"
+
+
+class TermsOfServiceNotAgreed(InvalidInput):
+    """The CA publishes terms of service (``terms_of_service``, its directory's
+    ``meta.termsOfService``) and the client was told they were not agreed to
+    (``AcmeClient(terms_of_service_agreed=False)``): no account is created. Only the
+    directory (``directory_url``) was fetched; nothing that creates an account was sent."""
+
+    def __init__(self, terms_of_service: str, *, directory_url: str) -> None:
+        super().__init__(
+            f"the CA {directory_url} asks you to agree to its terms of service "
+            f"({terms_of_service}) before an account is created: read them, then agree "
+            "(terms_of_service_agreed=True); no account was created"
+        )
+        self.terms_of_service = terms_of_service
+        self.directory_url = directory_url
 
 
 class _AccountRequests:

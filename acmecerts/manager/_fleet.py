@@ -87,6 +87,7 @@ class ClientOptions(TypedDict, total=False):
     url_policy: UrlPolicy | None
     proxy: ProxySetting
     ca_profiles: CaProfiles | Literal["auto"] | None
+    send_replaces: bool
 
 
 class ManagerOptions(TypedDict, total=False):
