@@ -26,7 +26,13 @@ if TYPE_CHECKING:
         duration_seconds,
         parse_retry_after,
     )
-    from acmecerts.client import AcmeClient, ExternalAccountBinding, PollPolicy, RevocationReason
+    from acmecerts.client import (
+        AcmeClient,
+        ExternalAccountBinding,
+        PollPolicy,
+        RevocationReason,
+        TermsOfServiceNotAgreed,
+    )
     from acmecerts.errors import (
         AccountDoesNotExist,
         AcmeCertsError,
@@ -138,6 +144,7 @@ __all__ = [
     "Solver",
     "StorageError",
     "SystemClock",
+    "TermsOfServiceNotAgreed",
     "TlsAlpn01Server",
     "TransportError",
     "UnsafeUrl",
@@ -208,6 +215,7 @@ _LAZY: dict[str, str] = {
     "StorageError": "acmecerts.errors",
     "SystemClock": "acmecerts._time",
     "VirtualClock": "acmecerts._time",
+    "TermsOfServiceNotAgreed": "acmecerts.client",
     "TlsAlpn01Server": "acmecerts.solvers",
     "TransportError": "acmecerts.errors",
     "UnsafeUrl": "acmecerts.errors",

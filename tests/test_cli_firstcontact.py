@@ -202,6 +202,29 @@ def test_renew_needs_agreement_to_create_an_account_too(
     assert stored_account(state, pebble.directory_url) == (None, None)
 
 
+def test_a_registration_a_request_makes_is_refused_in_the_clis_words(
+    pebble: PebbleServer, tmp_path: Path
+) -> None:
+    """A stored key without its URL, and a command that creates no account (``revoke``):
+    the registration its first signed request makes needs the agreement too
+    (:class:`~acmecerts.TermsOfServiceNotAgreed`, said with the CLI's options)."""
+    state, name = tmp_path / "state", "implicit.tos.example.test"
+    issued = run_cli(
+        "issue", *http01_args(pebble), "--out", str(tmp_path / "out"), *ca_args(pebble, state), name
+    )
+    assert issued.returncode == 0, issued.stderr
+    (state / KeyLayout(pebble.directory_url).account_meta()).unlink()
+    seen = len(pebble.requests_seen())
+
+    result = run_cli("revoke", name, *ca_args(pebble, state), env=no_agreement_env(tmp_path))
+
+    line = assert_one_line_error(result, 2)
+    assert terms_of(pebble) in line
+    assert "--agree-tos" in line
+    assert count(pebble, seen, NEW_ACCOUNT) == 0
+    assert count(pebble, seen, ("POST", "/revoke-cert")) == 0
+
+
 def test_an_existing_account_needs_no_agreement(
     pebble: PebbleServer, proxy: FaultProxy, tmp_path: Path
 ) -> None:

@@ -24,7 +24,17 @@ from ._args import Hooks
 from ._ca import CaPlan, ensure_registered, open_client, wait_or_defer
 from ._constants import ExitCode
 from ._display import LiveView, NullView
-from ._engine import Board, Deferred, Job, Outcome, Stage, execute, problem_of, wanted_record
+from ._engine import (
+    Board,
+    Deferred,
+    Job,
+    OrderSteps,
+    Outcome,
+    Stage,
+    execute,
+    problem_of,
+    wanted_record,
+)
 from ._hooks import HookRunner
 from ._interrupt import Interrupted, run_interruptible
 from ._records import CertificateRecord
@@ -336,9 +346,9 @@ async def run_jobs(
         running_solvers(plan, eager=eager) as solvers,
         open_client(ca, create=True) as client,
     ):
-        client.track(board, ((j.name, [i.value for i in j.spec.identifiers]) for j in jobs))
-        if hooks is not None:
-            client.track_hooks(hooks, {j.name: j.hooks for j in jobs})
+        certificates = ((j.name, [i.value for i in j.spec.identifiers]) for j in jobs)
+        steps = OrderSteps(client, board, certificates, hooks, {j.name: j.hooks for j in jobs})
+        client.subscribe(steps.on_event, requests=False)
         profiles = {
             j.spec.profile for j in jobs if j.spec.profile is not None and j.spec.profile_required
         }

@@ -11,13 +11,13 @@ import contextlib
 import dataclasses
 import datetime as _dt
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import anyio
 
-from acmecerts import Clock, IssuedCertificate, SystemClock, duration_seconds
+from acmecerts import Clock, SystemClock, duration_seconds
 from acmecerts.client import AcmeClient, ExternalAccountBinding
 from acmecerts.errors import (
     AccountDoesNotExist,
@@ -26,7 +26,6 @@ from acmecerts.errors import (
     InvalidInput,
     RateLimitDeferred,
 )
-from acmecerts.protocol.identifiers import Identifier
 from acmecerts.protocol.keys import AccountKey, KeyType
 from acmecerts.ratelimit import LETS_ENCRYPT as LETS_ENCRYPT_LIMITS
 from acmecerts.ratelimit import NO_LIMITS, RateLimitModel, model_for_directory
@@ -34,13 +33,13 @@ from acmecerts.retry import RequestRetry, retry_request
 from acmecerts.transport import ProxyConfig
 
 from ._args import AccountArgs, CommonArgs
-from ._engine import Deferred, TrackingClient
+from ._engine import Deferred
 from ._firstcontact import agree_to_terms, can_prompt, resolve_directory
 from ._proxy import cli_proxy
 from ._report import log, when
 from ._state import State, default_state_dir
 
-__all__ = ["CaPlan", "ensure_registered", "open_client", "plan_ca", "wait_or_defer"]
+__all__ = ["CaPlan", "ca_client", "ensure_registered", "open_client", "plan_ca", "wait_or_defer"]
 
 _EMAIL = re.compile(r"[^@\s,;:<>()\[\]\\\"]+@[^@\s,;:<>()\[\]\\\"]+")
 #: The longest a request waits inside the transport for a rateLimited/503 Retry-After;
@@ -72,16 +71,6 @@ class CaPlan:
     prompt: bool = False
     #: ``renew --dry-run``'s run (:mod:`._dryrenew`): orders never send ``replaces``.
     dry_run: bool = False
-
-
-class _DryRunClient(TrackingClient):
-    """The client of a dry run: it orders without ``replaces`` (RFC 9773 §5), whatever the
-    manager asks; a renewal it made would count at the CA as the certificate's replacement."""
-
-    async def issue(self, names: Iterable[str | Identifier], **kwargs: Any) -> IssuedCertificate:
-        """:meth:`AcmeClient.issue` without ``replaces``."""
-        kwargs["replaces"] = None
-        return await super().issue(names, **kwargs)
 
 
 def _contacts(emails: Sequence[str]) -> tuple[str, ...]:
@@ -149,10 +138,42 @@ def plan_ca(
 # -- the account ------------------------------------------------------------------------------
 
 
+def ca_client(
+    ca: CaPlan,
+    *,
+    account: bool = False,
+    account_key: AccountKey | None = None,
+    account_url: str | None = None,
+) -> AcmeClient:
+    """The client for ``ca``'s options: the one place the CLI makes an :class:`AcmeClient`.
+
+    The ``account``'s client (:func:`open_client`) records in the rate-limit ledger and
+    cuts the transport's waits for a ``Retry-After`` short (longer ones come up to the
+    command: :func:`wait_or_defer`); the others (ARI at ``status``, ``revoke --cert-key``)
+    sign nothing for the account and keep the library's waits.
+    """
+    return AcmeClient(
+        ca.directory,
+        account_key=account_key,
+        account_url=account_url,
+        contact=ca.contact,
+        eab=ca.eab,
+        terms_of_service_agreed=ca.agree_tos,
+        ca_bundle=ca.ca_bundle,
+        proxy=ca.proxy,
+        attempt_timeout=ca.timeout,
+        request_retry=RequestRetry(max_wait=min(ca.max_wait, _REQUEST_MAX_WAIT))
+        if account
+        else None,
+        ledger=ca.state.ledger(ca.model) if account else None,
+        send_replaces=not ca.dry_run,  # a rehearsal's order replaces nothing (RFC 9773 §5)
+    )
+
+
 @contextlib.asynccontextmanager
 async def open_client(
     ca: CaPlan, *, create: bool, key_type: KeyType = KeyType.EC256
-) -> AsyncIterator[TrackingClient]:
+) -> AsyncIterator[AcmeClient]:
     """A client for the stored account (created first with ``create``), closed after.
 
     An account key rollover that was interrupted is finished (or undone) first, under the
@@ -167,19 +188,10 @@ async def open_client(
         )
     # Read without a key too: a corrupt account.json stops the command before any request.
     url = await state.load_account_url(key)
-    client = (_DryRunClient if ca.dry_run else TrackingClient)(
-        ca.directory,
-        account_key=key,  # None: a throwaway key until the terms are agreed to
-        account_url=url if key is not None else None,
-        contact=ca.contact,
-        eab=ca.eab,
-        ca_bundle=ca.ca_bundle,
-        attempt_timeout=ca.timeout,
-        request_retry=RequestRetry(max_wait=min(ca.max_wait, _REQUEST_MAX_WAIT)),
-        ledger=state.ledger(ca.model),
-        proxy=ca.proxy,
+    # no key: a throwaway one until the terms are agreed to
+    client = ca_client(
+        ca, account=True, account_key=key, account_url=url if key is not None else None
     )
-    client.terms_agreed = ca.agree_tos
     stored_url = client.account_url
     async with client:
         try:
@@ -191,7 +203,7 @@ async def open_client(
             if create and client.account_url is None:
                 # First contact: no account is created (nor a key stored) before the
                 # user agreed to the CA's terms of service, if it publishes any.
-                client.terms_agreed = await agree_to_terms(
+                client.terms_of_service_agreed = await agree_to_terms(
                     client,
                     directory=ca.directory,
                     agreed=ca.agree_tos,
@@ -318,12 +330,16 @@ async def ensure_registered(ca: CaPlan, client: AcmeClient) -> bool:
 
 
 async def _find(client: AcmeClient, key: AccountKey) -> str | None:
-    """The URL of ``key``'s account at the CA (``onlyReturnExisting``), if it has one."""
-    probe = AcmeClient(client.transport.directory_url, account_key=key, transport=client.transport)
+    """The URL of ``key``'s account at the CA (``onlyReturnExisting``), if it has one;
+    asked by ``client`` with its key swapped for ``key`` meanwhile."""
+    kept = client.account_key, client.account_url
+    client.account_key = key
     try:
-        return (await probe.find_account()).url
+        return (await client.find_account()).url
     except AccountDoesNotExist:
         return None
+    finally:
+        client.account_key, client.account_url = kept
 
 
 async def _recover_rollover(ca: CaPlan, client: AcmeClient) -> None:

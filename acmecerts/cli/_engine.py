@@ -10,7 +10,7 @@ Every :class:`Job` runs in parallel through one manager (``--concurrency`` at on
    ends *deferred* (the manager stored T in the attempt state: the next run sees it);
 3. writes the PEM files to its export directory (:mod:`._export`), updates its record.
 
-Progress is on a :class:`Board` (one :class:`Row` per certificate; :class:`TrackingClient`).
+Progress is on a :class:`Board` (one :class:`Row` per certificate; :class:`OrderSteps`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from acmecerts.client import (
     AcmeClient,
     ChallengeAnswered,
     ClientEvent,
-    ExternalAccountBinding,
     OrderAuthorized,
     OrderCreated,
     OrderRequested,
@@ -63,13 +62,11 @@ from acmecerts.manager import (
     IssuedResult,
     IssueResult,
 )
-from acmecerts.protocol.resources import Account
 from acmecerts.retry import AttemptSchedule
 from acmecerts.solvers import Solver
 
 from ._args import Hooks
 from ._export import write_certificate_files
-from ._firstcontact import terms_refused
 from ._hooks import HookResult, HookRunner, deploy_environment
 from ._records import CertificateRecord, StoredChallenge
 from ._solvers import failure_text
@@ -81,10 +78,10 @@ __all__ = [
     "Board",
     "Deferred",
     "Job",
+    "OrderSteps",
     "Outcome",
     "Row",
     "Stage",
-    "TrackingClient",
     "execute",
     "problem_of",
     "wanted_record",
@@ -191,77 +188,45 @@ class Board:
             self.wait_kind[event.name] = "ledger"
 
 
-class TrackingClient(AcmeClient):
-    """An :class:`AcmeClient` that reports the steps of each order on a :class:`Board`.
+class OrderSteps:
+    """Shows the steps of the orders for ``certificates`` (name, identifiers) on ``board``.
 
-    It subscribes to its own events (:meth:`AcmeClient.subscribe`): an issuance is told
-    apart by its identifier set (the manager runs one flight per set). It overrides one
-    method: :meth:`register`, which refuses a CA whose terms were not agreed to.
+    Subscribe :meth:`on_event` to the client's issuance events
+    (``client.subscribe(steps.on_event, requests=False)``): an issuance is told apart by
+    its identifier set (the manager runs one flight per set). With ``runner``, each
+    certificate's pre-hook (``hooks``) runs before its first order.
     """
 
-    board: Board | None = None
-    #: The user agreed to the CA's terms of service (``--agree-tos`` or the prompt): only
-    #: then is ``termsOfServiceAgreed`` sent true, and an account created at a CA that
-    #: publishes terms (see :func:`~acmecerts.cli._firstcontact.agree_to_terms`).
-    terms_agreed: bool = False
-    _names: dict[frozenset[str], str]
-    _hook_runner: HookRunner | None = None
-    _hooks: dict[str, Hooks]
-    _ordering: set[str]
-    _tracking: Callable[[], None] | None = None
-
-    async def register(
+    def __init__(
         self,
-        *,
-        contact: Sequence[str] | None = None,
-        terms_of_service_agreed: bool = True,
-        eab: ExternalAccountBinding | None = None,
-    ) -> Account:
-        """Register as the library does, but never at a CA whose terms were not agreed to.
-
-        Every path that may create an account comes here: the first order, ``account
-        create``, registering again when the CA forgot the stored account.
-        """
-        terms = (await self.directory()).terms_of_service
-        if terms is not None and not self.terms_agreed:
-            raise terms_refused(terms, self.transport.directory_url)
-        return await super().register(
-            contact=contact, terms_of_service_agreed=self.terms_agreed, eab=eab
-        )
-
-    def track(self, board: Board, certificates: Iterable[tuple[str, Iterable[str]]]) -> None:
-        """Show the steps of the orders for ``certificates`` (name, identifiers) on ``board``."""
-        self.board = board
+        client: AcmeClient,
+        board: Board,
+        certificates: Iterable[tuple[str, Iterable[str]]],
+        runner: HookRunner | None = None,
+        hooks: dict[str, Hooks] | None = None,
+    ) -> None:
+        self._client, self._board, self._runner = client, board, runner
         self._names = {frozenset(ids): name for name, ids in certificates}
-        if self._tracking is None:
-            self._tracking = self.subscribe(self._on_event, requests=False)
+        self._hooks, self._ordering = hooks or {}, set[str]()
 
-    def track_hooks(self, runner: HookRunner, hooks: dict[str, Hooks]) -> None:
-        """Run each certificate's pre-hook (via ``runner``) before its first order."""
-        self._hook_runner, self._hooks, self._ordering = runner, hooks, set()
-
-    async def _on_event(self, event: ClientEvent) -> None:
+    async def on_event(self, event: ClientEvent) -> None:
         """The progress of an issuance: the pre-hook before its order, then its stages."""
-        if isinstance(event, RequestSent | ResponseReceived) or self.board is None:
+        if isinstance(event, RequestSent | ResponseReceived):
             return
         name = self._names.get(frozenset(i.value for i in event.identifiers))
         if name is None:
             return
-        log_step(name, event, self.account_url)  # -v: one line per step
+        log_step(name, event, self._client.account_url)  # -v: one line per step
         if isinstance(event, OrderRequested | OrderResumed) or (
             isinstance(event, OrderCreated) and event.found
         ):
-            await self._before_order(name)
+            if self._runner is not None and name not in self._ordering:
+                self._ordering.add(name)
+                await self._runner.before_order(self._hooks.get(name, Hooks()))
         elif isinstance(event, ChallengeAnswered):
-            self.board.set(name, Stage.VALIDATING)
+            self._board.set(name, Stage.VALIDATING)
         elif isinstance(event, OrderAuthorized):
-            self.board.set(name, Stage.FINALIZING)
-
-    async def _before_order(self, name: str) -> None:
-        if self._hook_runner is None or name in self._ordering:
-            return
-        self._ordering.add(name)
-        await self._hook_runner.before_order(self._hooks.get(name, Hooks()))
+            self._board.set(name, Stage.FINALIZING)
 
 
 class Deferred(Exception):

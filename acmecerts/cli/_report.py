@@ -18,6 +18,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from acmecerts.client import TermsOfServiceNotAgreed
 from acmecerts.errors import (
     AcmeCertsError,
     AcmeProblem,
@@ -32,6 +33,7 @@ from ._args import CommonArgs
 from ._constants import STATUS_WORDS, ExitCode
 from ._display import LiveView, NullView, PlainView, QuietView, View
 from ._engine import Board, Deferred, problem_of
+from ._firstcontact import terms_refused
 
 __all__ = [
     "Report",
@@ -239,6 +241,8 @@ def guarded(report: Report, work: Callable[[], int]) -> int:
         exc = first_error(raised)
         if isinstance(exc, KeyboardInterrupt):
             return report.error(*interrupted_code(exc))
+        if isinstance(exc, TermsOfServiceNotAgreed):  # said with the CLI's options
+            exc = terms_refused(exc.terms_of_service, exc.directory_url)
         if isinstance(exc, InvalidInput | StorageError | ExternalAccountRequired):
             return report.error(ExitCode.INPUT, str(exc))
         if isinstance(exc, Deferred):

@@ -8,13 +8,13 @@ from typing import Any
 
 from rich.text import Text
 
-from acmecerts.client import AcmeClient, RevocationReason
+from acmecerts.client import RevocationReason
 from acmecerts.errors import AcmeCertsError, InvalidInput
 from acmecerts.protocol.certificate import CertificateChain, certificate_info, parse_pem_chain
 from acmecerts.protocol.keys import PrivateKey, load_private_key
 
 from ._args import CommonArgs
-from ._ca import CaPlan, open_client
+from ._ca import CaPlan, ca_client, open_client
 from ._constants import ExitCode
 from ._findca import StateCas, ambiguous, state_cas
 from ._interrupt import run_interruptible
@@ -80,12 +80,7 @@ def run_revoke(target: str, *, reason: str, cert_key: Path | None, common: Commo
             state = ca.state
             info = certificate_info(chain.leaf)
             if certificate_key is not None:
-                async with AcmeClient(
-                    ca.directory,
-                    ca_bundle=ca.ca_bundle,
-                    attempt_timeout=ca.timeout,
-                    proxy=ca.proxy,
-                ) as client:
+                async with ca_client(ca) as client:
                     await client.revoke(
                         chain.pem, reason=reason_code, certificate_key=certificate_key
                     )

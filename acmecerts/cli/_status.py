@@ -19,7 +19,7 @@ from acmecerts.retry import AttemptState
 
 from ._args import AccountArgs, CommonArgs
 from ._batch import CERTIFICATE_FIELDS
-from ._ca import CaPlan
+from ._ca import CaPlan, ca_client
 from ._check import DEFAULT_GRACE, check_certificates, parse_at, parse_grace, print_check
 from ._constants import ExitCode
 from ._export import exported_paths
@@ -115,9 +115,7 @@ async def _ca_status(ca: CaPlan, now: _dt.datetime, *, ari: bool) -> dict[str, A
     client: AcmeClient | None = None
     async with contextlib.AsyncExitStack() as stack:
         if ari:
-            client = await stack.enter_async_context(
-                AcmeClient(ca.directory, ca_bundle=ca.ca_bundle, proxy=ca.proxy)
-            )
+            client = await stack.enter_async_context(ca_client(ca))
             if (await client.directory()).renewal_info is None:
                 log.warning(
                     "%s has no renewalInfo (ARI): renewal when a third of the lifetime is left "

@@ -27,7 +27,7 @@ does); one that raises fails the issuance, except for the events that report an 
 
 from __future__ import annotations
 
-from acmecerts.client._account import ExternalAccountBinding
+from acmecerts.client._account import ExternalAccountBinding, TermsOfServiceNotAgreed
 from acmecerts.client._certificate import RevocationReason
 from acmecerts.client._client import AcmeClient
 from acmecerts.client._events import (
@@ -73,4 +73,5 @@ __all__ = [
     "ResponseReceived",
     "RevocationReason",
     "Subscriber",
+    "TermsOfServiceNotAgreed",
 ]

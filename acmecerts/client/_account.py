@@ -58,6 +58,22 @@ class ExternalAccountBinding:
         return f"ExternalAccountBinding(kid={self.kid!r}, algorithm={self.algorithm!r})"
 
 
+class TermsOfServiceNotAgreed(InvalidInput):
+    """The CA publishes terms of service (``terms_of_service``, its directory's
+    ``meta.termsOfService``) and the client was told they were not agreed to
+    (``AcmeClient(terms_of_service_agreed=False)``): no account is created. Only the
+    directory (``directory_url``) was fetched; nothing that creates an account was sent."""
+
+    def __init__(self, terms_of_service: str, *, directory_url: str) -> None:
+        super().__init__(
+            f"the CA {directory_url} asks you to agree to its terms of service "
+            f"({terms_of_service}) before an account is created: read them, then agree "
+            "(terms_of_service_agreed=True); no account was created"
+        )
+        self.terms_of_service = terms_of_service
+        self.directory_url = directory_url
+
+
 class _AccountRequests:
     """The account (RFC 8555 §7.3) and what every request needs: the directory, the kid.
 
@@ -74,10 +90,12 @@ class _AccountRequests:
     eab: ExternalAccountBinding | None
     attempt_timeout: float
     poll: PollPolicy
+    terms_of_service_agreed: bool
+    send_replaces: bool
     #: The client-wide subscribers of issuance events (see :meth:`AcmeClient.subscribe`).
     _issuance_events: EventSubscribers[IssuanceEvent]
     _account_lock: anyio.Lock
-    #: When the last implicit registration was deferred, and how (see ``_kid``).
+    #: When the last implicit registration was deferred (:meth:`account_url_or_register`).
     _account_deferred: tuple[_dt.datetime, RateLimitDeferred] | None
 
     async def directory(self) -> Directory:
@@ -92,7 +110,7 @@ class _AccountRequests:
         accept: str | None = None,
         idempotent: bool = True,
     ) -> AcmeResponse:
-        kid = await self._kid()
+        kid = await self.account_url_or_register()
         return await self.transport.post(
             url,
             key=self.account_key,
@@ -116,7 +134,15 @@ class _AccountRequests:
             ),
         )
 
-    async def _kid(self) -> str:
+    async def account_url_or_register(self) -> str:
+        """The account URL; when the client knows none yet, :meth:`register` first.
+
+        What every request signed for the account does before it is sent: the first
+        caller registers (or finds the key's existing account), concurrent callers wait
+        for it and share its URL. A registration the ledger deferred moments ago is
+        repeated as the same :class:`~acmecerts.errors.RateLimitDeferred` without asking
+        the CA again. Raises what :meth:`register` raises.
+        """
         if self.account_url is None:
             async with self._account_lock:
                 if self.account_url is None:
@@ -154,10 +180,15 @@ class _AccountRequests:
         self,
         *,
         contact: Sequence[str] | None = None,
-        terms_of_service_agreed: bool = True,
+        terms_of_service_agreed: bool | None = None,
         eab: ExternalAccountBinding | None = None,
     ) -> Account:
         """Create the account for this key, or return the existing one (§7.3, §7.3.1).
+
+        ``terms_of_service_agreed`` is sent as ``termsOfServiceAgreed`` (default: the
+        client's :attr:`terms_of_service_agreed`). When it is false and the CA's directory
+        publishes terms (``meta.termsOfService``), :class:`TermsOfServiceNotAgreed` is
+        raised and nothing but the directory is requested.
 
         Raises :class:`ExternalAccountRequired` before sending anything when the CA's
         directory says EAB is required and none was given.
@@ -174,6 +205,12 @@ class _AccountRequests:
         as it is.
         """
         directory = await self.directory()
+        if terms_of_service_agreed is None:
+            terms_of_service_agreed = self.terms_of_service_agreed
+        if not terms_of_service_agreed and directory.terms_of_service is not None:
+            raise TermsOfServiceNotAgreed(
+                directory.terms_of_service, directory_url=str(self.transport.directory_url)
+            )
         eab = eab or self.eab
         contacts = tuple(self.contact if contact is None else contact)
         payload: dict[str, Any] = {"termsOfServiceAgreed": terms_of_service_agreed}
@@ -252,20 +289,20 @@ class _AccountRequests:
 
     async def account(self) -> Account:
         """Fetch the account object (POST-as-GET)."""
-        url = await self._kid()
+        url = await self.account_url_or_register()
         response = await self._post(url, None)
         return parse_account(response.json(), url=url)
 
     async def update_contact(self, contact: Sequence[str]) -> Account:
         """Replace the account's contact URIs (§7.3.2)."""
-        url = await self._kid()
+        url = await self.account_url_or_register()
         response = await self._post(url, {"contact": list(contact)})
         self.contact = tuple(contact)
         return parse_account(response.json(), url=url)
 
     async def deactivate_account(self) -> Account:
         """Deactivate the account (§7.3.6). The CA refuses its key afterwards."""
-        url = await self._kid()
+        url = await self.account_url_or_register()
         response = await self._post(url, {"status": "deactivated"})
         return parse_account(response.json(), url=url)
 
@@ -281,7 +318,7 @@ class _AccountRequests:
         directory = await self.directory()
         if directory.key_change is None:
             raise InvalidInput("the CA does not support account key rollover (no keyChange)")
-        account_url = await self._kid()
+        account_url = await self.account_url_or_register()
         inner = key_change_inner(
             old_key=self.account_key,
             new_key=new_key,

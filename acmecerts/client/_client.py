@@ -104,6 +104,20 @@ class AcmeClient(_Issuance, _RenewalInfoRequests):
             ``"auto"`` (the default) takes the limits model's (the ledger's, else the one
             :func:`~acmecerts.ratelimit.model_for_directory` picks: Let's Encrypt's rules
             for Let's Encrypt, none for other CAs); ``None``: no such check.
+        terms_of_service_agreed: Whether the account holder agreed to the CA's terms of
+            service (its directory's ``meta.termsOfService``). ``True`` (the default):
+            :meth:`register` (also the one a first signed request makes) sends
+            ``termsOfServiceAgreed: true``. ``False``: no account is created at a CA that
+            publishes terms: :meth:`register` raises
+            :class:`~acmecerts.TermsOfServiceNotAgreed` with only the directory fetched,
+            while a CA that publishes none is sent ``termsOfServiceAgreed: false``. An
+            account the client knows (``account_url``) or finds (:meth:`find_account`)
+            needs no agreement. Also an attribute: set it once the holder agreed.
+        send_replaces: Whether an order names the certificate it renews (RFC 9773 §5
+            ``replaces``) when given one (``issue(replaces=...)``, as
+            :class:`~acmecerts.manager.CertificateManager` does for a renewal at a CA with
+            ARI). ``False``: never; the order is an ordinary one, and its certificate does
+            not count at the CA as the old one's replacement (a rehearsal of a renewal).
     """
 
     def __init__(
@@ -132,6 +146,8 @@ class AcmeClient(_Issuance, _RenewalInfoRequests):
         | None = "auto",
         proxy: ProxySetting = "env",
         ca_profiles: CaProfiles | Literal["auto"] | None = "auto",
+        terms_of_service_agreed: bool = True,
+        send_replaces: bool = True,
     ) -> None:
         directory_url = DirectoryUrl(directory_url)  # parsed here once, then passed on
         self.clock: Clock = clock or SystemClock()
@@ -169,9 +185,15 @@ class AcmeClient(_Issuance, _RenewalInfoRequests):
         self.eab = eab
         self.attempt_timeout = duration_seconds(attempt_timeout, "attempt_timeout", positive=True)
         self.poll = poll or PollPolicy()
+        if not isinstance(terms_of_service_agreed, bool):
+            raise InvalidInput("terms_of_service_agreed must be True or False")
+        #: Whether the CA's terms of service were agreed to (see ``terms_of_service_agreed``).
+        self.terms_of_service_agreed = terms_of_service_agreed
+        #: Whether orders send ``replaces`` (see ``send_replaces``).
+        self.send_replaces = bool(send_replaces)
         self._account_lock = anyio.Lock()
         self._issuance_events: EventSubscribers[IssuanceEvent] = EventSubscribers()
-        #: When the last implicit registration was deferred, and how (see ``_kid``).
+        #: When the last implicit registration was deferred (:meth:`account_url_or_register`).
         self._account_deferred: tuple[_dt.datetime, RateLimitDeferred] | None = None
 
     def subscribe(

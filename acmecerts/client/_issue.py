@@ -244,7 +244,7 @@ class _Issuance(_OrderRequests, _AuthorizationRequests, _CertificateRequests):
                 identifiers=identifiers,
                 profile=profile,
                 profile_required=bool(profile_required),
-                replaces=replaces,
+                replaces=replaces if self.send_replaces else None,
                 renewal_of=_as_identifiers(renewal_of) if renewal_of is not None else None,
                 private_key=key,
             ),

@@ -60,7 +60,8 @@ class _OrderRequests(_AccountRequests):
         replaces: str | None = None,
         renewal_of: Sequence[Identifier | str] | None = None,
     ) -> Order:
-        """Create an order (§7.4). ``replaces`` is the ARI certID of the certificate renewed.
+        """Create an order (§7.4). ``replaces`` is the ARI certID of the certificate renewed
+        (sent unless :attr:`send_replaces` is false).
 
         ``profile`` names a certificate profile the directory's ``meta.profiles`` lists.
         One it does not list raises :class:`~acmecerts.ProfileRefused` (nothing sent)
@@ -82,7 +83,7 @@ class _OrderRequests(_AccountRequests):
             identifiers=idents,
             profile=profile,
             profile_required=profile_required,
-            replaces=replaces,
+            replaces=replaces if self.send_replaces else None,
             renewal_of=_as_identifiers(renewal_of) if renewal_of is not None else None,
         )
         return await self._new_order(request, ())
@@ -156,7 +157,7 @@ class _OrderRequests(_AccountRequests):
             return None
         return await self.ledger.preflight(
             request.identifiers,
-            account=await self._kid(),
+            account=await self.account_url_or_register(),
             renewal_of=request.renewal_of,
             replaces=bool(request.replaces),
         )
@@ -214,7 +215,7 @@ class _OrderRequests(_AccountRequests):
         wanted = set(_as_identifiers(identifiers))
         looked_at = 0
         try:
-            account_url = await self._kid()
+            account_url = await self.account_url_or_register()
             response = await self._post(account_url, None)
             page = parse_account(response.json(), url=account_url).orders
             for _ in range(_MAX_ORDER_PAGES):

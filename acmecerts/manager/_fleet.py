@@ -87,6 +87,7 @@ class ClientOptions(TypedDict, total=False):
     url_policy: UrlPolicy | None
     proxy: ProxySetting
     ca_profiles: CaProfiles | Literal["auto"] | None
+    send_replaces: bool
 
 
 class ManagerOptions(TypedDict, total=False):
@@ -171,7 +172,6 @@ async def _account_url(
     layout: KeyLayout,
     client: AcmeClient,
     *,
-    terms_of_service_agreed: bool,
     lock_timeout: float | None,
 ) -> str:
     """The stored account URL of the client's key, else register once and store it."""
@@ -186,7 +186,7 @@ async def _account_url(
             return url
         # A key whose account the CA already has (its URL was never stored) gets that
         # account back (RFC 8555 §7.3.1): a key is never more than one account.
-        await client.register(terms_of_service_agreed=terms_of_service_agreed)
+        await client.register()
         url = client.account_url
         assert url is not None
         await save_account_url(storage, layout, url, account_key=key)
@@ -236,7 +236,9 @@ async def open_manager(
             ``KeyLayout(directory_url).ledger()`` and is ``manager.client.ledger``.
         account_key_type: The type of the account key if one is created (a stored key is
             used whatever its type).
-        terms_of_service_agreed: Sent when the account is registered.
+        terms_of_service_agreed: The client's (:class:`~acmecerts.AcmeClient`): sent when
+            the account is registered; ``False`` creates no account at a CA that
+            publishes terms of service (:class:`~acmecerts.TermsOfServiceNotAgreed`).
         lock_timeout: How long to wait for another replica holding the account lock
             (seconds; ``None``: forever), else :class:`~acmecerts.storage.LockTimeout`.
         **options: Passed to :class:`~acmecerts.AcmeClient` (:class:`ClientOptions`:
@@ -277,7 +279,13 @@ async def open_manager(
         async with contextlib.AsyncExitStack() as stack:
             # Both constructors check their arguments and do no I/O. The client's own
             # throwaway key is replaced by the store's before anything is signed.
-            client = AcmeClient(directory_url, clock=clock, ledger=ledger, **client_options)
+            client = AcmeClient(
+                directory_url,
+                clock=clock,
+                ledger=ledger,
+                terms_of_service_agreed=terms_of_service_agreed,
+                **client_options,
+            )
             stack.push_async_callback(_close, client)
             manager = CertificateManager(
                 client, solvers=solvers, storage=storage, layout=layout, **manager_options
@@ -289,7 +297,6 @@ async def open_manager(
                 storage,
                 layout,
                 client,
-                terms_of_service_agreed=terms_of_service_agreed,
                 lock_timeout=lock_timeout,
             )
             await stack.enter_async_context(manager)

@@ -409,7 +409,7 @@ class BudgetGate:
                 ahead = [e for e in higher if self._needs_order(e)]
                 if not ahead:
                     return None
-                account = client.account_url or await client._kid()
+                account = client.account_url or await client.account_url_or_register()
                 requests = [issuance_request(e) for e in (*ahead, entry)]
                 planned = await ledger.plan(requests, account=account)
                 mine = next(p for p in planned if p.request is requests[-1])

@@ -303,7 +303,14 @@ async def test_bad_arguments_are_invalid_input_and_touch_nothing(
 
 def test_the_options_are_exactly_what_the_client_and_the_manager_take() -> None:
     """A new client or manager argument must be added to the options (or wired)."""
-    wired_client = {"directory_url", "account_key", "account_url", "ledger"}
+    # terms_of_service_agreed: open_manager's own argument, passed on to the client
+    wired_client = {
+        "directory_url",
+        "account_key",
+        "account_url",
+        "ledger",
+        "terms_of_service_agreed",
+    }
     wired_manager = {"client", "solvers", "storage", "layout", "clock"}  # clock: the client's
 
     def parameters(cls: type) -> set[str]:
