@@ -51,6 +51,7 @@ from acmecerts._time import (
     as_seconds,
     aware_utc,
     duration_seconds,
+    growth_factor,
     poll_until,
 )
 from acmecerts.errors import (
@@ -485,8 +486,7 @@ class AttemptSchedule:
         high = duration_seconds(cap, "cap")
         if high < low:
             raise InvalidInput(f"cap ({high} s) must not be below base ({low} s)")
-        if not (multiplier >= 1 and math.isfinite(multiplier)):
-            raise InvalidInput(f"multiplier must be finite and >= 1, got {multiplier!r}")
+        multiplier = growth_factor(multiplier, "multiplier")
         return cls(
             wait=tenacity.wait_exponential(multiplier=low, exp_base=multiplier, min=low, max=high),
             jitter=jitter,

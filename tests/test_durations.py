@@ -140,6 +140,40 @@ def test_poll_intervals_taken() -> None:
         PollPolicy(multiplier=math.nan)
 
 
+# -- growth factors: one check beside the duration parser ------------------------------------
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, 0.5, 0, -2, True, "2", None])
+def test_every_growth_factor_is_checked_by_one_rule(value: object) -> None:
+    from acmecerts._time import Backoff, growth_factor
+    from acmecerts.retry import AttemptSchedule
+    from acmecerts.solvers.dns01._propagation import PropagationCheck
+
+    message = r"must be a finite number >= 1, got "
+    with pytest.raises(InvalidInput, match=r"^factor " + message):
+        growth_factor(value, "factor")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match=r"^PollPolicy\.multiplier " + message):
+        PollPolicy(multiplier=value)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match=r"^multiplier " + message):
+        Backoff(floor=1, cap=2, multiplier=value)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match=r"^multiplier " + message):
+        AttemptSchedule.exponential(multiplier=value)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match=r"^backoff " + message):
+        PropagationCheck(backoff=value)  # type: ignore[arg-type]
+
+
+def test_growth_factors_taken_as_floats() -> None:
+    from acmecerts._time import Backoff, growth_factor
+
+    assert growth_factor(1, "factor") == 1.0
+    assert growth_factor(fractions.Fraction(3, 2), "factor") == 1.5
+    assert PollPolicy(multiplier=2).multiplier == 2.0
+    assert Backoff(floor=1, cap=2, multiplier=3).multiplier == 3.0
+    assert Backoff(floor=1, cap=2).max_retry_after == math.inf
+    with pytest.raises(InvalidInput, match=r"^max_retry_after must be a number of seconds"):
+        Backoff(floor=1, cap=2, max_retry_after=math.nan)
+
+
 # -- the command line's options (its real entry point) ---------------------------------------
 
 ISSUE = ["issue", "--directory", "https://127.0.0.1:9/dir", "--http-01-listen", "127.0.0.1:9"]

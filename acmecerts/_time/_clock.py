@@ -142,6 +142,24 @@ def duration_seconds(
     return seconds
 
 
+def growth_factor(value: float, name: str) -> float:
+    """A backoff's growth factor (each wait this many times the last), validated.
+
+    A real number, finite and at least 1 (1: the waits do not grow).
+
+    Raises:
+        InvalidInput: ``value`` is of another type (``bool`` included), NaN, infinite or
+            below 1, with ``name`` in the message.
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, numbers.Real)
+        or not (value >= 1 and math.isfinite(value))
+    ):
+        raise InvalidInput(f"{name} must be a finite number >= 1, got {value!r}")
+    return float(value)
+
+
 def aware_utc(
     instant: _dt.datetime, name: str = "instant", *, assume_utc: bool = False
 ) -> _dt.datetime:

@@ -17,7 +17,7 @@ import anyio.lowlevel
 
 from acmecerts.errors import AttemptTimeout, InvalidInput
 
-from ._clock import Clock, aware_utc, duration_seconds
+from ._clock import Clock, aware_utc, duration_seconds, growth_factor
 
 T = TypeVar("T")
 _RNG = random.Random()  # noqa: S311 - jitter only spreads retries, nothing secret
@@ -57,16 +57,14 @@ class Backoff:
         initial = floor if self.initial is None else duration_seconds(self.initial, "initial")
         if cap < floor:
             raise InvalidInput(f"cap ({cap} s) must not be below floor ({floor} s)")
-        if not (self.multiplier >= 1 and math.isfinite(self.multiplier)):
-            raise InvalidInput(f"multiplier must be finite and >= 1, got {self.multiplier!r}")
+        multiplier = growth_factor(self.multiplier, "multiplier")
         if not 0 <= self.jitter <= 1:
             raise InvalidInput(f"jitter must be in [0, 1], got {self.jitter!r}")
-        longest = self.max_retry_after
-        if longest != math.inf:
-            longest = duration_seconds(longest, "max_retry_after")
+        longest = duration_seconds(self.max_retry_after, "max_retry_after", unbounded=True)
         object.__setattr__(self, "floor", floor)
         object.__setattr__(self, "cap", cap)
         object.__setattr__(self, "initial", initial)
+        object.__setattr__(self, "multiplier", multiplier)
         object.__setattr__(self, "max_retry_after", longest)
 
     def top(self, step: int) -> float:

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import math
 
-from acmecerts._time import duration_seconds
+from acmecerts._time import duration_seconds, growth_factor
 from acmecerts.errors import AcmeCertsError, AttemptTimeout, InvalidInput
 
 __all__ = ["Fail", "Poll", "PollPolicy", "next_poll"]
@@ -56,8 +55,9 @@ class PollPolicy:
         for name, positive in _DURATIONS:
             value = duration_seconds(getattr(self, name), f"PollPolicy.{name}", positive=positive)
             object.__setattr__(self, name, value)
-        if not (self.multiplier >= 1 and math.isfinite(self.multiplier)):
-            raise InvalidInput(f"PollPolicy.multiplier must be >= 1, got {self.multiplier!r}")
+        object.__setattr__(
+            self, "multiplier", growth_factor(self.multiplier, "PollPolicy.multiplier")
+        )
         for name in ("challenge_answers", "authorization_look"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

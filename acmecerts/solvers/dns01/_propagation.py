@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import logging
-import math
 from collections.abc import Callable, Collection, Sequence
 
 import anyio
@@ -16,7 +15,15 @@ import dns.rdtypes.ANY.NS
 import dns.rdtypes.IN.A
 import dns.rdtypes.IN.AAAA
 
-from acmecerts._time import Again, Backoff, Clock, SystemClock, duration_seconds, poll_until
+from acmecerts._time import (
+    Again,
+    Backoff,
+    Clock,
+    SystemClock,
+    duration_seconds,
+    growth_factor,
+    poll_until,
+)
 from acmecerts.errors import InvalidInput
 from acmecerts.solvers.dns01._errors import DnsError, DnsPropagationTimeout
 from acmecerts.solvers.dns01._lookup import _find_zone, _follow_cnames, _Lookup, _system_lookup
@@ -100,9 +107,7 @@ class PropagationCheck:
         self.max_interval = duration_seconds(max_interval, "max_interval", positive=True)
         if self.max_interval < self.interval:
             raise InvalidInput("max_interval must not be smaller than interval")
-        if not (backoff >= 1.0 and math.isfinite(backoff)):
-            raise InvalidInput(f"backoff must be a finite number of at least 1, not {backoff!r}")
-        self.backoff = float(backoff)
+        self.backoff = growth_factor(backoff, "backoff")
         #: ``interval``, growing by ``backoff`` up to ``max_interval``, no jitter
         self._pauses = Backoff(floor=self.interval, cap=self.max_interval, multiplier=self.backoff)
         self.query_timeout = duration_seconds(query_timeout, "query_timeout", positive=True)
