@@ -15,7 +15,7 @@ import pytest
 
 from acmecerts import AcmeClient, Http01Server, InvalidInput
 from acmecerts.testing import PebbleServer
-from tests.test_cli_support import cli_env, run_cli
+from tests.cli_support import cli_env, run_cli
 
 from .conftest import assert_valid_chain
 
