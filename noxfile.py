@@ -25,7 +25,7 @@ def stress(session: nox.Session) -> None:
     ``bench/stress.py``: one busy process per core and a loop of the issuance benchmark
     (its own Pebble, 50 certificates a round) start first; pytest runs beside them (random
     order: pytest-randomly; the seed is in the header) and the load stops when it ends.
-    Arguments go to pytest: ``nox -s stress -- tests/test_cli.py -x``. Load knobs:
+    Arguments go to pytest: ``nox -s stress -- tests/cli/test_cli.py -x``. Load knobs:
     ``python bench/stress.py --help``. Needs what ``tests`` needs (Debian's pebble...);
     the Kubernetes store's tests need ``ACMECERTS_KUBE_APISERVER`` (scripts/test.sh sets it).
     """
@@ -137,7 +137,7 @@ def build(session: nox.Session) -> None:
     ``python -m build`` in its own isolated environment (the build backend, hatchling, comes
     from the package index), as a release would be built; the wheel is built from the sdist.
     ``dist/`` is emptied first, so it holds exactly what was checked.
-    tests/test_packaging.py installs such a wheel in a fresh venv and runs ``acmecerts``.
+    tests/project/test_packaging.py installs such a wheel in a fresh venv and runs ``acmecerts``.
     """
     import shutil
 
@@ -155,11 +155,13 @@ def docs(session: nox.Session) -> None:
 
     The blocks talk to a real Pebble (Debian's pebble package). The kopf operator example
     needs a kube-apiserver (scripts/kube-apiserver.sh); run its test too with
-    ``nox -s docs -- tests/test_example_operator.py``.
+    ``nox -s docs -- tests/examples/test_example_operator.py``.
     """
     session.install("-e", ".[docs,cli,test,kubernetes]", "kopf>=1.37")
     session.run("mkdocs", "build", "--strict", "--site-dir", f"{session.create_tmp()}/site")
-    session.run("pytest", "tests/test_docs.py", "tests/test_examples.py", *session.posargs)
+    session.run(
+        "pytest", "tests/project/test_docs.py", "tests/examples/test_examples.py", *session.posargs
+    )
 
 
 @nox.session

@@ -19,7 +19,7 @@ is. The load average before and after is printed: quote medians from a quiet mac
 ``python -m acmecerts.cli``), importing the package from ``--source`` (default: this
 checkout) through ``PYTHONPATH``. The package is byte-compiled first, as ``pip install``
 does (``--no-compile`` to skip), so the figures are not inflated by compiling the sources
-at each start. ``tests/test_cli_start.py`` holds the import graph behind these figures.
+at each start. ``tests/cli/test_cli_start.py`` holds the import graph behind these figures.
 """
 
 from __future__ import annotations

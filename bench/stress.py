@@ -14,7 +14,7 @@ purpose, so that a test that depends on speed fails here, every time, instead:
 ::
 
     python bench/stress.py                       # the suite (pytest)
-    python bench/stress.py -- tests/test_cli.py  # pytest with these arguments
+    python bench/stress.py -- tests/cli/test_cli.py  # pytest with these arguments
     python bench/stress.py --seconds 600         # only the load, for 10 minutes
     python bench/stress.py --cmd -- bash .ci/run # another command beside the load
 

@@ -1,4 +1,6 @@
-"""Helpers shared by the CLI tests (``tests/test_cli*.py``); no tests of its own.
+"""Helpers shared by the CLI tests (``tests/cli/``) and the others that run the command
+(``tests/transport/``, ``tests/examples/``, ``tests/project/``, ``tests/integration/``);
+no tests of its own.
 
 The CLI runs as a real subprocess (``python -m acmecerts.cli``) against the session
 Pebble, with a clean environment: no ``ACMECERTS_*`` variables and an empty

@@ -10,7 +10,7 @@ source package may import its own private modules.
 import-linter's own ``private_modules`` contract checks every importer of the whole
 package; this one checks only the listed entry points, which is what docs/contributing.md's
 layer table asks. Configured in pyproject.toml (``[tool.importlinter]``, ``contract_types``)
-and run by tests/test_layers.py and by ``lint-imports`` from the project root.
+and run by tests/project/test_layers.py and by ``lint-imports`` from the project root.
 """
 
 from __future__ import annotations

@@ -160,7 +160,8 @@ def parse_retry_after(
         return None
     if value.isdigit() and value.isascii() and len(value) <= _FAST_DIGITS:
         # the common form (Let's Encrypt's "21600"): what the general path below makes
-        # of it, without its regular expression (tests/test_time.py checks they agree)
+        # of it, without its regular expression (tests/time_and_errors/test_time.py checks
+        # they agree)
         seconds = int(value)
         return _after(now, seconds if seconds < limit else limit)
     text = value.strip()

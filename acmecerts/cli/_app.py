@@ -32,7 +32,7 @@ from ._constants import ExitCode
 from ._options import Config, env
 
 # Only typer, the standard library and light modules at the top: ``acmecerts --version``
-# and ``--help`` must not import the library (tests/test_cli_start.py). Each command
+# and ``--help`` must not import the library (tests/cli/test_cli_start.py). Each command
 # imports what it runs inside its function.
 
 __all__ = ["app", "main"]

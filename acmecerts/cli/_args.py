@@ -5,7 +5,7 @@ Each dataclass is what one group of options of :mod:`acmecerts.cli._options` tur
 :class:`AccountArgs`; the challenge options: :class:`ChallengeOptions`; ``--concurrency``
 and ``--max-wait``: :class:`BatchArgs`; the hooks: :class:`HookArgs`). Standard library
 only, like :mod:`acmecerts.cli._options`: the command definitions need these classes at
-start-up, before anything of the library is imported (``tests/test_cli_start.py``).
+start-up, before anything of the library is imported (``tests/cli/test_cli_start.py``).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Every option is declared in :mod:`acmecerts.cli._options` (a command's own ones 
 parameter typed with its dataclass (see :func:`~acmecerts.cli._groups.shared`).
 :mod:`acmecerts.cli._app` makes these functions the ``acmecerts`` commands. Each imports
 the work it runs inside its body: ``acmecerts COMMAND --help`` must not import the
-library (``tests/test_cli_start.py``).
+library (``tests/cli/test_cli_start.py``).
 """
 
 from __future__ import annotations

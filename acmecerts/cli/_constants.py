@@ -3,7 +3,7 @@ command definitions need at import time.
 
 Kept apart from :mod:`acmecerts.cli._ca` (which imports the client and httpx) so
 that ``acmecerts --version`` and ``acmecerts COMMAND --help`` start without the library;
-a test (``tests/test_cli_start.py``) holds :mod:`acmecerts.cli._app` to that.
+a test (``tests/cli/test_cli_start.py``) holds :mod:`acmecerts.cli._app` to that.
 """
 
 from __future__ import annotations

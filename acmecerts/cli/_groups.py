@@ -12,7 +12,7 @@ whole group by one keyword-only parameter typed with the dataclass the group mak
 them there) and hands the command the dataclass made of their values.
 
 Only the standard library and light modules here, like :mod:`acmecerts.cli._options`:
-``acmecerts COMMAND --help`` must not import the library (``tests/test_cli_start.py``).
+``acmecerts COMMAND --help`` must not import the library (``tests/cli/test_cli_start.py``).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ does not order it again.
 The variables a hook gets are named ``ACMECERTS_HOOK_*`` (plus certbot's
 ``RENEWED_LINEAGE`` and ``RENEWED_DOMAINS``). ``ACMECERTS_<OPTION>`` is how options are
 set, and a hook that runs ``acmecerts`` inherits its environment: no hook variable is
-the variable of an option (``tests/test_cli_renew.py`` checks every command's options),
+the variable of an option (``tests/cli/test_cli_renew.py`` checks every command's options),
 so a nested ``acmecerts`` never takes a hook variable for an option.
 """
 

@@ -9,7 +9,7 @@ parameter typed with the group's dataclass (:mod:`acmecerts.cli._args`). The con
 key of an option is its flag without the dashes (:mod:`acmecerts.cli._config`).
 
 Only typer, the standard library and light modules here: ``acmecerts COMMAND --help``
-must not import the library (``tests/test_cli_start.py``).
+must not import the library (``tests/cli/test_cli_start.py``).
 """
 
 from __future__ import annotations

@@ -456,7 +456,7 @@ def test_webroot_issues_through_a_running_web_server_and_renew_uses_it(
         first_serial = serial_of(out)
 
         # renew, without --webroot (nothing could listen on the port: the server has it),
-        # validated for real (tests/no_reuse.py: Pebble's 1 % reuse at PEBBLE_AUTHZREUSE=0)
+        # validated for real (tests/cli/no_reuse.py: Pebble's 1 % reuse at PEBBLE_AUTHZREUSE=0)
         assert deactivate_valid_authorizations(ca_server, state) == 2
         fetched = challenge_fetches(log)
         renewed = run_cli(

@@ -163,7 +163,7 @@ def test_bare_renew_answers_each_certificate_with_its_own_challenge_and_flags_ov
     before = {"http": http_validations(ca, HTTP_NAME), "dns": presented(hook_log)}
     serials = {n: serial_of(tmp_path / n) for n in ("http", "dns", "alpn")}
 
-    # every renewal below is validated for real (tests/no_reuse.py: Pebble's 1 % reuse)
+    # every renewal below is validated for real (tests/cli/no_reuse.py: Pebble's 1 % reuse)
     assert deactivate_valid_authorizations(ca, state) == 4
     # cron's renew: no --directory, no --ca-bundle, no challenge option at all
     bare = run_main(capsys, "renew", "--force", "--json", "--state-dir", str(state))

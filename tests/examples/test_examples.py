@@ -3,7 +3,7 @@
 Each example is started as a subprocess with its configuration in the environment
 (``ACMECERTS_DIRECTORY``, ``ACMECERTS_CA_BUNDLE``, ``ACMECERTS_HTTP_PORT``), the way the
 docs tell readers to point them at Pebble. The kopf operator has its own test
-(``tests/test_example_operator.py``): it needs a Kubernetes API server.
+(``tests/examples/test_example_operator.py``): it needs a Kubernetes API server.
 """
 
 from __future__ import annotations

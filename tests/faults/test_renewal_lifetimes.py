@@ -12,7 +12,7 @@ tests check that it was asked and refused. Then:
   in the manager and in ``issue_with_retries(expires_at=...)``.
 
 The policy alone (the 10-day boundary, the floor, Retry-After) is in
-``tests/test_renewal_timing.py`` and ``tests/protocol/test_ari.py``.
+``tests/retry/test_renewal_timing.py`` and ``tests/protocol/test_ari.py``.
 """
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ The convention, also described for writers in ``docs/contributing.md``:
 * **json**, **yaml** and **toml** blocks must parse; **text** blocks are output or
   formats, not code. A block without a language fails.
 * A block made of ``--8<-- "examples/..."`` lines shows a file from ``examples/``, which
-  ``tests/test_examples.py`` and ``tests/test_example_operator.py`` run; the file (and
-  section) must exist.
+  ``tests/examples/test_examples.py`` and ``tests/examples/test_example_operator.py`` run;
+  the file (and section) must exist.
 * ``<!-- not-run: reason -->`` right before a block skips it. There may be at most
   :data:`MAX_NOT_RUN` of them, each with a reason of a few words.
 """

@@ -1,6 +1,6 @@
 """The http-01 server answers the tokens it holds, exactly, and nothing else.
 
-``tests/test_solvers_http01.py`` covers the basics (404 for unknown tokens and other paths,
+``tests/solvers/test_solvers_http01.py`` covers the basics (404 for unknown tokens and other paths,
 405 for other methods, 413/431 for large requests, 408 for slow ones); this file adds the
 hostile cases: near-miss and traversal paths, no listing, no reflection of the request,
 and the connection limit.

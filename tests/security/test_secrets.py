@@ -189,7 +189,7 @@ async def test_no_key_material_in_logs_reprs_errors_or_events(
         manager = CertificateManager(client, solvers=[http01], storage=storage, layout=layout)
         manager.subscribe(events.append)
         # imported here: a module-level import makes ``acmecerts.metrics`` an attribute of
-        # the package for the whole session (tests/test_exported_members.py sees it)
+        # the package for the whole session (tests/project/test_exported_members.py sees it)
         from acmecerts.metrics import PrometheusMetrics
 
         metrics = PrometheusMetrics()

@@ -1,8 +1,8 @@
 """Listeners on ``::`` probed from both loopbacks (run as a script, not collected).
 
-    unshare --net sh -c 'ip link set lo up && exec python tests/dualstack_child.py'
+    unshare --net sh -c 'ip link set lo up && exec python tests/solvers/dualstack_child.py'
 
-Binding ``::`` binds every address of the host, so tests/test_solvers_bind.py runs this
+Binding ``::`` binds every address of the host, so tests/solvers/test_solvers_bind.py runs this
 only inside a fresh network namespace, whose one interface is its own loopback: nothing
 is reachable from outside, whatever is bound. Each case starts a server, connects to it
 from ``127.0.0.1`` and from ``::1``, and prints one JSON line: the sockets bound (family,

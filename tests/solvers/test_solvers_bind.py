@@ -2,7 +2,7 @@
 
 Everything here binds and connects on loopback only. ``::`` (the default of the servers
 and of the CLI) binds every address of the host, so its cases run in
-tests/dualstack_child.py inside a fresh network namespace (``unshare --net``), whose one
+tests/solvers/dualstack_child.py inside a fresh network namespace (``unshare --net``), whose one
 interface is its own loopback; there, connections from ``127.0.0.1`` and from ``::1``
 reach the one server. Loopback tests in this namespace list both loopbacks explicitly
 (``host=["127.0.0.1", "::1"]``).
@@ -72,7 +72,7 @@ def _run_in_fresh_netns(args: list[str]) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def netns_cases() -> dict[str, dict[str, Any]]:
-    """The JSON line of every case of tests/dualstack_child.py, run in one fresh netns."""
+    """The JSON line of every case of tests/solvers/dualstack_child.py, run in one fresh netns."""
     proc = _run_in_fresh_netns([sys.executable, str(CHILD), *CASES])
     results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     return {result["case"]: result for result in results}

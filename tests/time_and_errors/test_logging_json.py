@@ -1,6 +1,6 @@
 """acmecerts.logging.JsonFormatter: the fields of a record, from ``extra``, an event or an
 error (the end-to-end test, the manager's failed attempt on Pebble through the CLI's
-``--log-format json``, is in tests/test_cli_monitoring.py)."""
+``--log-format json``, is in tests/cli/test_cli_monitoring.py)."""
 
 from __future__ import annotations
 
