@@ -46,9 +46,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import enum
-import sys
-import types
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -149,11 +146,19 @@ class AcmeCertsError(Exception):
     #: Whether the request that failed never reached the CA (so it spent nothing).
     reached_ca: bool = True
 
-    def __init__(self, message: str, *, retry_after: _dt.datetime | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: _dt.datetime | None = None,
+        kind: ErrorKind | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         #: Instant (timezone-aware UTC) before which the CA asked not to be asked again.
         self.retry_after = retry_after
+        if kind is not None:  # else the class's own
+            self.kind = kind
 
     def __str__(self) -> str:
         return self.message
@@ -193,18 +198,34 @@ class TransportError(AcmeCertsError):
 
     kind = ErrorKind.TRANSIENT
 
-    def __init__(self, message: str, *, url: str | None = None, reached_ca: bool = True) -> None:
-        super().__init__(message)
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str | None = None,
+        reached_ca: bool = True,
+        kind: ErrorKind | None = None,
+    ) -> None:
+        super().__init__(message, kind=kind)
         self.url = url
         self.reached_ca = reached_ca
 
 
 class ConnectError(TransportError):
-    """No connection to the CA could be made (refused, reset, DNS, TLS handshake)."""
+    """No connection to the CA could be made (refused, reset, DNS, TLS handshake).
+    ``unknown_host``: the host DNS said does not exist, when that is why (not retried)."""
 
-    #: The host name DNS said does not exist, when that is why: such a request is not
-    #: retried (a later attempt of the schedule may still find it).
-    unknown_host: str | None = None
+    def __init__(
+        self,
+        message: str,
+        *,
+        url: str | None = None,
+        reached_ca: bool = True,
+        kind: ErrorKind | None = None,
+        unknown_host: str | None = None,
+    ) -> None:
+        super().__init__(message, url=url, reached_ca=reached_ca, kind=kind)
+        self.unknown_host = unknown_host
 
 
 class ProxyError(ConnectError):
@@ -251,10 +272,9 @@ class BadServerResponse(AcmeCertsError):
         kind: ErrorKind = ErrorKind.PERMANENT,
         retry_after: _dt.datetime | None = None,
     ) -> None:
-        super().__init__(message, retry_after=retry_after)
+        super().__init__(message, retry_after=retry_after, kind=kind)
         self.url = url
         self.status_code = status_code
-        self.kind = kind
 
 
 class UnsafeUrl(BadServerResponse):
@@ -304,13 +324,19 @@ class AcmeProblem(AcmeCertsError):
         retry_after: _dt.datetime | None = None,
         document: Mapping[str, Any] | None = None,
         reached_ca: bool = True,
+        kind: ErrorKind | None = None,
+        request: str | None = None,
     ) -> None:
         short = type.removeprefix(ERROR_PREFIX)
         where = f" ({identifier.get('value')})" if identifier else ""
         text = f"{short}{where}: {detail}" if detail else f"{short}{where}"
         if subproblems:
             text += "; " + "; ".join(str(s) for s in subproblems)
-        super().__init__(text, retry_after=retry_after)
+        if request is not None and not (url and url in text):
+            text += f" ({request})"
+        if kind is None and status_code is not None and status_code >= 500:
+            kind = None if type in _PERMANENT_5XX else ErrorKind.TRANSIENT
+        super().__init__(text, retry_after=retry_after, kind=kind)
         #: The problem type URN, e.g. ``urn:ietf:params:acme:error:rateLimited``.
         self.type = type
         #: The CA's human-readable explanation.
@@ -323,8 +349,9 @@ class AcmeProblem(AcmeCertsError):
         #: ``False`` when the CA refused the request unprocessed (a ``503``) or it was
         #: decided without asking the CA (e.g. from its directory): nothing was created.
         self.reached_ca = reached_ca
-        if status_code is not None and status_code >= 500 and type not in _PERMANENT_5XX:
-            self.kind = ErrorKind.TRANSIENT
+        #: The request it answered, if given (``"GET https://..."``): named in the message
+        #: unless it names the URL already. ``kind`` overrides the class's (5xx: transient).
+        self.request = request
 
 
 _PERMANENT_5XX: frozenset[str] = frozenset()
@@ -570,23 +597,3 @@ class StorageError(AcmeCertsError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
         super().__init__(message)
         self.path = path
-
-
-def _warn_deprecated(message: str) -> None:
-    """Emit ``DeprecationWarning(message)`` at the caller's line outside acmecerts.
-
-    The warning points at the first frame that is not acmecerts' own code, so it names
-    the user's line however deep inside the package the deprecated path was reached
-    (``AcmeClient(on_request=...)`` goes through the transport's constructor; the
-    manager's ``open_manager(on_request=...)`` through the client's).
-    """
-    level = 1
-    frame: types.FrameType | None = sys._getframe(0)
-    while frame is not None and _is_ours(frame):
-        frame = frame.f_back
-        level += 1
-    warnings.warn(message, DeprecationWarning, stacklevel=level)
-
-
-def _is_ours(frame: types.FrameType) -> bool:
-    return str(frame.f_globals.get("__name__", "")).partition(".")[0] == "acmecerts"

@@ -22,15 +22,13 @@ from ._clock import (
     Clock,
     FakeClock,
     SystemClock,
-    as_seconds,
     aware_utc,
     cancel_at,
-    duration_seconds,
-    growth_factor,
     show_instant,
     utcnow,
     whole_second,
 )
+from ._durations import as_seconds, duration_seconds, growth_factor
 from ._polling import Again, Backoff, poll_until
 from ._polling import _running_loop as _running_loop  # private, for the solvers and transport
 from ._retry_after import DEFAULT_MAX_RETRY_AFTER, parse_retry_after, retry_after_from_detail

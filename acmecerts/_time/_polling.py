@@ -17,7 +17,8 @@ import anyio.lowlevel
 
 from acmecerts.errors import AttemptTimeout, InvalidInput
 
-from ._clock import Clock, aware_utc, duration_seconds, growth_factor
+from ._clock import Clock, aware_utc
+from ._durations import duration_seconds, growth_factor
 
 T = TypeVar("T")
 _RNG = random.Random()  # noqa: S311 - jitter only spreads retries, nothing secret

@@ -9,7 +9,8 @@ import datetime as _dt
 import email.utils
 import re
 
-from ._clock import _MAX_INSTANT, _after, aware_utc, duration_seconds
+from ._clock import _MAX_INSTANT, _after, aware_utc
+from ._durations import duration_seconds
 
 #: The default limit on how far in the future a ``Retry-After`` may point.
 DEFAULT_MAX_RETRY_AFTER = _dt.timedelta(days=30)

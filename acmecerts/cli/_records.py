@@ -22,7 +22,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from acmecerts.errors import StorageError
+from acmecerts import duration_seconds
+from acmecerts.errors import InvalidInput, StorageError
 from acmecerts.protocol.certificate import (
     CertificateChain,
     CertificateInfo,
@@ -126,16 +127,16 @@ class StoredChallenge:
         values = _known_fields(cls, data)
         servers = values.pop("dns_propagation_nameservers", [])
         timeout = values.pop("dns_propagation_timeout", None)
-        if (
-            not _texts(values, required="challenge")
-            or not _string_list(servers)
-            or isinstance(timeout, bool)
-            or not (timeout is None or isinstance(timeout, int | float))
-        ):
+        if not _texts(values, required="challenge") or not _string_list(servers):
             raise bad()
+        if timeout is not None:
+            try:  # the library's one duration parser (JSON has no timedelta: seconds)
+                timeout = duration_seconds(timeout, "dns_propagation_timeout")
+            except InvalidInput:  # NaN, Infinity (Python's json reads both), -1, "120"...
+                raise bad() from None
         return cls(
             dns_propagation_nameservers=tuple(servers),
-            dns_propagation_timeout=None if timeout is None else float(timeout),
+            dns_propagation_timeout=timeout,
             **values,
         )
 

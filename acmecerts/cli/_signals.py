@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import select
 import signal
@@ -111,21 +110,22 @@ class Interrupted(KeyboardInterrupt):
 
 
 def _grace_from_env() -> float:
+    """The clean-up budget of ``ACMECERTS_INTERRUPT_GRACE``, read by the library's one
+    duration parser; a value it refuses is warned about and the default used."""
     text = os.environ.get(GRACE_ENV, "").strip()
     if not text:
-        return INTERRUPT_GRACE
+        return INTERRUPT_GRACE  # the usual case imports nothing more: the guard comes first
+    from acmecerts import InvalidInput, duration_seconds  # the library's one duration parser
+
     try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value > 0):
+        return duration_seconds(float(text), GRACE_ENV, positive=True)
+    except (ValueError, InvalidInput):  # InvalidInput is a ValueError too
         _write(
             2,
             f"acmecerts: warning: {GRACE_ENV}={text!r} is not a positive number of "
             f"seconds; using {INTERRUPT_GRACE:g}\n".encode(),
         )
         return INTERRUPT_GRACE
-    return value
 
 
 class SignalGuard:
@@ -135,11 +135,19 @@ class SignalGuard:
         json_mode: A forced exit prints the one JSON document of ``--json``.
         grace: The clean-up budget in seconds (default: ``ACMECERTS_INTERRUPT_GRACE``,
             else :data:`INTERRUPT_GRACE`).
+
+    Raises:
+        InvalidInput: ``grace`` is no positive, finite number of seconds.
     """
 
     def __init__(self, *, json_mode: bool, grace: float | None = None) -> None:
         self.json_mode = json_mode
-        self.grace = _grace_from_env() if grace is None else grace
+        if grace is None:
+            self.grace = _grace_from_env()
+        else:
+            from acmecerts import duration_seconds  # the library's one duration parser
+
+            self.grace = duration_seconds(grace, "grace", positive=True)
         #: The first signal received (``None`` until one comes).
         self.signum: int | None = None
         #: Called by a forced exit for what the report should add (see :data:`FinalWords`).

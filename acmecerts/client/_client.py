@@ -170,7 +170,7 @@ class AcmeClient(_Issuance, _RenewalInfoRequests):
             self.transport = AcmeTransport(
                 directory_url,
                 ca_bundle=ca_bundle,
-                timeout=request_timeout,
+                timeout=duration_seconds(request_timeout, "request_timeout", positive=True),
                 retry=request_retry,
                 clock=self.clock,
                 http2=http2,

@@ -10,6 +10,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 import anyio
 import httpx
 
+from acmecerts._deprecation import _warn_deprecated
 from acmecerts._issued import IssuedCertificate
 from acmecerts._time import cancel_at, duration_seconds
 from acmecerts.client._authorization import _AuthorizationRequests
@@ -37,7 +38,6 @@ from acmecerts.errors import (
     InvalidInput,
     OrderNotReady,
     UnsupportedChallenge,
-    _warn_deprecated,
 )
 from acmecerts.protocol._flow import (
     Answer,

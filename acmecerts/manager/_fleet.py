@@ -33,7 +33,7 @@ from typing import Any, Literal, TypedDict, Unpack
 
 import anyio
 
-from acmecerts._time import Clock, SystemClock
+from acmecerts._time import Clock, SystemClock, duration_seconds
 from acmecerts.client import AcmeClient, ExternalAccountBinding, PollPolicy
 from acmecerts.errors import InvalidInput
 from acmecerts.manager._ledger import RateLimitLedger
@@ -268,8 +268,8 @@ async def open_manager(
     key_type = KeyType.parse(account_key_type)
     if not isinstance(terms_of_service_agreed, bool):
         raise InvalidInput("terms_of_service_agreed must be True or False")
-    if lock_timeout is not None and not lock_timeout >= 0:
-        raise InvalidInput(f"lock_timeout must be 0 or more seconds (or None), not {lock_timeout}")
+    if lock_timeout is not None:
+        lock_timeout = duration_seconds(lock_timeout, "lock_timeout")
     client_options, manager_options = _split(dict(options))
     clock: Clock = client_options.pop("clock", None) or SystemClock()
     ledger = _ledger(rate_limits, storage, layout, clock)

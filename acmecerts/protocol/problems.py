@@ -7,6 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from acmecerts._time import retry_after_from_detail
 from acmecerts.errors import (
     AcmeProblem,
     ErrorKind,
@@ -29,11 +30,16 @@ def problem_from_document(
     url: str | None = None,
     retry_after: _dt.datetime | None = None,
     reached_ca: bool = True,
+    request: str | None = None,
+    now: _dt.datetime | None = None,
     _depth: int = 0,
 ) -> AcmeProblem:
     """Build the typed exception for a problem document (never raises for odd input).
 
     ``reached_ca=False``: the CA refused the request unprocessed (nothing was created).
+    ``request`` (``"GET https://..."``) is named in the message unless it names the URL.
+    With ``now``, a rate limit without ``retry_after`` takes the instant its detail
+    gives (Let's Encrypt's "retry after ..." text), if any.
     """
     ptype = document.get("type")
     if not isinstance(ptype, str) or not ptype:
@@ -54,7 +60,14 @@ def problem_from_document(
     cls = problem_class(ptype)
     if cls is AcmeProblem and status_code == 429:
         cls = RateLimited
-    problem = cls(
+    kind = None  # the class's own
+    if status_code == 503 and cls is not RateLimited:
+        kind = ErrorKind.SERVER_BUSY if retry_after else ErrorKind.TRANSIENT
+    elif issubclass(cls, ServerBusy) and retry_after is None:
+        kind = ErrorKind.TRANSIENT
+    if issubclass(cls, RateLimited) and retry_after is None and now is not None:
+        retry_after = retry_after_from_detail(detail, now=now)
+    return cls(
         ptype,
         detail,
         status_code=status_code,
@@ -64,12 +77,9 @@ def problem_from_document(
         retry_after=retry_after,
         document=document,
         reached_ca=reached_ca,
+        kind=kind,
+        request=request,
     )
-    if status_code == 503 and cls is not RateLimited:
-        problem.kind = ErrorKind.SERVER_BUSY if retry_after else ErrorKind.TRANSIENT
-    if isinstance(problem, ServerBusy) and retry_after is None:
-        problem.kind = ErrorKind.TRANSIENT
-    return problem
 
 
 def problem_from_response(
@@ -80,11 +90,13 @@ def problem_from_response(
     url: str,
     retry_after: _dt.datetime | None = None,
     reached_ca: bool = True,
+    request: str | None = None,
+    now: _dt.datetime | None = None,
 ) -> AcmeProblem | None:
     """Parse an error answer's body as a problem document, or return ``None``.
 
     Only ``application/problem+json`` (and, leniently, ``application/json`` with a ``type``
-    member) is accepted.
+    member) is accepted. ``request`` and ``now``: see :func:`problem_from_document`.
     """
     media = content_type.split(";", 1)[0].strip().lower()
     if media not in (PROBLEM_CONTENT_TYPE, "application/json"):
@@ -98,7 +110,13 @@ def problem_from_response(
     if media == "application/json" and "type" not in document:
         return None
     return problem_from_document(
-        document, status_code=status_code, url=url, retry_after=retry_after, reached_ca=reached_ca
+        document,
+        status_code=status_code,
+        url=url,
+        retry_after=retry_after,
+        reached_ca=reached_ca,
+        request=request,
+        now=now,
     )
 
 

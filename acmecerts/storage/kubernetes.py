@@ -69,6 +69,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime as _dt
 import logging
 import os
 import secrets
@@ -80,7 +81,7 @@ from lightkube.core.client import LabelSelector
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Secret
 
-from acmecerts._time import Clock, SystemClock
+from acmecerts._time import Clock, SystemClock, duration_seconds
 from acmecerts.errors import StorageError
 from acmecerts.storage._backend import StoreBase
 from acmecerts.storage._base import ANY_VERSION, StoredValue, VersionConflict, _AnyVersion
@@ -125,9 +126,10 @@ class KubernetesStorage(StoreBase):
 
     ``name_prefix`` starts every object name and is the ``acmecerts.io/store`` label:
     stores with different prefixes share a namespace without seeing each other's keys.
-    ``timeout`` bounds each API request (seconds). ``identity`` names this replica in
-    Lease holders (default ``<hostname>/<pid>/<random>``). ``clock`` stamps and times
-    leases (default: the system clock). A lock is a ``Lease`` object, its lease rounded
+    ``timeout`` bounds each API request (seconds or a ``timedelta``; InvalidInput for
+    NaN, infinity, zero or less). ``identity`` names this replica in Lease holders
+    (default ``<hostname>/<pid>/<random>``). ``clock`` stamps and times leases
+    (default: the system clock). A lock is a ``Lease`` object, its lease rounded
     up to whole seconds (``leaseDurationSeconds``).
 
     Raises :class:`~acmecerts.errors.StorageError` when no configuration can be loaded.
@@ -141,10 +143,11 @@ class KubernetesStorage(StoreBase):
         kubeconfig: str | os.PathLike[str] | None = None,
         context: str | None = None,
         name_prefix: str = "acmecerts",
-        timeout: float = 10.0,
+        timeout: float | _dt.timedelta = 10.0,
         identity: str | None = None,
         clock: Clock | None = None,
     ) -> None:
+        timeout = duration_seconds(timeout, "timeout", positive=True)
         if not PREFIX_RE.fullmatch(name_prefix):
             raise ValueError(
                 f"name_prefix {name_prefix!r} must be 1-40 lowercase letters, digits or '-'"

@@ -25,7 +25,7 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Generic, Protocol, TypeVar
 
-from acmecerts.errors import _warn_deprecated
+from acmecerts._deprecation import _warn_deprecated
 
 __all__ = [
     "EventSubscribers",

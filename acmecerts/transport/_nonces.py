@@ -93,16 +93,24 @@ class NonceSupply:
     """
 
     def __init__(self, pool: NoncePool, *, bound: int, wait: float) -> None:
-        if bound < 1:
-            raise InvalidInput("nonce_circulation must be at least 1")
         #: The spare nonces.
         self.pool = pool
-        #: The most nonces in circulation (see the class docstring).
         self.bound = bound
         #: Seconds a request waits for an answer's nonce at most, once.
         self.wait = wait
         self._promised = 0
         self._waiters: collections.deque[_Waiter] = collections.deque()
+
+    @property
+    def bound(self) -> int:
+        """The most nonces in circulation (see the class docstring); set it any time."""
+        return self._bound
+
+    @bound.setter
+    def bound(self, bound: int) -> None:
+        if isinstance(bound, bool) or not isinstance(bound, int) or bound < 1:
+            raise InvalidInput(f"nonce_circulation must be at least 1, got {bound!r}")
+        self._bound = bound
 
     @property
     def promised(self) -> int:
@@ -157,7 +165,7 @@ class NonceSupply:
             if nonce is not None:
                 return nonce
             waiting = len(self._waiters)
-            if not patient or (self._promised <= waiting and self._promised < self.bound):
+            if not patient or (self._promised <= waiting and self._promised < self._bound):
                 break
             # A nonce is on its way that no other request waits for: an answer to a POST
             # in flight, or the POST of a request whose newNonce is in flight. Waiting for

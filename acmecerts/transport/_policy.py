@@ -341,25 +341,25 @@ def connect_error(url: str, exc: BaseException) -> ConnectError:
             break
         if isinstance(cause, ssl.SSLCertVerificationError):
             reason = cause.verify_message or cause.reason or str(cause)
-            error = ConnectError(
+            return ConnectError(
                 f"TLS certificate verification of {url} failed ({reason}): the server is not "
                 f"the CA it claims to be, or its CA is not trusted; {_TRUST_HINT.get()}",
                 url=url,
                 reached_ca=False,
+                kind=ErrorKind.PERMANENT,
             )
-            error.kind = ErrorKind.PERMANENT
-            return error
         if isinstance(cause, ssl.SSLError):
             message = f"TLS handshake with {url} failed: {cause.reason or cause}"
             return ConnectError(message, url=url, reached_ca=False)
         cause = cause.__cause__ or cause.__context__
     if is_unknown_host(exc):
         host = httpx.URL(url).host
-        error = ConnectError(
-            f"cannot connect to {url}: unknown host {host}", url=url, reached_ca=False
+        return ConnectError(
+            f"cannot connect to {url}: unknown host {host}",
+            url=url,
+            reached_ca=False,
+            unknown_host=host,
         )
-        error.unknown_host = host
-        return error
     return ConnectError(f"cannot connect to {url}: {exc}", url=url, reached_ca=False)
 
 

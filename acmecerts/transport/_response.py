@@ -16,8 +16,8 @@ from typing import Any
 
 import httpx
 
-from acmecerts._time import Clock, parse_retry_after, retry_after_from_detail
-from acmecerts.errors import BadServerResponse, ErrorKind, RateLimited
+from acmecerts._time import Clock, parse_retry_after
+from acmecerts.errors import BadServerResponse, ErrorKind
 from acmecerts.protocol.problems import problem_from_response, synthetic_problem
 from acmecerts.transport._exchange import Answer
 
@@ -152,6 +152,9 @@ def checked_answer(answer: Answer, url: str, method: str, clock: Clock) -> AcmeR
         url=url,
         retry_after=retry_after,
         reached_ca=reached_ca,
+        # a wrong URL (a typo in the directory's path): say which request it was
+        request=f"{method} {url}" if status == 404 else None,
+        now=now,  # a rate limit's "retry after" in its detail, when no header said
     )
     if problem is None and status in (429, 503):
         problem = synthetic_problem(
@@ -162,11 +165,6 @@ def checked_answer(answer: Answer, url: str, method: str, clock: Clock) -> AcmeR
             reached_ca=reached_ca,
         )
     if problem is not None:
-        if status == 404 and url not in problem.message:
-            # a wrong URL (a typo in the directory's path): say which request it was
-            problem.message = f"{problem.message} ({method} {url})"
-        if isinstance(problem, RateLimited) and problem.retry_after is None:
-            problem.retry_after = retry_after_from_detail(problem.detail, now=now)
         raise problem
     reason = f" {answer.reason_phrase}" if answer.reason_phrase else ""
     raise BadServerResponse(

@@ -34,6 +34,7 @@ from acmecerts.cli._args import ChallengeOptions
 from acmecerts.cli._records import CertificateRecord, StoredChallenge
 from acmecerts.cli._solvers import plan_challenge, renewal_options, stored_challenge
 from acmecerts.cli._state import State
+from acmecerts.errors import StorageError
 from acmecerts.protocol.identifiers import parse_identifiers
 from tests.cli.no_reuse import deactivate_valid_authorizations
 from tests.cli.test_cli_challenges import dns_hook
@@ -346,3 +347,18 @@ def test_a_record_round_trips_its_settings_and_bad_ones_are_a_storage_error() ->
 
     with pytest.raises(StorageError, match="stored challenge settings"):
         CertificateRecord.from_json({**document, "challenge": {"challenge": 1}}, "x.json")
+
+
+@pytest.mark.parametrize("timeout", ["NaN", "Infinity", "-1", "true", '"20"'])
+def test_a_stored_propagation_timeout_that_is_no_duration_is_a_storage_error(
+    timeout: str,
+) -> None:
+    # Python's json reads NaN and Infinity: the record goes through the one duration parser
+    document = json.loads(
+        '{"challenge": "dns-01", "dns_propagation_timeout": %s}' % timeout  # noqa: UP031
+    )
+    with pytest.raises(StorageError, match=r"x\.json: the stored challenge settings are not valid"):
+        StoredChallenge.from_json(document, "x.json")
+    taken = StoredChallenge.from_json({"challenge": "dns-01", "dns_propagation_timeout": 0}, "x")
+    assert taken.dns_propagation_timeout == 0.0
+    assert type(taken.dns_propagation_timeout) is float

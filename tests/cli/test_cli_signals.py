@@ -11,7 +11,9 @@ the clean-up budget, at once after a second signal), with generous margins.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+import math
 import os
 import signal
 import subprocess
@@ -25,9 +27,16 @@ import pytest
 from cli_support import CLI, REPO, ca_args, cli_env
 from waits import finish, wait_ready
 
+from acmecerts import InvalidInput
 from acmecerts.cli._batch import CLEANED_UP
 from acmecerts.cli._interrupt import run_interruptible
-from acmecerts.cli._signals import INTERRUPT_GRACE, Interrupted, guard_signals
+from acmecerts.cli._signals import (
+    GRACE_ENV,
+    INTERRUPT_GRACE,
+    Interrupted,
+    SignalGuard,
+    guard_signals,
+)
 from tests.cli.test_cli_challenges import dns_args, hook_calls, wait_for
 from tests.faults.proxy import FaultProxy, Match, Stall
 
@@ -370,3 +379,33 @@ def test_a_signal_before_the_work_stops_it_at_its_start() -> None:
     assert raised.value.exit_code == 130
     assert started == []
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+# -- the clean-up budget: the library's one duration parser --------------------------------
+
+
+@pytest.mark.parametrize("text", ["nan", "inf", "-inf", "-1", "0", "1e400", "soon", "15s"])
+def test_a_budget_in_the_environment_that_is_no_duration_is_warned_about(
+    text: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(GRACE_ENV, text)
+    assert SignalGuard(json_mode=False).grace == INTERRUPT_GRACE == 15.0
+    assert capfd.readouterr().err == (
+        f"acmecerts: warning: {GRACE_ENV}={text!r} is not a positive number of seconds; using 15\n"
+    )
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("3", 3.0), (" 0.25 ", 0.25), ("", 15.0)])
+def test_a_budget_in_the_environment_is_taken(
+    text: str, seconds: float, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(GRACE_ENV, text)
+    assert SignalGuard(json_mode=False).grace == seconds
+    assert capfd.readouterr().err == ""
+
+
+@pytest.mark.parametrize("grace", [math.nan, math.inf, -1.0, 0, True, "15"])
+def test_a_budget_given_in_code_that_is_no_duration_is_invalid_input(grace: object) -> None:
+    with pytest.raises(InvalidInput, match=r"^grace must be a finite number of seconds > 0"):
+        SignalGuard(json_mode=False, grace=grace)  # type: ignore[arg-type]
+    assert SignalGuard(json_mode=False, grace=dt.timedelta(seconds=2)).grace == 2.0  # type: ignore[arg-type]

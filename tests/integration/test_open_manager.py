@@ -7,6 +7,7 @@ Pebble (a fresh proxy per test, so a fresh CA in the store's layout).
 from __future__ import annotations
 
 import inspect
+import math
 from pathlib import Path
 from typing import Any
 
@@ -275,6 +276,11 @@ async def test_a_failing_block_stops_the_manager_and_closes_the_client(
         ({"concurrency": 0}, "concurrency"),
         ({"attempt_timeout": -1}, "attempt_timeout"),
         ({"lock_timeout": -1.0}, "lock_timeout"),
+        # the one duration parser, before anything is read or written (it once got as far
+        # as the account lock, which refused its "timeout")
+        ({"lock_timeout": math.nan}, r"^lock_timeout must be a finite number of seconds"),
+        ({"lock_timeout": math.inf}, r"^lock_timeout must be a finite number of seconds"),
+        ({"lock_timeout": True}, r"^lock_timeout must be a finite number of seconds"),
         ({"directory_url": "ftp://ca.example/dir"}, "directory URL"),
         ({"storage": "/var/lib/acmecerts"}, "Storage"),
     ],

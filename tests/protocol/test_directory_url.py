@@ -13,6 +13,7 @@ from acmecerts import AcmeClient, DirectoryUrl, InvalidInput, UrlPolicy
 from acmecerts.cli._state import directory_slug
 from acmecerts.ratelimit import LETS_ENCRYPT, NO_LIMITS, model_for_directory
 from acmecerts.storage import KeyLayout
+from acmecerts.storage.keys import ca_slug
 from acmecerts.transport import AcmeTransport
 
 LE = "https://acme-v02.api.letsencrypt.org/directory"
@@ -81,6 +82,10 @@ def test_a_malformed_directory_url_is_invalid_input(value: object, message: str)
         UrlPolicy().bind(value)  # type: ignore[arg-type]
     with pytest.raises(InvalidInput, match=message):
         directory_slug(value)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match=message):  # the store's name for the CA
+        ca_slug(value)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInput, match=message):
+        KeyLayout(value)  # type: ignore[arg-type]
 
 
 def test_every_entry_takes_the_value_and_passes_it_on() -> None:
@@ -92,6 +97,7 @@ def test_every_entry_takes_the_value_and_passes_it_on() -> None:
     assert UrlPolicy().bind(url).directory_url is url
     assert UrlPolicy().bind(url).origins == (url.origin,)
     assert KeyLayout(url).ca == KeyLayout(LE).ca
+    assert KeyLayout(url).directory_url is url
     # a str is still taken, and becomes the value
     from_text = AcmeClient(LE)
     assert isinstance(from_text.transport.directory_url, DirectoryUrl)

@@ -112,3 +112,55 @@ def test_deeply_nested_subproblems_are_bounded() -> None:
         problem = problem.subproblems[0]
         depth += 1
     assert depth <= 4
+
+
+# -- built whole: what the answer says goes to the constructor, nothing is patched after ----
+
+
+def test_the_request_is_named_unless_the_message_names_its_url() -> None:
+    doc = {"type": ERROR_PREFIX + "malformed", "detail": "no such thing"}
+    named = problem_from_document(
+        doc, status_code=404, url="https://ca/x", request="GET https://ca/x"
+    )
+    assert str(named) == "malformed: no such thing (GET https://ca/x)"
+    assert named.request == "GET https://ca/x"
+    doc["detail"] = "https://ca/x does not exist"
+    told = problem_from_document(
+        doc, status_code=404, url="https://ca/x", request="GET https://ca/x"
+    )
+    assert str(told) == "malformed: https://ca/x does not exist"
+    assert problem_from_document(doc, status_code=404, url="https://ca/x").request is None
+
+
+def test_a_rate_limit_takes_the_instant_its_detail_gives_when_no_header_did() -> None:
+    doc = {
+        "type": ERROR_PREFIX + "rateLimited",
+        "detail": "too many certificates (5) already issued: retry after 2026-01-01 06:00:00 UTC",
+    }
+    body = json.dumps(doc).encode()
+    answer = {"status_code": 429, "content_type": "application/problem+json", "body": body}
+    from_detail = problem_from_response(**answer, url="u", now=T)
+    assert isinstance(from_detail, RateLimited)
+    assert from_detail.retry_after == T + dt.timedelta(hours=6)
+    header = T + dt.timedelta(minutes=5)
+    from_header = problem_from_response(**answer, url="u", now=T, retry_after=header)
+    assert from_header is not None
+    assert from_header.retry_after == header
+    unread = problem_from_response(**answer, url="u")  # no clock: the detail is not read
+    assert unread is not None
+    assert unread.retry_after is None
+
+
+def test_a_given_kind_overrides_the_class_and_the_status() -> None:
+    assert AcmeProblem("t", "d", status_code=500).kind is ErrorKind.TRANSIENT
+    assert AcmeProblem("t", "d", status_code=500, kind=ErrorKind.PERMANENT).kind is (
+        ErrorKind.PERMANENT
+    )
+    assert BadNonce("t", "d", kind=ErrorKind.PERMANENT).kind is ErrorKind.PERMANENT
+    assert BadNonce("t", "d").kind is ErrorKind.TRANSIENT
+    busy = problem_from_document(
+        {"type": ERROR_PREFIX + "serverInternal"}, status_code=503, retry_after=T
+    )
+    assert (busy.kind, vars(busy)["kind"]) == (ErrorKind.SERVER_BUSY, ErrorKind.SERVER_BUSY)
+    bare = problem_from_document({"type": ERROR_PREFIX + "serverInternal"}, status_code=500)
+    assert bare.kind is ErrorKind.TRANSIENT

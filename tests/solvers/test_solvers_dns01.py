@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 import dns.asyncquery
+import dns.exception
 import dns.name
 import dns.rcode
 import dns.rdataclass
@@ -45,6 +46,7 @@ from acmecerts.solvers import (
     Solver,
 )
 from acmecerts.solvers.dns01._lookup import _find_zone, _Lookup
+from acmecerts.solvers.dns01._query import _translate
 from acmecerts.solvers.dns01._records import _parse_server
 from tests.servers.bind import BindServer
 
@@ -346,6 +348,22 @@ async def test_ttl_is_applied(bind: BindServer) -> None:
 
 
 # -- every refusal becomes a typed error ------------------------------------------------------
+
+
+def test_a_translated_error_is_built_with_its_name_zone_and_kind() -> None:
+    """An answer whose TSIG signature does not verify is permanent, and every error of an
+    UPDATE names the record (and a refusal its zone) from its constructor on."""
+    where = {"server": "192.0.2.1:53", "what": "UPDATE", "name": "_acme-challenge.a.test"}
+    forged = _translate(dns.tsig.BadSignature(), **where, zone="a.test")
+    assert type(forged) is DnsError
+    assert (forged.kind, forged.name) == (ErrorKind.PERMANENT, "_acme-challenge.a.test")
+    assert vars(forged)["kind"] is ErrorKind.PERMANENT  # built so, not the class's TRANSIENT
+    refused = _translate(dns.tsig.PeerBadSignature(), **where, zone="a.test")
+    assert isinstance(refused, DnsUpdateRefused)
+    assert (refused.rcode, refused.name, refused.zone) == ("BADSIG", where["name"], "a.test")
+    silent = _translate(dns.exception.Timeout(), **where)
+    assert (silent.kind, silent.name) == (ErrorKind.TRANSIENT, where["name"])
+    assert _translate(EOFError(), server="192.0.2.1:53", what="query").name is None
 
 
 async def test_wrong_secret_is_badsig(bind: BindServer) -> None:

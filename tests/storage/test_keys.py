@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from acmecerts import DirectoryUrl
 from acmecerts.errors import InvalidInput
 from acmecerts.storage import KeyLayout
 from acmecerts.storage.keys import (
@@ -100,7 +101,7 @@ def test_ca_slug_distinguishes_directories() -> None:
         ca_slug("https://acme-staging-v02.api.letsencrypt.org/directory"),
         ca_slug("https://127.0.0.1:14000/dir"),
         ca_slug("https://127.0.0.1:15000/dir"),
-        ca_slug("http://127.0.0.1:14000/dir"),
+        ca_slug("https://[::1]:14000/dir"),
         ca_slug("https://ca.example/acme/directory?profile=a"),
         ca_slug("https://ca.example/acme/directory?profile=b"),
     }
@@ -114,12 +115,75 @@ def test_ca_slug_normalises_what_does_not_matter() -> None:
     )
 
 
+#: The slugs stores hold today: a change here would orphan every stored account and
+#: certificate of that CA (they would be looked for under another name).
+PINNED_SLUGS = {
+    LE: "acme-v02.api.letsencrypt.org-directory-5e76d315",
+    "https://acme-staging-v02.api.letsencrypt.org/directory": (
+        "acme-staging-v02.api.letsencrypt.org-directory-67f27506"
+    ),
+    "https://acme.zerossl.com/v2/DV90": "acme.zerossl.com-v2-dv90-562d2d8e",
+    "https://api.buypass.com/acme/directory": "api.buypass.com-acme-directory-15df22c5",
+    "https://api.test4.buypass.no/acme/directory": "api.test4.buypass.no-acme-directory-c7c93fe6",
+    "https://dv.acme-v02.api.pki.goog/directory": "dv.acme-v02.api.pki.goog-directory-5512775e",
+    "https://dv.acme-v02.test-api.pki.goog/directory": (
+        "dv.acme-v02.test-api.pki.goog-directory-17c3fc98"
+    ),
+    "https://acme.ssl.com/sslcom-dv-rsa": "acme.ssl.com-sslcom-dv-rsa-cb024d92",
+    "https://acme.ssl.com/sslcom-dv-ecc": "acme.ssl.com-sslcom-dv-ecc-2d40c326",
+    "https://acme.sectigo.com/v2/DV": "acme.sectigo.com-v2-dv-90be5d75",
+    "https://acme-api.actalis.com/acme/directory": "acme-api.actalis.com-acme-directory-aaeffb8a",
+    # Pebble, step-ca, IPv6, and what urlsplit kept as given (an IDN, a trailing dot)
+    "https://127.0.0.1:14000/dir": "127.0.0.1-14000-dir-6d8ba56d",
+    "https://localhost:14000/dir": "localhost-14000-dir-929abca7",
+    "https://ca.internal:9000/acme/acme/directory": "ca.internal-9000-acme-acme-directory-cf86adaa",
+    "https://[::1]:14000/dir": "1-14000-dir-95429408",
+    "https://acme-v02.api.letsencrypt.org:443/directory": (
+        "acme-v02.api.letsencrypt.org-directory-5e76d315"
+    ),
+    "https://CA.Example/Dir?x=1": "ca.example-dir-ce3cf80b",
+    "https://bücher.example/dir": "b-cher.example-dir-dd213dea",
+    "https://ca.example./dir": "ca.example.-dir-08539cc7",
+}
+
+
+@pytest.mark.parametrize(("url", "slug"), PINNED_SLUGS.items())
+def test_the_slugs_of_stored_layouts_do_not_change(url: str, slug: str) -> None:
+    assert ca_slug(url) == slug
+    assert ca_slug(DirectoryUrl(url)) == slug
+    assert KeyLayout(url).ca == slug
+
+
 @pytest.mark.parametrize(
-    "url", ["", "acme.example/directory", "ftp://acme.example/", "https:///nohost", "https://h:x/"]
+    "url",
+    [
+        "",
+        "acme.example/directory",
+        "ftp://acme.example/",
+        "https:///nohost",
+        "https://h:x/",
+        # as DirectoryUrl reads them: no client talks to these, so they name no CA
+        "http://127.0.0.1:14000/dir",
+        "http://acme.example/directory",
+        " https://acme.example/directory",
+        "https://user:pw@acme.example/directory",
+    ],
 )
-def test_ca_slug_refuses_non_urls(url: str) -> None:
-    with pytest.raises(InvalidInput):
+def test_ca_slug_refuses_what_is_no_directory_url(url: str) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        DirectoryUrl(url)
+    with pytest.raises(InvalidInput) as slug_refused:
         ca_slug(url)
+    assert str(slug_refused.value) == str(refused.value)
+    with pytest.raises(InvalidInput):
+        KeyLayout(url)
+
+
+def test_a_layout_holds_the_parsed_directory_url() -> None:
+    url = DirectoryUrl(LE)
+    assert KeyLayout(url).directory_url is url
+    assert isinstance(KeyLayout(LE).directory_url, DirectoryUrl)
+    assert KeyLayout(LE).directory_url == LE
 
 
 def test_certificate_slug() -> None:

@@ -83,6 +83,12 @@ def test_client_attempt_timeout(value: object) -> None:
         AcmeClient(DIRECTORY, attempt_timeout=value)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("value", [*NOT_DURATIONS, 0])
+def test_client_request_timeout_is_named_as_given(value: object) -> None:
+    with pytest.raises(InvalidInput, match=r"^request_timeout must be a finite number"):
+        AcmeClient(DIRECTORY, request_timeout=value)  # type: ignore[arg-type]
+
+
 def test_client_attempt_timeout_is_seconds() -> None:
     assert AcmeClient(DIRECTORY, attempt_timeout=dt.timedelta(minutes=5)).attempt_timeout == 300.0
     assert AcmeClient(DIRECTORY, attempt_timeout=90).attempt_timeout == 90.0
@@ -122,6 +128,15 @@ def test_manager_durations_taken(tmp_path: Path) -> None:
         CertificateManager(client, solvers=[Http01Webroot(tmp_path)], retention=None).retention
         is None
     )
+
+
+@pytest.mark.parametrize("value", [*NOT_DURATIONS, 0])
+def test_kubernetes_request_timeout(tmp_path: Path, value: object) -> None:
+    from acmecerts.storage.kubernetes import KubernetesStorage
+
+    # refused before any configuration is looked for (this kubeconfig does not exist)
+    with pytest.raises(InvalidInput, match=r"^timeout must be a finite number of seconds > 0"):
+        KubernetesStorage("ns", kubeconfig=tmp_path / "none", timeout=value)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("field", ["initial", "max_interval", "floor", "max_retry_after"])

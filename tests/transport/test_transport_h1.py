@@ -10,13 +10,15 @@ paths.
 from __future__ import annotations
 
 import asyncio
+import base64
 import ssl
 from collections.abc import Awaitable, Callable
 
 import httpx
 import pytest
+from cryptography import x509
 
-from acmecerts.errors import BadServerResponse
+from acmecerts.errors import AcmeProblem, BadServerResponse, ConnectError, ErrorKind
 from acmecerts.testing import PebbleServer
 from acmecerts.transport import AcmeTransport, Http11Pool, ResponseTooLarge
 
@@ -133,6 +135,43 @@ async def test_tls_verification_failure_is_a_connect_error(pebble: PebbleServer)
     pool = _pool()  # the system store does not trust Pebble's test CA
     with pytest.raises(httpx.ConnectError):
         await _get(pool, pebble.directory_url)
+
+
+async def test_an_untrusted_ca_is_a_permanent_connect_error_built_whole(
+    pebble: PebbleServer,
+) -> None:
+    async with AcmeTransport(pebble.directory_url) as transport:  # Pebble's CA not trusted
+        with pytest.raises(ConnectError, match="TLS certificate verification") as raised:
+            await transport.directory()
+    error = raised.value
+    assert (error.kind, error.reached_ca, error.unknown_host) == (
+        ErrorKind.PERMANENT,
+        False,
+        None,
+    )
+    assert "kind" in vars(error)  # given to the constructor, not the class's TRANSIENT
+    assert transport.request_count == 1  # permanent: not retried
+
+
+async def test_a_404_problem_names_the_request_it_answered(pebble: PebbleServer) -> None:
+    """Pebble answers a renewalInfo GET for a serial it never issued with a 404 problem
+    whose detail does not name the URL: the message says which request it was."""
+    intermediate = x509.load_pem_x509_certificate(pebble.intermediate_pem().encode())
+    key_id = intermediate.extensions.get_extension_for_class(x509.SubjectKeyIdentifier)
+    cert_id = f"{_b64(key_id.value.digest)}.{_b64(bytes([1, 2, 3]))}"
+    async with AcmeTransport(pebble.directory_url, ca_bundle=pebble.ca_bundle) as transport:
+        directory = await transport.directory()
+        url = f"{directory.renewal_info}/{cert_id}"
+        with pytest.raises(AcmeProblem) as raised:
+            await transport.get(url)
+    problem = raised.value
+    assert (problem.status_code, problem.request) == (404, f"GET {url}")
+    assert str(problem).endswith(f" (GET {url})")
+    assert url not in problem.detail
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
 
 
 # -- scripted answers --------------------------------------------------------------------

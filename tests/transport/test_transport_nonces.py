@@ -288,11 +288,37 @@ async def test_a_failed_fetch_wakes_a_request_that_counted_on_it() -> None:
     assert (nonces.waiting, nonces.promised) == (0, 0)
 
 
-def test_the_circulation_holds_at_least_one_nonce() -> None:
+@pytest.mark.parametrize("bound", [0, -1, True, 2.5, "4", None])
+def test_the_circulation_holds_at_least_one_nonce(bound: object) -> None:
     with pytest.raises(InvalidInput, match="nonce_circulation must be at least 1"):
-        NonceSupply(NoncePool(), bound=0, wait=1.0)
+        NonceSupply(NoncePool(), bound=bound, wait=1.0)  # type: ignore[arg-type]
     with pytest.raises(InvalidInput, match="nonce_circulation must be at least 1"):
-        AcmeTransport("https://ca.test/dir", nonce_circulation=0)
+        AcmeTransport("https://ca.test/dir", nonce_circulation=bound)  # type: ignore[arg-type]
+    # set later, through the transport, the same check: the supply owns its bound
+    transport = AcmeTransport("https://ca.test/dir", nonce_circulation=4)
+    with pytest.raises(InvalidInput, match="nonce_circulation must be at least 1"):
+        transport.nonce_circulation = bound  # type: ignore[assignment]
+    assert transport.nonce_circulation == 4
+
+
+async def test_a_bound_raised_later_lets_the_next_request_fetch() -> None:
+    nonces, fetch = supply(bound=1)
+    got: list[str] = []
+    nonces.expect()  # one POST on its way: at the bound
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: _append(got, nonces.take(fetch)))
+        await until(lambda: nonces.waiting == 1)
+        with anyio.fail_after(5):  # at the bound, a second request would wait too
+            tg.start_soon(lambda: _append(got, nonces.take(fetch)))
+            await until(lambda: nonces.waiting == 2)
+        assert fetch.calls == 0
+        nonces.bound = 3  # e.g. AcmeTransport.nonce_circulation = 3
+        assert await nonces.take(fetch) == "fetched-01"  # below the bound: fetches
+        nonces.arrived("answer-0001")
+        nonces.expect()
+        nonces.arrived("answer-0002")
+    assert got == ["answer-0001", "answer-0002"]
+    assert (nonces.waiting, nonces.promised) == (0, 0)
 
 
 # -- a POST whose nonce could not be fetched --------------------------------------------

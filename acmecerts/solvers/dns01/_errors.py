@@ -38,8 +38,9 @@ class DnsError(AcmeCertsError):
         server: str | None = None,
         rcode: str | None = None,
         name: str | None = None,
+        kind: ErrorKind | None = None,
     ) -> None:
-        super().__init__(message)
+        super().__init__(message, kind=kind)
         #: ``"HOST:PORT"`` of the DNS server concerned, when there was one.
         self.server = server
         #: The DNS response code (``"REFUSED"``, ``"NOTAUTH"``, ``"BADSIG"``...), if any.

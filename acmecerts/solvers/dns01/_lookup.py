@@ -133,8 +133,12 @@ async def _follow_cnames(
     )
 
 
-async def _find_zone(lookup: _Lookup, name: dns.name.Name) -> dns.name.Name:
+async def _find_zone(
+    lookup: _Lookup, name: dns.name.Name, *, reached_from: str | None = None
+) -> dns.name.Name:
     """The zone holding ``name``: SOA queries walking up from ``name`` toward the root.
+
+    ``reached_from``: the name whose CNAME led to ``name``, for the error's message.
 
     A name that owns an SOA record is a zone apex. A negative answer (NXDOMAIN or no
     data) carries the SOA of the zone it comes from in the authority section, which ends
@@ -165,7 +169,8 @@ async def _find_zone(lookup: _Lookup, name: dns.name.Name) -> dns.name.Name:
     hint = f" (last answer: {last_rcode})" if last_rcode else ""
     raise DnsZoneNotFound(
         f"no zone found for {_text(name)}: no SOA record on the way up to the root{hint}; "
-        f"asked {', '.join(_endpoint(h, p) for h, p in lookup.servers)}",
+        f"asked {', '.join(_endpoint(h, p) for h, p in lookup.servers)}"
+        + (f" (reached by CNAME from {reached_from})" if reached_from else ""),
         name=_text(name),
         rcode=last_rcode,
     )

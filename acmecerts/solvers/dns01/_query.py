@@ -42,8 +42,13 @@ async def _addresses(host: str, port: int) -> list[str]:
     return sorted(found, key=lambda address: found[address])
 
 
-def _translate(exc: Exception, *, server: str, what: str) -> DnsError:
-    """Map a dnspython or OS error met while talking to ``server`` to a :class:`DnsError`."""
+def _translate(
+    exc: Exception, *, server: str, what: str, name: str | None = None, zone: str | None = None
+) -> DnsError:
+    """Map a dnspython or OS error met while talking to ``server`` to a :class:`DnsError`.
+
+    ``name`` is the DNS name concerned; ``zone`` the zone of an UPDATE the server refused.
+    """
     tsig_errors: tuple[tuple[type[Exception], str, str], ...] = (
         (dns.tsig.PeerBadKey, "BADKEY", "does not know the TSIG key (name or algorithm)"),
         (dns.tsig.PeerBadSignature, "BADSIG", "rejected the TSIG signature (wrong secret?)"),
@@ -53,23 +58,29 @@ def _translate(exc: Exception, *, server: str, what: str) -> DnsError:
     for cls, rcode, text in tsig_errors:
         if isinstance(exc, cls):
             return DnsUpdateRefused(
-                f"{what}: {server} {text} ({rcode})", server=server, rcode=rcode
+                f"{what}: {server} {text} ({rcode})",
+                server=server,
+                rcode=rcode,
+                name=name,
+                zone=zone,
             )
     if isinstance(exc, dns.tsig.PeerError):
-        return DnsUpdateRefused(f"{what}: {server} reported a TSIG error: {exc}", server=server)
+        return DnsUpdateRefused(
+            f"{what}: {server} reported a TSIG error: {exc}", server=server, name=name, zone=zone
+        )
     if isinstance(exc, dns.exception.Timeout):
-        return DnsError(f"{what}: no answer from {server} in time", server=server)
+        return DnsError(f"{what}: no answer from {server} in time", server=server, name=name)
     if isinstance(exc, (dns.tsig.BadSignature, dns.message.BadTSIG, dns.message.UnknownTSIGKey)):
-        error = DnsError(
+        return DnsError(
             f"{what}: the answer of {server} carries a TSIG signature that does not verify",
             server=server,
+            name=name,
+            kind=ErrorKind.PERMANENT,
         )
-        error.kind = ErrorKind.PERMANENT
-        return error
     if isinstance(exc, (OSError, EOFError)):
         reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-        return DnsError(f"{what}: cannot talk to {server}: {reason}", server=server)
-    return DnsError(f"{what}: bad answer from {server}: {exc}", server=server)
+        return DnsError(f"{what}: cannot talk to {server}: {reason}", server=server, name=name)
+    return DnsError(f"{what}: bad answer from {server}: {exc}", server=server, name=name)
 
 
 async def _query(

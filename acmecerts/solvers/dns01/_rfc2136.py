@@ -281,12 +281,8 @@ class Rfc2136Solver:
                 )
             zone = self._zone
         else:
-            try:
-                zone = await _find_zone(self._lookup, name)
-            except DnsZoneNotFound as exc:
-                if cnames:
-                    exc.message += f" (reached by CNAME from {_text(cnames[0])})"
-                raise
+            via = _text(cnames[0]) if cnames else None
+            zone = await _find_zone(self._lookup, name, reached_from=via)
         return DnsRecordLocation(_text(name), _text(zone), tuple(_text(n) for n in cnames))
 
     async def _update(self, location: DnsRecordLocation, value: str, *, add: bool) -> None:
@@ -316,10 +312,10 @@ class Rfc2136Solver:
                     message, address, timeout=self._timeout, port=self._port
                 )
             except (dns.exception.DNSException, OSError, EOFError) as exc:
-                error = _translate(exc, server=server, what=what)
-                error.name = location.name
+                error = _translate(
+                    exc, server=server, what=what, name=location.name, zone=location.zone
+                )
                 if isinstance(error, DnsUpdateRefused):
-                    error.zone = location.zone
                     raise error from exc
                 last_error = error
                 continue
