@@ -87,7 +87,10 @@ class SignedRequests:
 
     async def post_as_get(self, url: str, *, accept: str | None = None) -> AcmeResponse:
         """Fetch ``url`` with a POST-as-GET (§6.3): an empty payload, signed."""
-        return await self.post(url, None, accept=accept)
+        kid = await self._account_url()  # straight to the transport: the hottest request
+        return await self.transport.post(
+            url, key=self.identity.key, kid=kid, payload=None, accept=accept
+        )
 
     async def post_with_key(
         self, url: str, key: AccountKey, payload: Mapping[str, Any]
