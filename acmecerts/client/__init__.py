@@ -6,10 +6,15 @@ The client turns the protocol layer's requests into HTTP through
 deadline (30 minutes by default) and cleans up after itself: challenge responses are
 removed and pending authorizations deactivated however an attempt ends.
 
-One module per RFC resource: ``_account`` (§7.3), ``_order`` (§7.4), ``_authorization``
-(§7.5), ``_certificate`` (finalize, download, revoke: §7.4, §7.4.2, §7.6),
-``_renewal_info`` (RFC 9773); ``_issue`` drives the issuance flow of
-:mod:`acmecerts.protocol._flow` (which decides every step and does no I/O) over them.
+``AcmeClient`` (``_client``) is a facade over parts it holds, wired by ``_build``; no
+part inherits from another. ``_signed``: the account's identity (key, URL) and the
+requests signed for it (``kid``, JWS and nonces through the transport, POST-as-GET);
+``_registration``: ``newAccount`` and the key's account lookup (§7.3, §7.3.1). One module
+per RFC resource: ``_account`` (§7.3), ``_order`` (§7.4), ``_authorization`` (§7.5),
+``_certificate`` (finalize, download, revoke: §7.4, §7.4.2, §7.6), ``_renewal_info``
+(RFC 9773). ``_polling`` waits between polls; ``_issue`` (with ``_attempt``) drives the
+issuance flow of :mod:`acmecerts.protocol._flow` (which decides every step and does no
+I/O) over the resources.
 
 The client's one seam to observe and extend it is its events (``_events``):
 :meth:`AcmeClient.subscribe` hears every event (an issuance's, :class:`OrderRequested`
@@ -27,7 +32,6 @@ does); one that raises fails the issuance, except for the events that report an 
 
 from __future__ import annotations
 
-from acmecerts.client._account import ExternalAccountBinding, TermsOfServiceNotAgreed
 from acmecerts.client._certificate import RevocationReason
 from acmecerts.client._client import AcmeClient
 from acmecerts.client._events import (
@@ -47,6 +51,7 @@ from acmecerts.client._events import (
     ProfileFallback,
 )
 from acmecerts.client._order import OrderHook
+from acmecerts.client._registration import ExternalAccountBinding, TermsOfServiceNotAgreed
 from acmecerts.protocol._polling import PollPolicy
 from acmecerts.transport import RequestSent, ResponseReceived, Subscriber
 

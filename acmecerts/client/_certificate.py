@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Mapping
 
-from acmecerts.client._account import _AccountRequests
+from acmecerts.client._signed import SignedRequests
 from acmecerts.errors import InvalidInput
 from acmecerts.protocol.certificate import CertificateChain, parse_pem_chain
 from acmecerts.protocol.keys import AccountKey, PrivateKey
@@ -32,23 +32,25 @@ class RevocationReason:
     }
 
 
-class _CertificateRequests(_AccountRequests):
+class CertificateRequests:
     """Finalize, download and revoke (RFC 8555 §7.4, §7.4.2, §7.6)."""
 
-    async def finalize(self, order: Order, csr_der: bytes) -> Order:
-        """Send the CSR (§7.4); the order moves to ``processing`` or ``valid``."""
-        return (await self._finalize(order, csr_der))[0]
+    __slots__ = ("signed",)
 
-    async def _finalize(self, order: Order, csr_der: bytes) -> tuple[Order, _dt.datetime | None]:
-        """:meth:`finalize`, with the answer's ``Retry-After`` (when to poll first)."""
+    def __init__(self, signed: SignedRequests) -> None:
+        self.signed = signed
+
+    async def finalize(self, order: Order, csr_der: bytes) -> tuple[Order, _dt.datetime | None]:
+        """Send the CSR (§7.4): the order (``processing`` or ``valid``) and the answer's
+        ``Retry-After`` (when to poll first)."""
         from acmecerts.protocol.challenges import b64url
 
-        response = await self._post(order.finalize, {"csr": b64url(csr_der)})
+        response = await self.signed.post(order.finalize, {"csr": b64url(csr_der)})
         return parse_order(response.json(), url=order.url), response.retry_after
 
-    async def download_certificate(self, url: str) -> tuple[CertificateChain, list[str]]:
+    async def download(self, url: str) -> tuple[CertificateChain, list[str]]:
         """Download a chain (§7.4.2); returns it and the URLs of alternate chains."""
-        response = await self._post(url, None, accept=_PEM_CHAIN)
+        response = await self.signed.post_as_get(url, accept=_PEM_CHAIN)
         return parse_pem_chain(response.content, url=url), response.links("alternate")
 
     async def revoke(
@@ -67,16 +69,13 @@ class _CertificateRequests(_AccountRequests):
             raise InvalidInput(f"revocation reason {reason} is not allowed by ACME")
         chain = parse_pem_chain(certificate_pem)
         der = chain.leaf.public_bytes(serialization.Encoding.DER)
-        directory = await self.directory()
+        directory = await self.signed.directory()
         if directory.revoke_cert is None:
             raise InvalidInput("the CA has no revokeCert endpoint")
         payload = {"certificate": b64url(der), "reason": reason}
         if certificate_key is None:
-            await self._post(directory.revoke_cert, payload)
+            await self.signed.post(directory.revoke_cert, payload)
         else:
-            await self.transport.post(
-                directory.revoke_cert,
-                key=AccountKey(certificate_key),
-                kid=None,
-                payload=payload,
+            await self.signed.post_with_key(
+                directory.revoke_cert, AccountKey(certificate_key), payload
             )

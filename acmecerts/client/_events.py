@@ -106,16 +106,11 @@ class OrderRefused:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class _OrderState:
-    """An event about ``order``, as it stands now."""
+class OrderResumed:
+    """An order of an earlier attempt (``resume_order_url``) is continued as it stands."""
 
     identifiers: tuple[Identifier, ...]
     order: Order
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class OrderResumed(_OrderState):
-    """An order of an earlier attempt (``resume_order_url``) is continued as it stands."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,16 +146,22 @@ class ChallengeRetried:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class OrderAuthorized(_OrderState):
+class OrderAuthorized:
     """Every authorization of ``order`` is valid: it is ``ready`` (finalized next), or
     ``processing``/``valid`` already (or still ``pending`` as last polled, when a look at
     its authorizations found them all valid: finalized next, RFC 8555 §7.4)."""
 
+    identifiers: tuple[Identifier, ...]
+    order: Order
+
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class OrderFinalized(_OrderState):
+class OrderFinalized:
     """The CA accepted the CSR (§7.4): ``order`` as it answered (``processing`` or
     ``valid``, as a rule)."""
+
+    identifiers: tuple[Identifier, ...]
+    order: Order
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from acmecerts._time import Again
+from acmecerts._time import Again, Clock
 from acmecerts.client._events import (
     AttemptEnded,
     IssuanceEvent,
@@ -19,6 +19,8 @@ from acmecerts.client._events import (
     OrderRequested,
     ProfileFallback,
 )
+from acmecerts.client._polling import Polling
+from acmecerts.client._signed import SignedRequests
 from acmecerts.errors import (
     AcmeCertsError,
     BadServerResponse,
@@ -30,10 +32,10 @@ from acmecerts.protocol.identifiers import Identifier, parse_identifiers
 from acmecerts.protocol.keys import PrivateKey
 from acmecerts.protocol.resources import Directory, Order, parse_account, parse_order
 from acmecerts.transport import Subscriber
+from acmecerts.transport._events import EventSubscribers
 
 if TYPE_CHECKING:
-    from acmecerts.ratelimit import CaProfiles, Decision
-from acmecerts.client._account import _AccountRequests
+    from acmecerts.ratelimit import CaProfiles, Decision, LedgerLike
 
 log = logging.getLogger("acmecerts.client")
 
@@ -45,13 +47,35 @@ _MAX_ORDER_PAGES = 5
 _MAX_ORDERS_LOOKED_AT = 20
 
 
-class _OrderRequests(_AccountRequests):
-    """Orders (RFC 8555 §7.4): create, look up, find an unrecorded one, poll."""
+class OrderRequests:
+    """Orders (RFC 8555 §7.4): create, look up, find an unrecorded one, poll; and the
+    rate-limit ledger's accounting of them."""
 
-    #: The rules of the CA's profiles orders are checked against (``None``: no check).
-    ca_profiles: CaProfiles | None
+    __slots__ = ("ca_profiles", "clock", "events", "ledger", "polling", "send_replaces", "signed")
 
-    async def new_order(
+    def __init__(
+        self,
+        signed: SignedRequests,
+        polling: Polling,
+        events: EventSubscribers[IssuanceEvent],
+        *,
+        clock: Clock,
+        ledger: LedgerLike | None = None,
+        ca_profiles: CaProfiles | None = None,
+        send_replaces: bool = True,
+    ) -> None:
+        self.signed = signed
+        self.polling = polling
+        #: The client-wide subscribers of issuance events.
+        self.events = events
+        self.clock = clock
+        self.ledger = ledger
+        #: The rules of the CA's profiles orders are checked against (``None``: no check).
+        self.ca_profiles = ca_profiles
+        #: Whether orders send ``replaces`` (``AcmeClient(send_replaces=...)``).
+        self.send_replaces = bool(send_replaces)
+
+    def request(
         self,
         identifiers: Iterable[Identifier | str],
         *,
@@ -59,60 +83,44 @@ class _OrderRequests(_AccountRequests):
         profile_required: bool = True,
         replaces: str | None = None,
         renewal_of: Sequence[Identifier | str] | None = None,
-    ) -> Order:
-        """Create an order (§7.4). ``replaces`` is the ARI certID of the certificate renewed
-        (sent unless :attr:`send_replaces` is false).
-
-        ``profile`` names a certificate profile the directory's ``meta.profiles`` lists.
-        One it does not list raises :class:`~acmecerts.ProfileRefused` (nothing sent)
-        while ``profile_required``; a preferred one (``profile_required=False``) falls
-        back to the CA's default: the order names no profile, a warning is logged and
-        :class:`ProfileFallback` emitted. With :attr:`ca_profiles`, an order that breaks
-        its profile's rules (names per order, IP identifiers) raises
-        :class:`~acmecerts.ProfileRefused` before it is sent.
-
-        With a :attr:`ledger`, the order is first reserved in it; one that would exceed a
-        rate limit is not sent (:class:`~acmecerts.errors.RateLimitDeferred`).
-        ``renewal_of`` (the identifiers of the certificate renewed) tells it the order
-        is a renewal, exempt from some limits when the identifiers are the same.
-        Subscribers see :class:`OrderRequested`, then :class:`OrderCreated` (or
-        :class:`OrderRefused`).
-        """
-        idents = _as_identifiers(identifiers)
-        request = OrderRequested(
-            identifiers=idents,
+        private_key: PrivateKey | None = None,
+    ) -> OrderRequested:
+        """What ``newOrder`` is asked for; ``replaces`` dropped unless :attr:`send_replaces`."""
+        return OrderRequested(
+            identifiers=_as_identifiers(identifiers),
             profile=profile,
-            profile_required=profile_required,
+            profile_required=bool(profile_required),
             replaces=replaces if self.send_replaces else None,
             renewal_of=_as_identifiers(renewal_of) if renewal_of is not None else None,
+            private_key=private_key,
         )
-        return await self._new_order(request, ())
 
-    async def _new_order(
-        self, request: OrderRequested, first: Sequence[Subscriber[IssuanceEvent]]
+    async def create(
+        self, request: OrderRequested, first: Sequence[Subscriber[IssuanceEvent]] = ()
     ) -> Order:
-        """Send ``request``'s ``newOrder``: subscribers (``first`` first), then the ledger."""
+        """Send ``request``'s ``newOrder`` (see :meth:`AcmeClient.new_order`): its events
+        to the subscribers (``first`` first), the ledger's reservation, then the order."""
         idents = request.identifiers
-        directory = await self.directory()
+        directory = await self.signed.directory()
         request = await self._choose_profile(request, directory, first)
         payload: dict[str, Any] = {"identifiers": [i.to_json() for i in idents]}
         if request.profile is not None:
             payload["profile"] = request.profile
         if request.replaces is not None:
             payload["replaces"] = request.replaces
-        await self._issuance_events.emit(request, first)
+        await self.events.emit(request, first)
         reservation = await self._ledger_preflight(request)
         try:
-            response = await self._post(directory.new_order, payload, idempotent=False)
+            response = await self.signed.post(directory.new_order, payload, idempotent=False)
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 await self._ledger_order_refused(reservation, exc, request)
                 refused = OrderRefused(identifiers=idents, request=request, error=exc)
-                await self._issuance_events.emit_quietly(refused, first)
+                await self.events.emit_quietly(refused, first)
             raise
         order = parse_order(response.json(), url=response.require_location())
         created = OrderCreated(identifiers=idents, order=order, private_key=request.private_key)
-        await self._issuance_events.emit(created, first)
+        await self.events.emit(created, first)
         return order
 
     async def _choose_profile(
@@ -142,7 +150,7 @@ class _OrderRequests(_AccountRequests):
             fallback = ProfileFallback(
                 identifiers=request.identifiers, profile=profile, offered=offered
             )
-            await self._issuance_events.emit(fallback, first)
+            await self.events.emit(fallback, first)
             request = dataclasses.replace(request, profile=None)
         if self.ca_profiles is not None:
             rules = self.ca_profiles.get(request.profile, self.clock.now())
@@ -157,7 +165,7 @@ class _OrderRequests(_AccountRequests):
             return None
         return await self.ledger.preflight(
             request.identifiers,
-            account=await self.account_url_or_register(),
+            account=await self.signed.kid(),
             renewal_of=request.renewal_of,
             replaces=bool(request.replaces),
         )
@@ -165,25 +173,28 @@ class _OrderRequests(_AccountRequests):
     async def _ledger_order_refused(
         self, reservation: Decision | None, error: BaseException, request: OrderRequested
     ) -> None:
-        if self.ledger is None or reservation is None or self.account_url is None:
+        account = self.signed.identity.url
+        if self.ledger is None or reservation is None or account is None:
             return
         await self.ledger.order_refused(
             reservation,
             error,
             request.identifiers,
-            account=self.account_url,
+            account=account,
             renewal_of=request.renewal_of,
             replaces=bool(request.replaces),
         )
 
-    async def _ledger_attempt_ended(self, ended: AttemptEnded) -> None:
-        if self.ledger is None or self.account_url is None:
+    async def attempt_ended(self, ended: AttemptEnded) -> None:
+        """Tell the ledger how an issuance attempt ended (a failure of its own is logged)."""
+        account = self.signed.identity.url
+        if self.ledger is None or account is None:
             return
         status = ended.order.status
         try:
             await self.ledger.attempt_ended(
                 ended.identifiers,
-                account=self.account_url,
+                account=account,
                 renewal_of=ended.renewal_of,
                 replaces=bool(ended.replaces),
                 authorized=status in ("ready", "processing", "valid"),
@@ -201,7 +212,7 @@ class _OrderRequests(_AccountRequests):
                 exc,
             )
 
-    async def find_unfinished_order(self, identifiers: Iterable[Identifier | str]) -> Order | None:
+    async def find_unfinished(self, identifiers: Iterable[Identifier | str]) -> Order | None:
         """An order of this account for exactly ``identifiers`` that is pending or ready.
 
         For a process that died between sending ``newOrder`` and recording the answer: the
@@ -215,18 +226,18 @@ class _OrderRequests(_AccountRequests):
         wanted = set(_as_identifiers(identifiers))
         looked_at = 0
         try:
-            account_url = await self.account_url_or_register()
-            response = await self._post(account_url, None)
+            account_url = await self.signed.kid()
+            response = await self.signed.post_as_get(account_url)
             page = parse_account(response.json(), url=account_url).orders
             for _ in range(_MAX_ORDER_PAGES):
                 if page is None:
                     break
-                response = await self._post(page, None)
+                response = await self.signed.post_as_get(page)
                 for url in reversed(_order_urls(response.json(), url=page)):
                     if looked_at >= _MAX_ORDERS_LOOKED_AT:
                         return None
                     looked_at += 1
-                    order = await self.get_order(url)
+                    order = await self.get(url)
                     if (
                         order.status in ("pending", "ready")
                         and set(order.identifiers) == wanted
@@ -242,12 +253,16 @@ class _OrderRequests(_AccountRequests):
             log.info("could not look for an unrecorded order: %s", exc)
         return None
 
-    async def get_order(self, url: str) -> Order:
+    async def get(self, url: str) -> Order:
         """Fetch an order (POST-as-GET)."""
-        response = await self._post(url, None)
-        return parse_order(response.json(), url=url)
+        return (await self.fetch(url))[0]
 
-    async def wait_order(
+    async def fetch(self, url: str) -> tuple[Order, _dt.datetime | None]:
+        """:meth:`get`, with the answer's ``Retry-After`` (when to ask again)."""
+        response = await self.signed.post_as_get(url)
+        return parse_order(response.json(), url=url), response.retry_after
+
+    async def wait(
         self,
         order: Order,
         *,
@@ -263,11 +278,10 @@ class _OrderRequests(_AccountRequests):
             if first:  # the order as given: the first poll waits like the others
                 first, pause = False, retry_after
             else:
-                response = await self._post(order.url, None)
-                order, pause = parse_order(response.json(), url=order.url), response.retry_after
+                order, pause = await self.fetch(order.url)
             return order if order.status in until or order.status == "invalid" else Again(pause)
 
-        return await self._poll_until(check, deadline)
+        return await self.polling.until(check, deadline)
 
 
 def _order_urls(data: object, *, url: str) -> list[str]:

@@ -6,7 +6,7 @@ import re
 
 from cryptography import x509
 
-from acmecerts.client._account import _AccountRequests
+from acmecerts._time import Clock
 from acmecerts.errors import BadServerResponse, InvalidInput
 from acmecerts.protocol.ari import (
     RenewalInfoResult,
@@ -16,15 +16,22 @@ from acmecerts.protocol.ari import (
 )
 from acmecerts.protocol.ari import cert_id as certificate_id
 from acmecerts.protocol.resources import parse_renewal_info, renewal_info_from_body
+from acmecerts.transport import AcmeTransport
 
 #: An ARI certID (RFC 9773 §4.1): base64url of the AKI keyIdentifier, ".", of the serial.
 _CERT_ID = re.compile(r"[A-Za-z0-9_-]+\.[A-Za-z0-9_-]+")
 
 
-class _RenewalInfoRequests(_AccountRequests):
-    """Renewal information (RFC 9773)."""
+class RenewalInfoRequests:
+    """Renewal information (RFC 9773): an unsigned ``GET``, no account needed."""
 
-    async def renewal_info(
+    __slots__ = ("clock", "transport")
+
+    def __init__(self, transport: AcmeTransport, clock: Clock) -> None:
+        self.transport = transport
+        self.clock = clock
+
+    async def get(
         self,
         certificate: x509.Certificate | str | bytes | None = None,
         *,
@@ -60,7 +67,7 @@ class _RenewalInfoRequests(_AccountRequests):
                 f"cert_id {str(cert_id)[:120]!r} is not an ARI certID (base64url.base64url, "
                 "RFC 9773 §4.1)"
             )
-        directory = await self.directory()
+        directory = await self.transport.directory()
         if directory.renewal_info is None:
             raise InvalidInput(
                 "the CA does not support ARI: its directory has no renewalInfo (RFC 9773 §3)"
