@@ -113,7 +113,8 @@ def most_in_a_window_over_bound(times: Sequence[int], interval: int, slack: int)
     return worst - slack
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.no_coverage
+@pytest.mark.timeout(600)  # about 60 s on an idle 2-core machine; 250 s at load 8
 async def test_a_500_certificate_burst_keeps_to_the_rates_and_completes(
     pebble_factory: PebbleFactory,
 ) -> None:
@@ -130,6 +131,11 @@ async def test_a_500_certificate_burst_keeps_to_the_rates_and_completes(
             ca_bundle=pebble.ca_bundle,
             clock=clock,
             request_rates=RATES,
+            # A request may wait in the proxy's queue behind the other 99 in flight: at
+            # load 8 on 2 cores that wait passed the default 30 s for a newOrder, and the
+            # client gave up on a request the proxy had not yet sent (a test artefact: a
+            # CA answers in parallel).
+            request_timeout=dt.timedelta(minutes=5),
         )
         client.subscribe(
             on_requests(
