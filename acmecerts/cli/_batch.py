@@ -18,6 +18,7 @@ from typing import Any
 from rich.text import Text
 
 from acmecerts.errors import ProfileRefused
+from acmecerts.manager import load_attempt_state, save_attempt_state
 from acmecerts.retry import AttemptState
 
 from ._args import Hooks
@@ -415,11 +416,13 @@ async def _keep_deferral(ca: CaPlan, jobs: Sequence[Job], deferred: Deferred) ->
         record = wanted_record(job)
         if record != job.record:
             await state.save_record(record)
-        previous = await state.attempt_state(job.name) or AttemptState()
+        previous = await load_attempt_state(state.storage, state.layout, job.name) or AttemptState()
         until = deferred.until
         if previous.next_attempt_at is not None and previous.next_attempt_at > until:
             until = previous.next_attempt_at
-        await state.save_attempt_state(
+        await save_attempt_state(
+            state.storage,
+            state.layout,
             job.name,
             dataclasses.replace(
                 previous,

@@ -27,12 +27,12 @@ from pathlib import Path
 from acmecerts.errors import AcmeCertsError, InvalidInput
 from acmecerts.protocol.certificate import certificate_info
 from acmecerts.storage import VersionConflict
+from acmecerts.storage.export import OUT_LAYOUTS
 from acmecerts.storage.keys import CertificateBundle
 
 from ._args import CommonArgs
 from ._certbot import CertbotLineage, read_account, read_lineage, renewal_confs
 from ._constants import ExitCode
-from ._export import OUT_LAYOUTS
 from ._interrupt import run_interruptible
 from ._records import CertificateRecord
 from ._report import Report, run_guarded

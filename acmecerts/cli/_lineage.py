@@ -32,11 +32,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from acmecerts.errors import InvalidInput
+from acmecerts.manager import StoredCertificate
 from acmecerts.protocol.identifiers import Identifier, parse_identifiers
+from acmecerts.storage.export import remove_exported
 from acmecerts.storage.keys import certificate_slug
 
-from ._export import remove_exported
-from ._records import CertificateRecord, StoredCertificate
+from ._records import CertificateRecord
 from ._state import State, certificate_name
 
 __all__ = [

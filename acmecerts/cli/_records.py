@@ -6,8 +6,7 @@
   progress;
 * :class:`CaSettings` (``<ca>/cli-settings.json``): the CA's directory URL and
   ``--ca-bundle``, how ``renew`` finds every CA again (:func:`find_ca_dirs`,
-  :func:`read_ca_settings`);
-* :class:`StoredCertificate`: a certificate the manager stored, as the CLI reads it.
+  :func:`read_ca_settings`).
 
 The layout of the whole directory is in :mod:`acmecerts.cli._state`.
 """
@@ -20,26 +19,15 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from acmecerts.errors import StorageError
-from acmecerts.protocol.certificate import (
-    CertificateChain,
-    CertificateInfo,
-)
-from acmecerts.protocol.keys import KeyType
-from acmecerts.storage import (
-    FileStorage,
-)
-
-if TYPE_CHECKING:
-    pass
+from acmecerts.storage import FileStorage
 
 __all__ = [
     "CA_SETTINGS_FILE",
     "CaSettings",
     "CertificateRecord",
-    "StoredCertificate",
     "StoredChallenge",
     "find_ca_dirs",
     "read_ca_settings",
@@ -67,20 +55,6 @@ def _texts(values: Mapping[str, object], *, required: str) -> bool:
 
 def _string_list(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
-
-
-@dataclasses.dataclass(frozen=True, slots=True, repr=False)
-class StoredCertificate:
-    """A certificate the manager stored (its record, or a complete previous layout)."""
-
-    name: str
-    identifiers: tuple[str, ...]
-    chain: CertificateChain
-    info: CertificateInfo
-    key_type: KeyType | None
-
-    def __repr__(self) -> str:
-        return f"StoredCertificate({self.name!r}, serial={self.info.serial!r})"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

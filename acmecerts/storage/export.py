@@ -1,6 +1,6 @@
-"""The files ``--out`` receives, replaced as one set: :func:`write_certificate_files`.
+"""The files a certificate is exported to, replaced as one set: :func:`write_certificate_files`.
 
-Two layouts (``--out-layout``):
+Two layouts (the CLI's ``--out-layout``):
 
 ``plain`` (the default): ``OUT/cert.pem``, ``chain.pem``, ``fullchain.pem`` and
 ``privkey.pem`` (0600). Each is a symlink ``NAME.pem -> .live/NAME.pem``, and ``OUT/.live``
@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING
 from acmecerts.errors import InvalidInput, StorageError
 
 if TYPE_CHECKING:
-    from acmecerts import IssuedCertificate
+    from acmecerts._issued import IssuedCertificate
 
 __all__ = [
     "CERTIFICATE_FILES",
