@@ -20,6 +20,7 @@ from rich.text import Text
 from acmecerts.errors import ProfileRefused
 from acmecerts.manager import load_attempt_state, save_attempt_state
 from acmecerts.retry import AttemptState
+from acmecerts.transport import RequestWatch
 
 from ._args import Hooks
 from ._ca import CaPlan, ensure_registered, open_client, wait_or_defer
@@ -41,7 +42,6 @@ from ._interrupt import Interrupted, run_interruptible
 from ._records import CertificateRecord
 from ._report import Report, choose_view, interrupted_code, iso, problem_json, status_word, when
 from ._solvers import ChallengePlan, running_solvers
-from ._waits import RequestWatch
 
 __all__ = [
     "CERTIFICATE_FIELDS",

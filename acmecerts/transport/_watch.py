@@ -1,13 +1,14 @@
-"""Saying what the CLI waits for, while it waits: the CA's answer to a request.
+"""Saying what a program waits for, while it waits: the CA's answer to a request.
 
-:class:`RequestWatch` hears every request of the client's transport. A request the CA
+:class:`RequestWatch` hears every request of a client's transport (the CLI attaches one
+to its client). A request the CA
 (or the proxy before it) has not answered after :data:`FIRST_REPORT` seconds is:
 
-* logged (info, shown under ``-v``) with the request and the time so far, at
+* logged (info: the CLI's ``-v``) with the request and the time so far, at
   :data:`FIRST_REPORT` s and again at :data:`REPORTS` (then every minute), e.g.
   ``waiting for the CA to answer POST https://ca/finalize/7 (1 s so far)``;
-* on a terminal, shown by the live display (:meth:`RequestWatch.waiting_line`) with
-  its elapsed time, until the answer comes.
+* shown by a live display (:meth:`RequestWatch.waiting_line`, the CLI's on a terminal)
+  with its elapsed time, until the answer comes.
 
 The waits the client chooses itself (a ``Retry-After``, the poll interval, a backoff
 before trying again) are logged where they are decided (:mod:`acmecerts._time`,
@@ -23,11 +24,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from acmecerts.transport import AcmeTransport, RequestSent, ResponseReceived, TransportEvent
+from acmecerts.transport._events import RequestSent, ResponseReceived, TransportEvent
+from acmecerts.transport._http import AcmeTransport
 
 __all__ = ["FIRST_REPORT", "REPORTS", "RequestWatch"]
 
-log = logging.getLogger("acmecerts.cli.waits")
+log = logging.getLogger("acmecerts.transport.waits")
 
 #: Seconds without an answer before a request is reported (the promise is "within 2 s").
 FIRST_REPORT = 1.0
