@@ -50,6 +50,7 @@ from acmecerts.manager import (
     load_json_object,
     load_stored_certificate,
     natural_key,
+    save_ca_settings,
 )
 from acmecerts.protocol.directory import DirectoryUrl
 from acmecerts.protocol.keys import AccountKey, KeyType, key_type_of
@@ -65,7 +66,7 @@ from acmecerts.storage import (
 from acmecerts.storage.export import CERTIFICATE_FILES, ensure_private_dir, write_certificate_files
 from acmecerts.storage.keys import certificate_slug
 
-from ._records import CA_SETTINGS_FILE, CaSettings, CertificateRecord
+from ._records import CertificateRecord
 
 __all__ = [
     "CERTIFICATE_FILES",
@@ -129,10 +130,6 @@ def directory_slug(directory_url: str | DirectoryUrl) -> str:
     return "_".join(_UNSAFE.sub("-", piece) for piece in pieces)
 
 
-def _absolute(path: Path) -> str:
-    return str(path.expanduser().absolute())
-
-
 def _key_type_of(pem: bytes) -> KeyType | None:
     try:
         return key_type_of(pem)
@@ -160,32 +157,9 @@ class State:
     async def aclose(self) -> None:
         await self.storage.aclose()
 
-    # -- the CA's settings ----------------------------------------------------------------
-
-    @property
-    def settings_key(self) -> str:
-        """``<ca>/cli-settings.json``."""
-        return f"{self.layout.ca}/{CA_SETTINGS_FILE}"
-
     async def save_ca_settings(self, ca_bundle: Path | None) -> None:
-        """Remember the directory URL and ``ca_bundle`` so ``renew`` needs no flags.
-
-        A bundle stored before is kept when ``ca_bundle`` is ``None`` (a command that
-        got by without one does not make the stored one wrong).
-        """
-        current = await self.storage.load(self.settings_key)
-        stored = (
-            None
-            if current is None
-            else CaSettings.from_bytes(current.data, self.path_for(self.settings_key))
-        )
-        bundle = _absolute(ca_bundle) if ca_bundle is not None else None
-        if bundle is None and stored is not None and stored.directory == self.directory_url:
-            bundle = stored.ca_bundle
-        settings = CaSettings(directory=self.directory_url, ca_bundle=bundle)
-        if settings == stored:
-            return
-        await self.storage.store(self.settings_key, settings.to_bytes())
+        """Remember the directory URL and ``ca_bundle`` so ``renew`` needs no flags."""
+        await save_ca_settings(self.storage, self.layout, ca_bundle)
 
     # -- the account --------------------------------------------------------------------
 

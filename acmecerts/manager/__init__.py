@@ -8,7 +8,9 @@ Beside it, for programs that need the account or the store without a running man
 ``open_manager`` uses); :func:`roll_over_account_key`, :func:`finish_account_rollover`,
 :func:`load_pending_key` and :func:`deactivate_stored_account` (the stored account key's
 life); :func:`list_stored_certificates`, :func:`load_stored_certificate`,
-:func:`load_attempt_state` and :func:`save_attempt_state` (what a manager stored).
+:func:`load_attempt_state`, :func:`save_attempt_state` and
+:func:`delete_stored_certificate` (what a manager stored); :class:`CaSettings`
+(:func:`save_ca_settings`, :func:`load_ca_settings`: how a later run reaches each CA).
 """
 
 from acmecerts.manager._account_keys import (
@@ -18,6 +20,7 @@ from acmecerts.manager._account_keys import (
     pending_key_name,
     roll_over_account_key,
 )
+from acmecerts.manager._cas import CA_SETTINGS_FILE, CaSettings, load_ca_settings, save_ca_settings
 from acmecerts.manager._events import (
     CertificateCancelled,
     CertificateDeferred,
@@ -35,6 +38,7 @@ from acmecerts.manager._fleet import ManagerOptions, OpenOptions, open_manager
 from acmecerts.manager._manager import CancellationHook, CertificateManager
 from acmecerts.manager._reading import (
     StoredCertificate,
+    delete_stored_certificate,
     list_stored_certificates,
     load_attempt_state,
     load_json_object,
@@ -61,6 +65,8 @@ from acmecerts.manager._wiring import (
 )
 
 __all__ = [
+    "CA_SETTINGS_FILE",
+    "CaSettings",
     "CancellationHook",
     "CancelledResult",
     "CertificateCancelled",
@@ -89,9 +95,11 @@ __all__ = [
     "Subscriber",
     "account_client",
     "deactivate_stored_account",
+    "delete_stored_certificate",
     "finish_account_rollover",
     "list_stored_certificates",
     "load_attempt_state",
+    "load_ca_settings",
     "load_json_object",
     "load_pending_key",
     "load_stored_certificate",
@@ -101,5 +109,6 @@ __all__ = [
     "register_account",
     "roll_over_account_key",
     "save_attempt_state",
+    "save_ca_settings",
     "store_ledger",
 ]

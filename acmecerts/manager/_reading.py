@@ -6,6 +6,8 @@ to know what the store holds for one account asks here, with the store and its
 
 * :func:`list_stored_certificates`, :func:`load_stored_certificate`: every completely
   stored certificate (its record, or the three files of the previous layout), parsed;
+* :func:`delete_stored_certificate`: every key of a certificate removed (a lineage
+  deleted for good: not retired as a manager retires one it no longer manages);
 * :func:`load_attempt_state`, :func:`save_attempt_state`: the manager's attempt state of a
   certificate (a deferral, the last failure), e.g. to record a deferral found before the
   manager ran, so that the next run does not try before its instant.
@@ -35,6 +37,7 @@ from acmecerts.storage.keys import CertificateBundle
 
 __all__ = [
     "StoredCertificate",
+    "delete_stored_certificate",
     "list_stored_certificates",
     "load_attempt_state",
     "load_json_object",
@@ -180,3 +183,20 @@ async def save_attempt_state(
     e.g. a deferral found before the manager ran: the next run does not try before its
     instant)."""
     await storage.store(layout.attempt_state(name), encode_json(attempt.to_json()))
+
+
+async def delete_stored_certificate(storage: Storage, layout: KeyLayout, name: str) -> list[str]:
+    """Remove every key of certificate ``name``: its record first (so that it is no longer
+    listed as stored), the previous layout's files, anything else under its prefix, its
+    order in flight and its attempt state. Returns the keys deleted, in that order.
+
+    Call it under the certificate's lock (``layout.certificate_lock(name)``) so that no
+    manager writes it meanwhile. A failure part-way leaves the rest for a second call.
+    """
+    keys = layout.certificate(name)
+    ordered = [keys.record, *keys.legacy]
+    ordered += [k for k in await storage.list(keys.prefix) if k not in ordered]
+    ordered += [layout.order(name), layout.attempt_state(name)]
+    for key in ordered:
+        await storage.delete(key)
+    return ordered

@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import datetime as _dt
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,14 +15,19 @@ import pytest
 from acmecerts import Http01Server, KeyType
 from acmecerts.errors import StorageError
 from acmecerts.manager import (
+    CaSettings,
     IssuedResult,
     StoredCertificate,
+    account_client,
+    delete_stored_certificate,
     list_stored_certificates,
     load_attempt_state,
+    load_ca_settings,
     load_stored_certificate,
     natural_key,
     open_manager,
     save_attempt_state,
+    save_ca_settings,
 )
 from acmecerts.retry import AttemptState
 from acmecerts.storage import FileStorage, KeyLayout
@@ -61,6 +68,14 @@ async def test_the_certificates_a_manager_stored_are_read_back(
         assert (
             await list_stored_certificates(storage, KeyLayout(pebble.directory_url, "other")) == []
         )
+
+        # a lineage deleted for good: under its lock, every key of it goes
+        async with storage.lock(layout.certificate_lock(names[1]), timeout=10):
+            deleted = await delete_stored_certificate(storage, layout, names[1])
+        assert deleted[0] == layout.certificate(names[1]).record
+        assert layout.attempt_state(names[1]) in deleted
+        assert await storage.list(layout.certificate(names[1]).prefix) == []
+        assert [c.name for c in await list_stored_certificates(storage, layout)] == [names[0]]
 
         # a damaged record is an error naming its file, never "not stored"
         record = layout.certificate(names[0]).record
@@ -103,3 +118,40 @@ async def test_an_attempt_state_saved_is_what_the_manager_reads(
 def test_natural_order_counts_digits_by_value() -> None:
     names = ["host10", "Host2", "host1", "host01", "a"]
     assert sorted(names, key=natural_key) == ["a", "host01", "host1", "Host2", "host10"]
+
+
+async def test_the_settings_of_each_ca_are_kept_for_a_later_run(
+    pebble: PebbleServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    shutil.copyfile(pebble.ca_bundle, tmp_path / "bundle.pem")
+    layout = KeyLayout(pebble.directory_url)
+    async with FileStorage(tmp_path / "state") as storage:
+        assert await load_ca_settings(storage, layout.ca) is None
+        await save_ca_settings(storage, layout, "bundle.pem")
+        kept = CaSettings(pebble.directory_url, str(tmp_path / "bundle.pem"))
+        assert await load_ca_settings(storage, layout.ca) == kept
+        # a run without a bundle does not forget the stored one
+        await save_ca_settings(storage, layout, None)
+        assert await load_ca_settings(storage, layout.ca) == kept
+        # the settings reach the CA: a client made from them gets its directory
+        async with account_client(
+            storage, KeyLayout(kept.directory), ca_bundle=kept.ca_bundle
+        ) as client:
+            assert (await client.directory()).new_account.endswith("/sign-me-up")
+
+        key = f"{layout.ca}/cli-settings.json"
+        await storage.store(key, b"[]")
+        with pytest.raises(StorageError, match="is not valid CA settings") as caught:
+            await load_ca_settings(storage, layout.ca)
+        assert storage.path_for(key) in str(caught.value)
+
+        # state written before the settings existed: the URL from the account's record
+        other = KeyLayout("https://ca.example.test/directory")
+        await storage.store(
+            other.account_meta(),
+            json.dumps({"directory": "https://ca.example.test/directory"}).encode(),
+        )
+        assert await load_ca_settings(storage, other.ca) == CaSettings(
+            "https://ca.example.test/directory"
+        )
