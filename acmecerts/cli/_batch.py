@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import datetime as _dt
 import functools
+import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -370,7 +371,8 @@ async def run_jobs(
                 board.set(job.name, Stage.WAITING, detail=reason, until=until)
 
         view = NullView(board) if quiet else choose_view(report, board, single=single, title=title)
-        watch = RequestWatch()  # says which request the CA is slow to answer
+        # says which request the CA is slow to answer (-v: under the CLI's name, as before)
+        watch = RequestWatch(logger=logging.getLogger("acmecerts.cli.waits"))
         stop_watching = watch.attach(client.transport)
         if isinstance(view, LiveView):
             view.waiting = watch.waiting_line

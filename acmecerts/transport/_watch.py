@@ -73,8 +73,13 @@ class RequestWatch:
     is read under a lock: the live display reads it from its own thread.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, *, logger: logging.Logger = log
+    ) -> None:
+        """``clock``: seconds, monotonic; ``logger``: where :meth:`report` logs (by default
+        ``acmecerts.transport.waits``)."""
         self._clock = clock
+        self._log = logger
         self._lock = threading.Lock()
         self._flights: list[_InFlight] = []
         self._stop = threading.Event()
@@ -111,7 +116,9 @@ class RequestWatch:
     def report(self) -> None:
         """Log every request whose report is due (info: ``-v``)."""
         for method, url, waited in self.due():
-            log.info("waiting for the CA to answer %s %s (%s so far)", method, url, elapsed(waited))
+            self._log.info(
+                "waiting for the CA to answer %s %s (%s so far)", method, url, elapsed(waited)
+            )
 
     def waiting_line(self) -> str | None:
         """For the live display: the oldest request unanswered for :data:`FIRST_REPORT`
