@@ -7,16 +7,14 @@ the only CA that has one.
 
 from __future__ import annotations
 
-import contextlib
 import sys
-from collections.abc import AsyncIterator
 from typing import Any
 
-import anyio.to_thread
 from rich.text import Text
 
 from acmecerts.client import AcmeClient
-from acmecerts.errors import AccountDoesNotExist, AcmeCertsError, AcmeProblem, InvalidInput
+from acmecerts.errors import AccountDoesNotExist, InvalidInput
+from acmecerts.manager import deactivate_stored_account, roll_over_account_key
 from acmecerts.protocol.keys import AccountKey, KeyType
 from acmecerts.protocol.resources import Account
 
@@ -166,67 +164,20 @@ async def _existing_or_register(client: AcmeClient) -> Account:
     return await client.register()
 
 
-@contextlib.asynccontextmanager
-async def _account_key(state: State) -> AsyncIterator[tuple[AccountKey, str]]:
-    """The stored account key and its version, under the account's lock (a rollover or
-    a deactivation changes it: one at a time, across processes)."""
-    async with state.storage.lock(state.layout.account_lock(), lease=60.0, timeout=120.0):
-        loaded = await state.load_account_key_version()
-        if loaded is None:
-            raise InvalidInput(f"no account key in {state.root}")
-        yield loaded
-
-
-async def _find_url(client: AcmeClient) -> str:
-    """The account's URL; asked of the CA when it is not known (RFC 8555 §7.3.1)."""
-    if client.account_url is None:
-        client.account_url = (await client.find_account()).url
-    return client.account_url
-
-
 async def _rollover(ca: CaPlan, client: AcmeClient, kind: KeyType) -> dict[str, Any]:
-    """Store the new key, switch at the CA, then replace the stored account key.
-
-    At every instant one stored key is the account's: before the CA switches, the old
-    ``key.pem``; after, the new key in ``key-rollover.pem`` (until it replaces
-    ``key.pem``). A run interrupted in between is finished by :func:`_recover_rollover`.
-    """
+    """Store the new key, switch at the CA, then replace the stored account key
+    (:func:`~acmecerts.manager.roll_over_account_key`)."""
     state = ca.state
-    async with _account_key(state) as (old, version):
-        if old != client.account_key:  # rolled over by another process meanwhile
-            client.account_key = old
-            client.account_url = await state.load_account_url(old)
-        url = await _find_url(client)
-        new = await anyio.to_thread.run_sync(AccountKey.generate, kind)
-        pending_path = state.path_for(state.pending_key_name)
-        await state.storage.store(
-            state.pending_key_name, new.to_pem(), secret=True, expect_version=None
-        )
-        try:
-            await client.change_key(new)
-        except AcmeCertsError as exc:
-            if isinstance(exc, AcmeProblem) or not exc.reached_ca:
-                await state.storage.delete(state.pending_key_name)  # the old key still holds
-                raise
-            raise AcmeCertsError(
-                f"the key change may or may not have happened ({exc}); the new key is kept in "
-                f"{pending_path}; any acmecerts command finishes or undoes the rollover"
-            ) from exc
-        await state.storage.store(
-            state.layout.account_key(), new.to_pem(), secret=True, expect_version=version
-        )
-        await state.save_account_url(url, new)
-        await state.storage.delete(state.pending_key_name)
-        found = await client.account()
-    return _account_json(found, new, state)
+    missing = f"no account key in {state.root}"
+    found = await roll_over_account_key(state.storage, state.layout, client, kind, missing=missing)
+    return _account_json(found, client.account_key, state)
 
 
 async def _deactivate(ca: CaPlan, client: AcmeClient) -> dict[str, Any]:
     state = ca.state
-    async with _account_key(state) as (key, version):
-        await _find_url(client)
-        found = await client.deactivate_account()
-        archived = await state.archive_account(key, version)
+    found, key, archived = await deactivate_stored_account(
+        state.storage, state.layout, client, missing=f"no account key in {state.root}"
+    )
     document = _account_json(found, key, state)
     document["archived_key"] = state.path_for(archived)
     return document

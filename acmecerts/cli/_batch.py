@@ -12,13 +12,16 @@ import contextlib
 import dataclasses
 import datetime as _dt
 import functools
+import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from rich.text import Text
 
 from acmecerts.errors import ProfileRefused
+from acmecerts.manager import load_attempt_state, save_attempt_state
 from acmecerts.retry import AttemptState
+from acmecerts.transport import RequestWatch
 
 from ._args import Hooks
 from ._ca import CaPlan, ensure_registered, open_client, wait_or_defer
@@ -40,7 +43,6 @@ from ._interrupt import Interrupted, run_interruptible
 from ._records import CertificateRecord
 from ._report import Report, choose_view, interrupted_code, iso, problem_json, status_word, when
 from ._solvers import ChallengePlan, running_solvers
-from ._waits import RequestWatch
 
 __all__ = [
     "CERTIFICATE_FIELDS",
@@ -369,7 +371,8 @@ async def run_jobs(
                 board.set(job.name, Stage.WAITING, detail=reason, until=until)
 
         view = NullView(board) if quiet else choose_view(report, board, single=single, title=title)
-        watch = RequestWatch()  # says which request the CA is slow to answer
+        # says which request the CA is slow to answer (-v: under the CLI's name, as before)
+        watch = RequestWatch(logger=logging.getLogger("acmecerts.cli.waits"))
         stop_watching = watch.attach(client.transport)
         if isinstance(view, LiveView):
             view.waiting = watch.waiting_line
@@ -415,11 +418,13 @@ async def _keep_deferral(ca: CaPlan, jobs: Sequence[Job], deferred: Deferred) ->
         record = wanted_record(job)
         if record != job.record:
             await state.save_record(record)
-        previous = await state.attempt_state(job.name) or AttemptState()
+        previous = await load_attempt_state(state.storage, state.layout, job.name) or AttemptState()
         until = deferred.until
         if previous.next_attempt_at is not None and previous.next_attempt_at > until:
             until = previous.next_attempt_at
-        await state.save_attempt_state(
+        await save_attempt_state(
+            state.storage,
+            state.layout,
             job.name,
             dataclasses.replace(
                 previous,

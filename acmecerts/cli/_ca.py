@@ -20,11 +20,16 @@ import anyio
 from acmecerts import Clock, SystemClock, duration_seconds
 from acmecerts.client import AcmeClient, ExternalAccountBinding
 from acmecerts.errors import (
-    AccountDoesNotExist,
     AcmeCertsError,
     ErrorKind,
     InvalidInput,
     RateLimitDeferred,
+)
+from acmecerts.manager import (
+    account_client,
+    finish_account_rollover,
+    load_pending_key,
+    register_account,
 )
 from acmecerts.protocol.keys import AccountKey, KeyType
 from acmecerts.ratelimit import LETS_ENCRYPT as LETS_ENCRYPT_LIMITS
@@ -152,8 +157,11 @@ def ca_client(
     command: :func:`wait_or_defer`); the others (ARI at ``status``, ``revoke --cert-key``)
     sign nothing for the account and keep the library's waits.
     """
-    return AcmeClient(
-        ca.directory,
+    state = ca.state
+    return account_client(
+        state.storage,
+        state.layout,
+        rate_limits=ca.model if account else None,
         account_key=account_key,
         account_url=account_url,
         contact=ca.contact,
@@ -165,7 +173,6 @@ def ca_client(
         request_retry=RequestRetry(max_wait=min(ca.max_wait, _REQUEST_MAX_WAIT))
         if account
         else None,
-        ledger=ca.state.ledger(ca.model) if account else None,
         send_replaces=not ca.dry_run,  # a rehearsal's order replaces nothing (RFC 9773 §5)
     )
 
@@ -195,9 +202,13 @@ async def open_client(
     stored_url = client.account_url
     async with client:
         try:
-            if key is not None and await state.load_pending_key() is not None:
+            if key is not None and (
+                await load_pending_key(state.storage, state.layout) is not None
+            ):
                 await wait_or_defer(
-                    ca, lambda: _recover_rollover(ca, client), what="account lookup"
+                    ca,
+                    lambda: finish_account_rollover(state.storage, state.layout, client),
+                    what="account lookup",
                 )
                 stored_url = client.account_url
             if create and client.account_url is None:
@@ -319,50 +330,8 @@ async def wait_or_defer(
     ) from error
 
 
-async def ensure_registered(ca: CaPlan, client: AcmeClient) -> bool:
-    """Register the account if its URL is not known yet; return whether it was."""
-    if client.account_url is not None:
-        return False
-    await client.register()
-    assert client.account_url is not None
-    await ca.state.save_account_url(client.account_url, client.account_key)
-    return True
-
-
-async def _find(client: AcmeClient, key: AccountKey) -> str | None:
-    """The URL of ``key``'s account at the CA (``onlyReturnExisting``), if it has one;
-    asked by ``client`` with its key swapped for ``key`` meanwhile."""
-    kept = client.account_key, client.account_url
-    client.account_key = key
-    try:
-        return (await client.find_account()).url
-    except AccountDoesNotExist:
-        return None
-    finally:
-        client.account_key, client.account_url = kept
-
-
-async def _recover_rollover(ca: CaPlan, client: AcmeClient) -> None:
-    """Finish or undo a rollover that stopped after storing the new key."""
-    state = ca.state
-    async with state.storage.lock(state.layout.account_lock(), lease=60.0, timeout=120.0):
-        pending = await state.load_pending_key()
-        loaded = await state.load_account_key_version()
-        if pending is None or loaded is None:
-            return
-        old, version = loaded
-        client.account_key = old
-        old_url = client.account_url or await _find(client, old)
-        new_url = await _find(client, pending)
-        if new_url is not None and old_url in (None, new_url):
-            # The CA switched before the last run could record it: the new key is it.
-            await state.storage.store(
-                state.layout.account_key(), pending.to_pem(), secret=True, expect_version=version
-            )
-            await state.save_account_url(new_url, pending)
-            client.account_key, client.account_url = pending, new_url
-            log.warning("finished an interrupted account key rollover (%s)", new_url)
-        else:
-            client.account_url = old_url
-            log.warning("undid an interrupted account key rollover: the CA kept the old key")
-        await state.storage.delete(state.pending_key_name)
+async def ensure_registered(ca: CaPlan, client: AcmeClient) -> None:
+    """Register the account if its URL is not known yet (under the account lock, as
+    :func:`~acmecerts.manager.open_manager` does: one ``newAccount`` per key)."""
+    if client.account_url is None:
+        await register_account(ca.state.storage, ca.state.layout, client)

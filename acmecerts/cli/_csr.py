@@ -19,10 +19,10 @@ from rich.text import Text
 from acmecerts.errors import InvalidInput
 from acmecerts.protocol.csr import ParsedCsr, parse_csr
 from acmecerts.protocol.identifiers import parse_identifiers
+from acmecerts.storage.export import write_certificate_files
 
 from ._ca import ensure_registered, open_client, plan_ca, wait_or_defer
 from ._constants import ExitCode
-from ._export import write_certificate_files
 from ._firstcontact import check_out_dir
 from ._report import Report, run_guarded
 from ._solvers import plan_challenge, running_solvers

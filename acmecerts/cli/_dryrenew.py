@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 from acmecerts.errors import AcmeCertsError, InvalidInput
+from acmecerts.manager import load_pending_key
 from acmecerts.storage.keys import ca_slug
 
 from ._args import AccountArgs, ChallengeOptions, CommonArgs
@@ -102,7 +103,7 @@ async def _load(
     """The certificates of each CA (those named, if any); refused as ``renew`` does."""
     loaded: list[tuple[CaPlan, list[str]]] = []
     for ca in cas:
-        if await ca.state.load_pending_key() is not None:
+        if await load_pending_key(ca.state.storage, ca.state.layout) is not None:
             raise InvalidInput(
                 f"an account key rollover is unfinished in {ca.state.root} for {ca.directory}: "
                 "run a command without --dry-run first (it finishes or undoes the rollover)"

@@ -8,7 +8,8 @@ Every :class:`Job` runs in parallel through one manager (``--concurrency`` at on
    rate-limit ledger's next slot), waits for T if the job's waiting so far plus the wait
    stays within ``--max-wait``, showing a countdown, and asks again; otherwise the job
    ends *deferred* (the manager stored T in the attempt state: the next run sees it);
-3. writes the PEM files to its export directory (:mod:`._export`), updates its record.
+3. writes the PEM files to its export directory (:mod:`acmecerts.storage.export`),
+   updates its record.
 
 Progress is on a :class:`Board` (one :class:`Row` per certificate; :class:`OrderSteps`).
 """
@@ -61,12 +62,13 @@ from acmecerts.manager import (
     FailedResult,
     IssuedResult,
     IssueResult,
+    load_attempt_state,
 )
 from acmecerts.retry import AttemptSchedule
 from acmecerts.solvers import Solver
+from acmecerts.storage.export import write_certificate_files
 
 from ._args import Hooks
-from ._export import write_certificate_files
 from ._hooks import HookResult, HookRunner, deploy_environment
 from ._records import CertificateRecord, StoredChallenge
 from ._solvers import failure_text
@@ -364,7 +366,7 @@ async def _export(state: State, job: Job, certificate: IssuedCertificate) -> dic
 async def _deferred_reason(state: State, name: str, fallback: str) -> str:
     """Why a stored deferral holds (the attempt state's last error beats "backoff")."""
     try:
-        attempt = await state.attempt_state(name)
+        attempt = await load_attempt_state(state.storage, state.layout, name)
     except AcmeCertsError:
         attempt = None
     if attempt is not None and attempt.last_error:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from acmecerts.errors import InvalidInput
+from acmecerts.manager import CaSettings, load_ca_settings
 from acmecerts.storage import FileStorage
 from acmecerts.storage.keys import ca_slug
 
@@ -23,7 +24,7 @@ from ._args import AccountArgs, CommonArgs
 from ._ca import CaPlan, plan_ca
 from ._firstcontact import resolve_directory
 from ._interrupt import run_interruptible
-from ._records import CaSettings, find_ca_dirs, read_ca_settings
+from ._records import find_ca_dirs
 from ._renew import ca_dirs, ca_settings, stored_plan
 from ._report import log
 
@@ -51,7 +52,7 @@ async def _stored_settings(root: Path, directory: str) -> CaSettings | None:
     if not (root / slug).is_dir():
         return None
     async with FileStorage(root) as storage:
-        settings = await read_ca_settings(storage, slug)
+        settings = await load_ca_settings(storage, slug)
     return settings if settings is not None and settings.directory == directory else None
 
 

@@ -18,9 +18,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import secrets
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -29,6 +26,7 @@ import anyio.to_thread
 
 from acmecerts.errors import AccountDoesNotExist, InvalidInput
 from acmecerts.protocol.directory import DirectoryUrl
+from acmecerts.storage.export import export_dir_problem, unwritable_dir
 
 if TYPE_CHECKING:
     from acmecerts.client import AcmeClient
@@ -136,67 +134,12 @@ async def agree_to_terms(
 # -- directories ------------------------------------------------------------------------------
 
 
-def _usable_dir(path: Path) -> str | None:
-    """Why ``path`` cannot be a directory we write into (``None``: it can)."""
-    current = path
-    while True:
-        try:
-            if current.is_dir():
-                break
-            if current.exists() or current.is_symlink():
-                if current == path:
-                    return "it is a file, not a directory"
-                return f"{current} is a file, not a directory"
-        except OSError as exc:  # e.g. a path component that is not searchable
-            return exc.strerror or str(exc)
-        if current.parent == current:
-            return "no part of it exists"
-        current = current.parent
-    if not os.access(current, os.W_OK | os.X_OK):
-        if current == path:
-            return "it is not writable"
-        return f"{current} is not writable (the directory cannot be created)"
-    return None
-
-
 def check_out_dir(path: Path, *, option: str = "--out") -> None:
-    """Raise :class:`InvalidInput` unless ``path`` is (or can be made) a writable directory.
-
-    It is tried, not guessed from permission bits (``root`` passes every ``access(2)``
-    check, yet cannot create ``/proc/x``): the missing directories are created and a
-    temporary file is written in the last one, then all of that is removed again. Nothing
-    is left behind; the directory is made again when the files are written.
-    """
-    absolute = path.expanduser().absolute()
-    reason = _usable_dir(absolute) or _try_create(absolute)
+    """Raise :class:`InvalidInput` unless ``path`` is (or can be made) a writable directory
+    (:func:`~acmecerts.storage.export.export_dir_problem`: tried, nothing left behind)."""
+    reason = export_dir_problem(path)
     if reason is not None:
         raise InvalidInput(f"{option} {path} is unusable: {reason}")
-
-
-def _try_create(path: Path) -> str | None:
-    """Create ``path``'s missing directories and a file in it, then remove them; why not."""
-    created: list[Path] = []
-    try:
-        missing = []
-        current = path
-        while not current.is_dir():
-            missing.append(current)
-            current = current.parent
-        for directory in reversed(missing):
-            directory.mkdir(mode=0o700)
-            created.append(directory)
-        probe = path / f".acmecerts-probe-{os.getpid()}-{secrets.token_hex(4)}"
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        where = f"{exc.filename}: " if exc.filename and Path(exc.filename) != path else ""
-        return f"{where}{exc.strerror or exc}"
-    finally:
-        for directory in reversed(created):
-            with contextlib.suppress(OSError):
-                directory.rmdir()
-    return None
 
 
 def check_webroot(root: Path, *, option: str = "--webroot") -> Path:
@@ -205,7 +148,7 @@ def check_webroot(root: Path, *, option: str = "--webroot") -> Path:
     if not absolute.is_dir():
         what = "is not a directory" if absolute.exists() else "does not exist"
         raise InvalidInput(f"{option} {root} {what} (give the web server's document root)")
-    reason = _usable_dir(absolute / ".well-known" / "acme-challenge")
+    reason = unwritable_dir(absolute / ".well-known" / "acme-challenge")
     if reason is not None:
         raise InvalidInput(f"{option} {root}: cannot write .well-known/acme-challenge: {reason}")
     return absolute

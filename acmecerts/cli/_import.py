@@ -1,9 +1,9 @@
 """``acmecerts import certbot [DIR]``: certbot's lineages into the state directory.
 
-Each ``DIR/renewal/NAME.conf`` is read and checked first (:mod:`._certbot`): its CA, its
-certificate and key (the chain must belong to the key and the names), its key type, how
-its http-01 challenges were answered (webroot, or standalone on a port) and its hooks. A
-lineage that cannot be read is reported with the file that is wrong, and nothing is
+Each ``DIR/renewal/NAME.conf`` is read and checked first (:mod:`acmecerts.storage.certbot`):
+its CA, its certificate and key (the chain must belong to the key and the names), its key
+type, how its http-01 challenges were answered (webroot, or standalone on a port) and its
+hooks. A lineage that cannot be read is reported with the file that is wrong, and nothing is
 written for it; the other lineages are imported.
 
 A lineage is written as ``issue`` would have stored it, through the same writers: the
@@ -27,14 +27,14 @@ from pathlib import Path
 from acmecerts.errors import AcmeCertsError, InvalidInput
 from acmecerts.protocol.certificate import certificate_info
 from acmecerts.storage import VersionConflict
+from acmecerts.storage.certbot import CertbotLineage, read_account, read_lineage, renewal_confs
+from acmecerts.storage.export import OUT_LAYOUTS
 from acmecerts.storage.keys import CertificateBundle
 
 from ._args import CommonArgs
-from ._certbot import CertbotLineage, read_account, read_lineage, renewal_confs
 from ._constants import ExitCode
-from ._export import OUT_LAYOUTS
 from ._interrupt import run_interruptible
-from ._records import CertificateRecord
+from ._records import CertificateRecord, StoredChallenge
 from ._report import Report, run_guarded
 from ._state import State, default_state_dir
 
@@ -106,7 +106,7 @@ async def import_lineage(
         pre_hook=lineage.pre_hook,
         post_hook=lineage.post_hook,
         deploy_hook=lineage.deploy_hook,
-        challenge=lineage.challenge,
+        challenge=StoredChallenge("http-01", http_01_listen=lineage.http_01_listen),
     )
     details = certificate_info(lineage.chain.leaf)
     bundle = CertificateBundle(

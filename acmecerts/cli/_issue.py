@@ -18,6 +18,7 @@ from acmecerts.errors import AcmeCertsError, InvalidInput
 from acmecerts.manager import CertificateSpec
 from acmecerts.protocol.identifiers import Identifier, parse_identifiers
 from acmecerts.protocol.keys import KeyType
+from acmecerts.storage.export import OUT_LAYOUTS
 
 from ._args import AccountArgs, BatchArgs, ChallengeOptions, CommonArgs, HookArgs, Hooks
 from ._batch import (
@@ -33,7 +34,6 @@ from ._ca import CaPlan, plan_ca
 from ._constants import ExitCode
 from ._dryrun import dry_run_hooks, run_dry
 from ._engine import Job, Outcome
-from ._export import OUT_LAYOUTS
 from ._firstcontact import check_out_dir
 from ._hooks import HookRunner
 from ._lineage import choose_lineage, known_lineages, validate_cert_name

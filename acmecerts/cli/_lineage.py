@@ -32,11 +32,12 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from acmecerts.errors import InvalidInput
+from acmecerts.manager import StoredCertificate, delete_stored_certificate
 from acmecerts.protocol.identifiers import Identifier, parse_identifiers
+from acmecerts.storage.export import remove_exported
 from acmecerts.storage.keys import certificate_slug
 
-from ._export import remove_exported
-from ._records import CertificateRecord, StoredCertificate
+from ._records import CertificateRecord
 from ._state import State, certificate_name
 
 __all__ = [
@@ -150,15 +151,6 @@ class Removal:
     kept_out: Path | None = None
 
 
-def _store_keys(state: State, name: str, listed: Sequence[str]) -> list[str]:
-    """Every store key of certificate ``name``, the record and ``meta.json`` first."""
-    cert = state.layout.certificate(name)
-    keys = [cert.record, *cert.legacy]
-    keys += [k for k in listed if k.startswith(cert.prefix) and k not in keys]
-    keys += [state.layout.order(name), state.layout.attempt_state(name)]
-    return keys
-
-
 async def remove_lineage(state: State, name: str) -> Removal:
     """Delete certificate ``name`` from the state directory (see the module docstring).
 
@@ -172,9 +164,7 @@ async def remove_lineage(state: State, name: str) -> Removal:
         base = record or CertificateRecord(name=name)
         record = dataclasses.replace(base, deleting=started)
         await state.save_record(record)
-    listed = await state.storage.list(state.layout.certificate(name).prefix)
-    for key in _store_keys(state, name, listed):
-        await state.storage.delete(key)
+    await delete_stored_certificate(state.storage, state.layout, name)
     default = state.default_out(name)
     removal = Removal()
     out = Path(record.out) if record.out else default

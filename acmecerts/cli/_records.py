@@ -4,46 +4,28 @@
   record of a certificate: export directory, key type, profile, preferred chain, revoked
   serial, webroot, challenge settings (:class:`StoredChallenge`), hooks, deletion in
   progress;
-* :class:`CaSettings` (``<ca>/cli-settings.json``): the CA's directory URL and
-  ``--ca-bundle``, how ``renew`` finds every CA again (:func:`find_ca_dirs`,
-  :func:`read_ca_settings`);
-* :class:`StoredCertificate`: a certificate the manager stored, as the CLI reads it.
+* the CA directories of a state directory (:func:`find_ca_dirs`), each with its
+  settings (:class:`~acmecerts.manager.CaSettings`).
 
 The layout of the whole directory is in :mod:`acmecerts.cli._state`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from acmecerts import duration_seconds
 from acmecerts.errors import InvalidInput, StorageError
-from acmecerts.protocol.certificate import (
-    CertificateChain,
-    CertificateInfo,
-)
-from acmecerts.protocol.keys import KeyType
-from acmecerts.storage import (
-    FileStorage,
-)
-
-if TYPE_CHECKING:
-    pass
+from acmecerts.manager import CA_SETTINGS_FILE
 
 __all__ = [
-    "CA_SETTINGS_FILE",
-    "CaSettings",
     "CertificateRecord",
-    "StoredCertificate",
     "StoredChallenge",
     "find_ca_dirs",
-    "read_ca_settings",
 ]
 
 _RECORD_FORMAT = 1
@@ -68,20 +50,6 @@ def _texts(values: Mapping[str, object], *, required: str) -> bool:
 
 def _string_list(value: object) -> bool:
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
-
-
-@dataclasses.dataclass(frozen=True, slots=True, repr=False)
-class StoredCertificate:
-    """A certificate the manager stored (its record, or a complete previous layout)."""
-
-    name: str
-    identifiers: tuple[str, ...]
-    chain: CertificateChain
-    info: CertificateInfo
-    key_type: KeyType | None
-
-    def __repr__(self) -> str:
-        return f"StoredCertificate({self.name!r}, serial={self.info.serial!r})"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -210,48 +178,6 @@ class CertificateRecord:
         )
 
 
-#: ``<state>/<ca>/cli-settings.json``: how ``renew`` reaches the CA again without flags.
-CA_SETTINGS_FILE = "cli-settings.json"
-_SETTINGS_FORMAT = 1
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class CaSettings:
-    """What ``renew`` needs to reach a CA again without flags.
-
-    Kept in ``<state>/<ca>/cli-settings.json``; written by every command that registered
-    an account or ordered at the CA. No secrets: an EAB key is only needed to create the
-    account, and is not kept.
-    """
-
-    #: The CA's ACME directory URL.
-    directory: str
-    #: The ``--ca-bundle`` used with it (an absolute path), if any.
-    ca_bundle: str | None = None
-
-    def to_bytes(self) -> bytes:
-        document = {"format": _SETTINGS_FORMAT, **dataclasses.asdict(self)}
-        return json.dumps(document, indent=2, sort_keys=True).encode() + b"\n"
-
-    @classmethod
-    def from_bytes(cls, data: bytes, where: str) -> CaSettings:
-        try:
-            document = json.loads(data)
-        except ValueError:
-            document = None
-        if (
-            not isinstance(document, dict)
-            or not isinstance(document.get("directory"), str)
-            or not isinstance(document.get("ca_bundle"), str | None)
-        ):
-            raise StorageError(
-                f'{where} is not valid CA settings (a JSON object with a "directory"); fix '
-                "or remove it",
-                path=where,
-            )
-        return cls(directory=document["directory"], ca_bundle=document.get("ca_bundle"))
-
-
 def find_ca_dirs(root: Path) -> list[str]:
     """The CA directories (segments) in the state directory ``root``, sorted.
 
@@ -270,25 +196,3 @@ def find_ca_dirs(root: Path) -> list[str]:
             if (path / "accounts").is_dir() or (path / CA_SETTINGS_FILE).is_file():
                 found.append(entry.name)
     return sorted(found)
-
-
-async def read_ca_settings(storage: FileStorage, ca: str) -> CaSettings | None:
-    """The settings stored for the CA directory ``ca`` (a segment of the state directory).
-
-    State written before the settings file existed has the directory URL in the
-    account's ``account.json``; then the CA bundle is unknown (``None``). ``None`` when
-    neither is there.
-    """
-    key = f"{ca}/{CA_SETTINGS_FILE}"
-    value = await storage.load(key)
-    if value is not None:
-        return CaSettings.from_bytes(value.data, storage.path_for(key))
-    meta_key = f"{ca}/accounts/default/account.json"
-    meta = await storage.load(meta_key)
-    if meta is None:
-        return None
-    with contextlib.suppress(ValueError):
-        document = json.loads(meta.data)
-        if isinstance(document, dict) and isinstance(document.get("directory"), str):
-            return CaSettings(directory=document["directory"])
-    return None

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from acmecerts import duration_seconds
 from acmecerts.errors import AcmeCertsError, InvalidInput, StorageError
-from acmecerts.manager import CertificateSpec
+from acmecerts.manager import CaSettings, CertificateSpec, StoredCertificate, load_ca_settings
 from acmecerts.protocol.identifiers import parse_identifiers
 from acmecerts.protocol.keys import KeyType
 from acmecerts.storage import FileStorage
@@ -48,13 +48,7 @@ from ._engine import Deferred, Job, Outcome
 from ._firstcontact import check_out_dir, check_webroot, resolve_directory
 from ._hooks import HookRunner
 from ._interrupt import run_interruptible
-from ._records import (
-    CaSettings,
-    CertificateRecord,
-    StoredCertificate,
-    find_ca_dirs,
-    read_ca_settings,
-)
+from ._records import CertificateRecord, find_ca_dirs
 from ._report import Report, first_error, run_guarded
 from ._solvers import ChallengePlan, plan_challenge, renewal_options
 from ._state import default_state_dir
@@ -145,7 +139,7 @@ async def ca_settings(root: Path, slugs: Sequence[str]) -> tuple[list[CaSettings
     problems: list[str] = []
     async with FileStorage(root) as storage:
         for slug in slugs:
-            settings = await read_ca_settings(storage, slug)
+            settings = await load_ca_settings(storage, slug)
             where = root / slug
             if settings is None:
                 problems.append(

@@ -37,45 +37,36 @@ The first cut of the CLI kept ``<state>/accounts/<host>_<port>_<path>/account.ke
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import json
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from acmecerts.errors import AcmeCertsError, InvalidInput, StorageError
-from acmecerts.protocol.certificate import (
-    certificate_info,
-    parse_pem_chain,
+from acmecerts.errors import InvalidInput, StorageError
+from acmecerts.manager import (
+    StoredCertificate,
+    list_stored_certificates,
+    load_json_object,
+    load_stored_certificate,
+    natural_key,
+    save_ca_settings,
 )
 from acmecerts.protocol.directory import DirectoryUrl
 from acmecerts.protocol.keys import AccountKey, KeyType, key_type_of
-from acmecerts.ratelimit import RateLimitLedger, RateLimitModel
-from acmecerts.retry import AttemptState
 from acmecerts.storage import (
     FileStorage,
     KeyLayout,
-    LegacyCertificate,
     VersionConflict,
     load_account_url,
     load_or_create_account_key,
+    load_stored_key,
     save_account_url,
 )
-from acmecerts.storage.keys import CertificateBundle, certificate_slug
+from acmecerts.storage.export import CERTIFICATE_FILES, ensure_private_dir, write_certificate_files
+from acmecerts.storage.keys import certificate_slug
 
-from ._export import CERTIFICATE_FILES, ensure_private_dir, write_certificate_files
-from ._natural import natural_key
-from ._records import (
-    CA_SETTINGS_FILE,
-    CaSettings,
-    CertificateRecord,
-    StoredCertificate,
-)
-
-if TYPE_CHECKING:
-    pass
+from ._records import CertificateRecord
 
 __all__ = [
     "CERTIFICATE_FILES",
@@ -139,10 +130,6 @@ def directory_slug(directory_url: str | DirectoryUrl) -> str:
     return "_".join(_UNSAFE.sub("-", piece) for piece in pieces)
 
 
-def _absolute(path: Path) -> str:
-    return str(path.expanduser().absolute())
-
-
 def _key_type_of(pem: bytes) -> KeyType | None:
     try:
         return key_type_of(pem)
@@ -170,53 +157,11 @@ class State:
     async def aclose(self) -> None:
         await self.storage.aclose()
 
-    # -- the CA's settings ----------------------------------------------------------------
-
-    @property
-    def settings_key(self) -> str:
-        """``<ca>/cli-settings.json``."""
-        return f"{self.layout.ca}/{CA_SETTINGS_FILE}"
-
     async def save_ca_settings(self, ca_bundle: Path | None) -> None:
-        """Remember the directory URL and ``ca_bundle`` so ``renew`` needs no flags.
-
-        A bundle stored before is kept when ``ca_bundle`` is ``None`` (a command that
-        got by without one does not make the stored one wrong).
-        """
-        current = await self.storage.load(self.settings_key)
-        stored = (
-            None
-            if current is None
-            else CaSettings.from_bytes(current.data, self.path_for(self.settings_key))
-        )
-        bundle = _absolute(ca_bundle) if ca_bundle is not None else None
-        if bundle is None and stored is not None and stored.directory == self.directory_url:
-            bundle = stored.ca_bundle
-        settings = CaSettings(directory=self.directory_url, ca_bundle=bundle)
-        if settings == stored:
-            return
-        await self.storage.store(self.settings_key, settings.to_bytes())
+        """Remember the directory URL and ``ca_bundle`` so ``renew`` needs no flags."""
+        await save_ca_settings(self.storage, self.layout, ca_bundle)
 
     # -- the account --------------------------------------------------------------------
-
-    @property
-    def pending_key_name(self) -> str:
-        """The new key of an account rollover in progress."""
-        return f"{self.layout.account_prefix}key-rollover.pem"
-
-    async def _load_key(self, key: str) -> tuple[AccountKey, str] | None:
-        value = await self.storage.load(key)
-        if value is None:
-            return None
-        try:
-            return AccountKey.from_pem(value.data), value.version
-        except InvalidInput as exc:
-            path = self.path_for(key)
-            raise StorageError(
-                f"corrupt account key {path} ({exc}); restore it from a backup, or move it "
-                "away to start a new account",
-                path=path,
-            ) from exc
 
     async def load_account_key(self) -> AccountKey | None:
         """The stored account key (imported from the first cut's layout if only that has one)."""
@@ -225,15 +170,10 @@ class State:
 
     async def load_account_key_version(self) -> tuple[AccountKey, str] | None:
         """The stored account key and its store version."""
-        loaded = await self._load_key(self.layout.account_key())
+        loaded = await load_stored_key(self.storage, self.layout.account_key())
         if loaded is None and await self._import_legacy():
-            loaded = await self._load_key(self.layout.account_key())
+            loaded = await load_stored_key(self.storage, self.layout.account_key())
         return loaded
-
-    async def load_pending_key(self) -> AccountKey | None:
-        """The new key of an interrupted rollover, if there is one."""
-        loaded = await self._load_key(self.pending_key_name)
-        return None if loaded is None else loaded[0]
 
     async def create_account_key(self, key_type: KeyType = KeyType.EC256) -> AccountKey:
         """Load the account key, creating (and storing) it when there is none."""
@@ -309,82 +249,11 @@ class State:
 
     async def list_certificates(self) -> list[StoredCertificate]:
         """Every completely stored certificate of the account, by name."""
-        prefix = self.layout.certificates_prefix()
-        found: list[StoredCertificate] = []
-        keys = await self.storage.list(prefix)
-        records = {k.rpartition("/")[0] for k in keys if k.endswith("/certificate.json")}
-        for key in keys:
-            if key.endswith("/certificate.json"):
-                value = await self.storage.load(key)
-                if value is None:
-                    continue
-                name = CertificateBundle.from_bytes(value.data, self.path_for(key)).name
-            elif key.endswith("/meta.json") and key.rpartition("/")[0] not in records:
-                meta = await self._load_json(key)  # the previous layout
-                if meta is None:
-                    continue
-                named = meta.get("name")
-                if not isinstance(named, str):
-                    raise StorageError(f"{self.path_for(key)} has no certificate name", path=key)
-                name = named
-            else:
-                continue
-            stored = await self.load_certificate(name)
-            if stored is not None:
-                found.append(stored)
-        return sorted(found, key=lambda c: natural_key(c.name))
+        return await list_stored_certificates(self.storage, self.layout)
 
     async def load_certificate(self, name: str) -> StoredCertificate | None:
-        """The stored certificate ``name``; ``None`` if none was completely saved.
-
-        Its record (``certificate.json``), else the previous layout's three files.
-        """
-        keys = self.layout.certificate(name)
-        record = await self.storage.load(keys.record)
-        if record is not None:
-            path = self.path_for(keys.record)
-            bundle = CertificateBundle.from_bytes(record.data, path)
-            cert_pem, key_pem = bundle.fullchain_pem.encode(), bundle.private_key_pem.encode()
-            identifiers: object = list(bundle.identifiers)
-            stored_name = bundle.name
-        else:
-            legacy = await LegacyCertificate.load(
-                self.storage, keys, label=self.path_for(keys.meta)
-            )
-            if legacy is None:
-                return None
-            cert_pem, key_pem = legacy.fullchain_pem, legacy.private_key_pem
-            path = self.path_for(keys.cert)
-            identifiers = legacy.meta.get("identifiers")
-            stored_name = str(legacy.meta.get("name", name))
-        try:
-            chain = parse_pem_chain(cert_pem)
-        except AcmeCertsError as exc:
-            raise StorageError(f"{path} is not a certificate chain: {exc}", path=path) from exc
-        if not isinstance(identifiers, list) or not all(isinstance(i, str) for i in identifiers):
-            path = self.path_for(keys.meta)
-            raise StorageError(f"{path} has no identifiers", path=path)
-        return StoredCertificate(
-            name=stored_name,
-            identifiers=tuple(identifiers),
-            chain=chain,
-            info=certificate_info(chain.leaf),
-            key_type=_key_type_of(key_pem),
-        )
-
-    async def _load_json(self, key: str) -> dict[str, Any] | None:
-        value = await self.storage.load(key)
-        if value is None:
-            return None
-        try:
-            document = json.loads(value.data)
-        except ValueError as exc:
-            path = self.path_for(key)
-            raise StorageError(f"{path} is not valid JSON: {exc}", path=path) from exc
-        if not isinstance(document, dict):
-            path = self.path_for(key)
-            raise StorageError(f"{path} is not a JSON object", path=path)
-        return document
+        """The stored certificate ``name``; ``None`` if none was completely saved."""
+        return await load_stored_certificate(self.storage, self.layout, name)
 
     def record_key(self, name: str) -> str:
         """The storage key of the CLI's record of certificate ``name``."""
@@ -392,7 +261,7 @@ class State:
 
     async def load_record(self, name: str) -> CertificateRecord | None:
         key = self.record_key(name)
-        document = await self._load_json(key)
+        document = await load_json_object(self.storage, key)
         return None if document is None else CertificateRecord.from_json(document, key)
 
     async def list_records(self) -> list[CertificateRecord]:
@@ -400,7 +269,7 @@ class State:
         prefix = f"{self.layout.account_prefix}cli/"
         records = []
         for key in await self.storage.list(prefix):
-            document = await self._load_json(key)
+            document = await load_json_object(self.storage, key)
             if document is not None:
                 records.append(CertificateRecord.from_json(document, self.path_for(key)))
         return sorted(records, key=lambda r: natural_key(r.name))
@@ -426,42 +295,3 @@ class State:
     async def save_record(self, record: CertificateRecord) -> None:
         data = json.dumps(record.to_json(), indent=2, sort_keys=True).encode() + b"\n"
         await self.storage.store(self.record_key(record.name), data)
-
-    async def attempt_state(self, name: str) -> AttemptState | None:
-        """The manager's attempt state for ``name`` (deferral, last failure), if any."""
-        key = self.layout.attempt_state(name)
-        document = await self._load_json(key)
-        if document is None:
-            return None
-        try:
-            return AttemptState.from_json(document)
-        except StorageError as exc:
-            path = self.path_for(key)
-            raise StorageError(f"{path}: {exc}", path=path) from exc
-
-    async def save_attempt_state(self, name: str, attempt: AttemptState) -> None:
-        """Store the manager's attempt state for ``name`` (e.g. a deferral found before
-        the manager ran: the next run does not try before its instant)."""
-        data = json.dumps(attempt.to_json(), sort_keys=True, separators=(",", ":")).encode()
-        await self.storage.store(self.layout.attempt_state(name), data)
-
-    # -- rate limits --------------------------------------------------------------------
-
-    def ledger(self, model: RateLimitModel) -> RateLimitLedger:
-        """The CA's rate-limit ledger, kept in the store (shared by every run)."""
-        return RateLimitLedger(model, storage=self.storage, key=self.layout.ledger())
-
-    # -- account deactivation -------------------------------------------------------------
-
-    async def archive_account(self, key: AccountKey, version: str) -> str:
-        """Move the account key aside after deactivation; return where it went.
-
-        The next run creates a new account. The key is kept (never lose a key): a
-        deactivated account cannot be used again, but the key may matter for records.
-        """
-        stamp = _dt.datetime.now(_dt.UTC).strftime("%Y%m%dt%H%M%S%fz")
-        archived = f"{self.layout.account_prefix}deactivated/{stamp}.pem"
-        await self.storage.store(archived, key.to_pem(), secret=True, expect_version=None)
-        await self.storage.delete(self.layout.account_meta())
-        await self.storage.delete(self.layout.account_key(), expect_version=version)
-        return archived

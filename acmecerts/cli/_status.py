@@ -14,19 +14,20 @@ from rich.text import Text
 
 from acmecerts.client import AcmeClient
 from acmecerts.errors import AcmeCertsError
+from acmecerts.manager import StoredCertificate, load_attempt_state, natural_key
 from acmecerts.protocol.ari import decide_renewal
+from acmecerts.ratelimit import RateLimitLedger
 from acmecerts.retry import AttemptState
+from acmecerts.storage.export import exported_paths
 
 from ._args import AccountArgs, CommonArgs
 from ._batch import CERTIFICATE_FIELDS
 from ._ca import CaPlan, ca_client
 from ._check import DEFAULT_GRACE, check_certificates, parse_at, parse_grace, print_check
 from ._constants import ExitCode
-from ._export import exported_paths
 from ._firstcontact import resolve_directory
 from ._interrupt import run_interruptible
-from ._natural import natural_key
-from ._records import CertificateRecord, StoredCertificate
+from ._records import CertificateRecord
 from ._renew import ca_plans
 from ._report import Report, iso, log, run_guarded, when
 from ._state import State
@@ -137,7 +138,8 @@ async def _ca_status(ca: CaPlan, now: _dt.datetime, *, ari: bool) -> dict[str, A
         certificates.sort(key=lambda c: natural_key(c["name"]))
     for certificate in certificates:
         certificate["directory"] = ca.directory
-    budget = await state.ledger(ca.model).budget()
+    ledger = RateLimitLedger(ca.model, storage=state.storage, key=state.layout.ledger())
+    budget = await ledger.budget()
     return {
         "directory": ca.directory,
         "account": account,
@@ -165,7 +167,7 @@ async def _certificate_status(
 ) -> dict[str, Any]:
     info = stored.info
     record = await state.load_record(stored.name)
-    attempt = await state.attempt_state(stored.name)
+    attempt = await load_attempt_state(state.storage, state.layout, stored.name)
     window = None
     renewal_info = None
     if client is not None:
@@ -239,7 +241,7 @@ async def _pending_status(
     state: State, record: CertificateRecord, now: _dt.datetime
 ) -> dict[str, Any]:
     """A certificate that was asked for and not issued (deferred, failed, interrupted)."""
-    attempt = await state.attempt_state(record.name)
+    attempt = await load_attempt_state(state.storage, state.layout, record.name)
     deferred = _deferred_until(attempt, now)
     status = "deferred" if deferred is not None else "pending"
     last_error = attempt.last_error if attempt is not None else None

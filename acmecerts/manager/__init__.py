@@ -2,8 +2,25 @@
 
 :func:`open_manager` wires one from a shared store in one call (account key, account,
 rate-limit ledger); :class:`CertificateManager` is the manager itself.
+
+Beside it, for programs that need the account or the store without a running manager:
+:func:`account_client`, :func:`store_ledger` and :func:`register_account` (the wiring
+``open_manager`` uses); :func:`roll_over_account_key`, :func:`finish_account_rollover`,
+:func:`load_pending_key` and :func:`deactivate_stored_account` (the stored account key's
+life); :func:`list_stored_certificates`, :func:`load_stored_certificate`,
+:func:`load_attempt_state`, :func:`save_attempt_state` and
+:func:`delete_stored_certificate` (what a manager stored); :class:`CaSettings`
+(:func:`save_ca_settings`, :func:`load_ca_settings`: how a later run reaches each CA).
 """
 
+from acmecerts.manager._account_keys import (
+    deactivate_stored_account,
+    finish_account_rollover,
+    load_pending_key,
+    pending_key_name,
+    roll_over_account_key,
+)
+from acmecerts.manager._cas import CA_SETTINGS_FILE, CaSettings, load_ca_settings, save_ca_settings
 from acmecerts.manager._events import (
     CertificateCancelled,
     CertificateDeferred,
@@ -17,8 +34,18 @@ from acmecerts.manager._events import (
     CertificateReplacesRefused,
     Subscriber,
 )
-from acmecerts.manager._fleet import ClientOptions, ManagerOptions, OpenOptions, open_manager
+from acmecerts.manager._fleet import ManagerOptions, OpenOptions, open_manager
 from acmecerts.manager._manager import CancellationHook, CertificateManager
+from acmecerts.manager._reading import (
+    StoredCertificate,
+    delete_stored_certificate,
+    list_stored_certificates,
+    load_attempt_state,
+    load_json_object,
+    load_stored_certificate,
+    natural_key,
+    save_attempt_state,
+)
 from acmecerts.manager._spec import (
     CancelledResult,
     CertificateSpec,
@@ -30,8 +57,16 @@ from acmecerts.manager._spec import (
     IssueResult,
     OwnerGuard,
 )
+from acmecerts.manager._wiring import (
+    ClientOptions,
+    account_client,
+    register_account,
+    store_ledger,
+)
 
 __all__ = [
+    "CA_SETTINGS_FILE",
+    "CaSettings",
     "CancellationHook",
     "CancelledResult",
     "CertificateCancelled",
@@ -56,6 +91,24 @@ __all__ = [
     "ManagerOptions",
     "OpenOptions",
     "OwnerGuard",
+    "StoredCertificate",
     "Subscriber",
+    "account_client",
+    "deactivate_stored_account",
+    "delete_stored_certificate",
+    "finish_account_rollover",
+    "list_stored_certificates",
+    "load_attempt_state",
+    "load_ca_settings",
+    "load_json_object",
+    "load_pending_key",
+    "load_stored_certificate",
+    "natural_key",
     "open_manager",
+    "pending_key_name",
+    "register_account",
+    "roll_over_account_key",
+    "save_attempt_state",
+    "save_ca_settings",
+    "store_ledger",
 ]

@@ -28,66 +28,23 @@ import contextlib
 import datetime as _dt
 import random
 from collections.abc import AsyncIterator, Sequence
-from pathlib import Path
 from typing import Any, Literal, TypedDict, Unpack
 
 import anyio
 
 from acmecerts._time import Clock, SystemClock, duration_seconds
-from acmecerts.client import AcmeClient, ExternalAccountBinding, PollPolicy
+from acmecerts.client import AcmeClient
 from acmecerts.errors import InvalidInput
-from acmecerts.manager._ledger import RateLimitLedger
 from acmecerts.manager._manager import CertificateManager
+from acmecerts.manager._wiring import ClientOptions, account_client, register_account
 from acmecerts.protocol.directory import DirectoryUrl
 from acmecerts.protocol.keys import KeyType
-from acmecerts.ratelimit import CaProfiles, RateLimitModel, model_for_directory
-from acmecerts.ratelimit._throttle import RatesTable
-from acmecerts.retry import AttemptSchedule, RequestRetry
+from acmecerts.ratelimit import RateLimitModel
+from acmecerts.retry import AttemptSchedule
 from acmecerts.solvers._base import Solver
-from acmecerts.storage import (
-    KeyLayout,
-    Storage,
-    load_account_url,
-    load_or_create_account_key,
-    save_account_url,
-)
-from acmecerts.transport import (
-    AcmeTransport,
-    ProxySetting,
-    RequestHook,
-    RequestThrottle,
-    UrlPolicy,
-)
+from acmecerts.storage import KeyLayout, Storage, load_or_create_account_key
 
-__all__ = ["ClientOptions", "ManagerOptions", "OpenOptions", "open_manager"]
-
-
-class ClientOptions(TypedDict, total=False):
-    """The :class:`~acmecerts.AcmeClient` arguments :func:`open_manager` passes through.
-
-    Each means what it means to :class:`~acmecerts.AcmeClient`. ``clock`` is shared by
-    the client, the ledger and the manager. ``contact`` and ``eab`` are used when the
-    account is registered (a stored account is not changed: see
-    :meth:`~acmecerts.AcmeClient.update_contact`). ``on_request`` is deprecated (it
-    emits a ``DeprecationWarning``): subscribe to the manager's client instead.
-    """
-
-    contact: Sequence[str]
-    eab: ExternalAccountBinding | None
-    ca_bundle: str | Path | None
-    clock: Clock | None
-    request_timeout: float | _dt.timedelta
-    request_retry: RequestRetry | None
-    attempt_timeout: float | _dt.timedelta
-    poll: PollPolicy | None
-    http2: bool
-    transport: AcmeTransport | None
-    request_rates: RatesTable | RateLimitModel | RequestThrottle | Literal["auto"] | None
-    on_request: RequestHook | None
-    url_policy: UrlPolicy | None
-    proxy: ProxySetting
-    ca_profiles: CaProfiles | Literal["auto"] | None
-    send_replaces: bool
+__all__ = ["ManagerOptions", "OpenOptions", "open_manager"]
 
 
 class ManagerOptions(TypedDict, total=False):
@@ -141,56 +98,10 @@ def _split(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return client, manager
 
 
-def _ledger(
-    rate_limits: RateLimitModel | Literal["auto"] | None,
-    storage: Storage,
-    layout: KeyLayout,
-    clock: Clock,
-) -> RateLimitLedger | None:
-    if rate_limits is None:
-        return None
-    if isinstance(rate_limits, str) and rate_limits == "auto":
-        model = model_for_directory(layout.directory_url)
-    elif isinstance(rate_limits, RateLimitModel):
-        model = rate_limits
-    else:
-        raise InvalidInput(
-            'rate_limits must be "auto", a RateLimitModel (e.g. acmecerts.ratelimit.'
-            f"LETS_ENCRYPT) or None for no ledger, not {rate_limits!r}"
-        )
-    return RateLimitLedger(model, clock=clock, storage=storage, key=layout.ledger())
-
-
 async def _close(client: AcmeClient) -> None:
     # also when the block was cancelled: connections left open would leak
     with anyio.CancelScope(shield=True):
         await client.aclose()
-
-
-async def _account_url(
-    storage: Storage,
-    layout: KeyLayout,
-    client: AcmeClient,
-    *,
-    lock_timeout: float | None,
-) -> str:
-    """The stored account URL of the client's key, else register once and store it."""
-    key = client.account_key
-    url = await load_account_url(storage, layout, account_key=key)
-    if url is not None:
-        return url
-    # Under the account lock, re-read: a replica that held it before us registered.
-    async with storage.lock(layout.account_lock(), timeout=lock_timeout):
-        url = await load_account_url(storage, layout, account_key=key)
-        if url is not None:
-            return url
-        # A key whose account the CA already has (its URL was never stored) gets that
-        # account back (RFC 8555 §7.3.1): a key is never more than one account.
-        await client.register()
-        url = client.account_url
-        assert url is not None
-        await save_account_url(storage, layout, url, account_key=key)
-        return url
 
 
 @contextlib.asynccontextmanager
@@ -272,17 +183,17 @@ async def open_manager(
         lock_timeout = duration_seconds(lock_timeout, "lock_timeout")
     client_options, manager_options = _split(dict(options))
     clock: Clock = client_options.pop("clock", None) or SystemClock()
-    ledger = _ledger(rate_limits, storage, layout, clock)
     body_error: BaseException | None = None
     unwrapped: BaseException | None = None
     try:
         async with contextlib.AsyncExitStack() as stack:
             # Both constructors check their arguments and do no I/O. The client's own
             # throwaway key is replaced by the store's before anything is signed.
-            client = AcmeClient(
-                directory_url,
+            client = account_client(
+                storage,
+                layout,
+                rate_limits=rate_limits,
                 clock=clock,
-                ledger=ledger,
                 terms_of_service_agreed=terms_of_service_agreed,
                 **client_options,
             )
@@ -293,12 +204,7 @@ async def open_manager(
             client.account_key = await load_or_create_account_key(
                 storage, layout, key_type=key_type, lock_timeout=lock_timeout
             )
-            client.account_url = await _account_url(
-                storage,
-                layout,
-                client,
-                lock_timeout=lock_timeout,
-            )
+            await register_account(storage, layout, client, lock_timeout=lock_timeout)
             await stack.enter_async_context(manager)
             try:
                 yield manager

@@ -10,7 +10,9 @@
 * :class:`FileStorage`: the default store, a local directory shared safely by several
   processes on one machine.
 * :class:`KeyLayout`: the one place that names keys and locks (per CA and account).
-* :func:`load_or_create_account_key`: one account key for every replica sharing a store.
+* :func:`load_or_create_account_key`: one account key for every replica sharing a store;
+  :func:`load_stored_key` reads one with its version.
+* :mod:`acmecerts.storage.export`: a certificate's PEM files for servers, replaced as one set.
 * :class:`LegacyCertificate`: a certificate as earlier versions stored it (three files).
 """
 
@@ -45,7 +47,9 @@ from acmecerts.storage._update import (
 from acmecerts.storage.account import (
     load_account_url,
     load_or_create_account_key,
+    load_stored_key,
     save_account_url,
+    storage_label,
 )
 from acmecerts.storage.filesystem import FileStorage
 from acmecerts.storage.keys import CertificateKeys, KeyLayout, LegacyCertificate
@@ -76,6 +80,8 @@ __all__ = [
     "VersionConflict",
     "load_account_url",
     "load_or_create_account_key",
+    "load_stored_key",
     "save_account_url",
+    "storage_label",
     "update",
 ]

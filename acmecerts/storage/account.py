@@ -22,7 +22,40 @@ from acmecerts.storage._base import Storage, StoredValue, VersionConflict
 from acmecerts.storage._update import update
 from acmecerts.storage.keys import KeyLayout
 
-__all__ = ["load_account_url", "load_or_create_account_key", "save_account_url"]
+__all__ = [
+    "load_account_url",
+    "load_or_create_account_key",
+    "load_stored_key",
+    "save_account_url",
+    "storage_label",
+]
+
+
+def storage_label(storage: Storage, key: str) -> str:
+    """What a message calls ``key``: its file for a store that has files
+    (:meth:`FileStorage.path_for <acmecerts.storage.FileStorage.path_for>`), else the key."""
+    path_for = getattr(storage, "path_for", None)
+    return str(path_for(key)) if callable(path_for) else key
+
+
+async def load_stored_key(storage: Storage, key: str) -> tuple[AccountKey, str] | None:
+    """The account key stored at ``key`` and its store version (``None``: nothing is).
+
+    Raises:
+        StorageError: what is stored is no usable private key (it is left as it is).
+    """
+    value = await storage.load(key)
+    if value is None:
+        return None
+    try:
+        return AccountKey.from_pem(value.data), value.version
+    except InvalidInput as exc:
+        path = storage_label(storage, key)
+        raise StorageError(
+            f"corrupt account key {path} ({exc}); restore it from a backup, or move it "
+            "away to start a new account",
+            path=path,
+        ) from exc
 
 
 async def _load_key(storage: Storage, key: str) -> AccountKey | None:

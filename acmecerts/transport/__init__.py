@@ -15,6 +15,7 @@ from acmecerts.transport._pool import Http11Pool
 from acmecerts.transport._proxy import ProxyConfig, ProxyFailed, ProxySetting
 from acmecerts.transport._response import AcmeResponse
 from acmecerts.transport._throttle import RequestThrottle, ThrottleStats
+from acmecerts.transport._watch import RequestWatch
 
 __all__ = [
     "USER_AGENT",
@@ -30,6 +31,7 @@ __all__ = [
     "RequestHook",
     "RequestSent",
     "RequestThrottle",
+    "RequestWatch",
     "ResponseHook",
     "ResponseReceived",
     "ResponseTooLarge",

@@ -1,4 +1,4 @@
-"""The exported files are switched as one set (acmecerts/cli/_export.py).
+"""The exported files are switched as one set (acmecerts/storage/export.py).
 
 Two certificates from the session Pebble 2.10 are written in turn into one ``--out``, in
 both layouts, while a reader thread resolves the set once (``realpath``) and reads the key
@@ -16,9 +16,9 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 
 from acmecerts import AcmeClient, Http01Server, IssuedCertificate
-from acmecerts.cli._export import write_certificate_files
 from acmecerts.protocol.certificate import parse_pem_chain
 from acmecerts.protocol.keys import load_private_key
+from acmecerts.storage.export import write_certificate_files
 from acmecerts.testing import PebbleServer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.timeout(120)]

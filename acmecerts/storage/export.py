@@ -1,6 +1,6 @@
-"""The files ``--out`` receives, replaced as one set: :func:`write_certificate_files`.
+"""The files a certificate is exported to, replaced as one set: :func:`write_certificate_files`.
 
-Two layouts (``--out-layout``):
+Two layouts (the CLI's ``--out-layout``):
 
 ``plain`` (the default): ``OUT/cert.pem``, ``chain.pem``, ``fullchain.pem`` and
 ``privkey.pem`` (0600). Each is a symlink ``NAME.pem -> .live/NAME.pem``, and ``OUT/.live``
@@ -49,14 +49,16 @@ from typing import TYPE_CHECKING
 from acmecerts.errors import InvalidInput, StorageError
 
 if TYPE_CHECKING:
-    from acmecerts import IssuedCertificate
+    from acmecerts._issued import IssuedCertificate
 
 __all__ = [
     "CERTIFICATE_FILES",
     "OUT_LAYOUTS",
     "ensure_private_dir",
+    "export_dir_problem",
     "exported_paths",
     "remove_exported",
+    "unwritable_dir",
     "write_certificate_files",
 ]
 
@@ -101,6 +103,69 @@ def ensure_private_dir(path: Path) -> None:
             ) from exc
     if not os.access(path, os.W_OK | os.X_OK):
         raise StorageError(f"directory {path} is not writable", path=str(path))
+
+
+def unwritable_dir(path: Path) -> str | None:
+    """Why ``path`` cannot be a directory to write into (``None``: it can), from what
+    exists of it: a file in its place, a part not writable (nothing is created)."""
+    current = path
+    while True:
+        try:
+            if current.is_dir():
+                break
+            if current.exists() or current.is_symlink():
+                if current == path:
+                    return "it is a file, not a directory"
+                return f"{current} is a file, not a directory"
+        except OSError as exc:  # e.g. a path component that is not searchable
+            return exc.strerror or str(exc)
+        if current.parent == current:
+            return "no part of it exists"
+        current = current.parent
+    if not os.access(current, os.W_OK | os.X_OK):
+        if current == path:
+            return "it is not writable"
+        return f"{current} is not writable (the directory cannot be created)"
+    return None
+
+
+def export_dir_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be (made) a writable directory, ``None`` when it can: a check
+    before anything is ordered, so that the files of a certificate have somewhere to go.
+
+    It is tried, not guessed from permission bits (``root`` passes every ``access(2)``
+    check, yet cannot create ``/proc/x``): the missing directories are created and a
+    temporary file is written in the last one, then all of that is removed again. Nothing
+    is left behind; the directory is made again when the files are written.
+    """
+    absolute = path.expanduser().absolute()
+    return unwritable_dir(absolute) or _try_create(absolute)
+
+
+def _try_create(path: Path) -> str | None:
+    """Create ``path``'s missing directories and a file in it, then remove them; why not."""
+    created: list[Path] = []
+    try:
+        missing = []
+        current = path
+        while not current.is_dir():
+            missing.append(current)
+            current = current.parent
+        for directory in reversed(missing):
+            directory.mkdir(mode=0o700)
+            created.append(directory)
+        probe = path / f".acmecerts-probe-{os.getpid()}-{secrets.token_hex(4)}"
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename and Path(exc.filename) != path else ""
+        return f"{where}{exc.strerror or exc}"
+    finally:
+        for directory in reversed(created):
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+    return None
 
 
 def _fsync_dir(directory: Path) -> None:

@@ -1,4 +1,8 @@
-"""Reading certbot's state: :func:`read_lineages` and :func:`read_account` (no writes here).
+"""Reading certbot's state: :func:`read_lineage` and :func:`read_account` (no writes here).
+
+What a migration from certbot needs (the CLI's ``acmecerts import certbot``): each
+lineage's certificate, key, CA, account and how it was renewed, checked, so that a
+program can store it as acmecerts would have issued it.
 
 certbot keeps, under its configuration directory (``/etc/letsencrypt``)::
 
@@ -38,8 +42,7 @@ from acmecerts.protocol.certificate import (
 from acmecerts.protocol.directory import DirectoryUrl
 from acmecerts.protocol.identifiers import Identifier, parse_identifiers
 from acmecerts.protocol.keys import AccountKey, KeyType, load_private_key
-
-from ._records import StoredChallenge
+from acmecerts.storage.keys import certificate_slug
 
 __all__ = ["CertbotLineage", "parse_conf", "read_account", "read_lineage", "renewal_confs"]
 
@@ -56,8 +59,10 @@ class CertbotLineage:
     private_key_pem: str
     key_type: KeyType
     account_id: str | None
+    #: http-01 was answered from this document root (certbot's ``webroot``)...
     webroot: str | None
-    challenge: StoredChallenge
+    #: ...or by a server listening here (``standalone``: ``host:port``, ``[v6]:port``).
+    http_01_listen: str | None
     pre_hook: str | None
     post_hook: str | None
     deploy_hook: str | None
@@ -154,8 +159,8 @@ def _key_type(params: dict[str, Any], key_pem: bytes, path: Path) -> KeyType:
 
 def _challenge(
     params: dict[str, Any], identifiers: tuple[Identifier, ...], path: Path
-) -> tuple[str | None, StoredChallenge]:
-    """The webroot (if any) and the stored http-01 settings."""
+) -> tuple[str | None, str | None]:
+    """The webroot, or the address a standalone http-01 server listened on."""
     authenticator = _text(params, "authenticator", path)
     if authenticator == "standalone":
         port = _text(params, "http01_port", path) or "80"
@@ -163,7 +168,7 @@ def _challenge(
             raise _bad(path, f"http01_port {port!r} is not a port")
         host = _text(params, "http01_address", path) or "::"
         listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        return None, StoredChallenge("http-01", http_01_listen=listen)
+        return None, listen
     if authenticator == "webroot":
         mapping = params.get("webroot_map")
         roots: set[str] = set()
@@ -185,7 +190,7 @@ def _challenge(
                 f"its names are answered from {len(roots)} webroots ({', '.join(sorted(roots))})"
                 "; acmecerts answers a certificate from one",
             )
-        return roots.pop(), StoredChallenge("http-01")
+        return roots.pop(), None
     raise _bad(
         path,
         f"authenticator {authenticator!r} is not imported (webroot and standalone are); "
@@ -195,10 +200,12 @@ def _challenge(
 
 def read_lineage(conf_path: Path) -> CertbotLineage:
     """Read and check the lineage of ``renewal/NAME.conf``; :class:`InvalidInput` if unusable."""
-    from ._lineage import validate_cert_name
-
     conf = parse_conf(conf_path)
-    name = validate_cert_name(conf_path.name.removesuffix(".conf"))
+    name = conf_path.name.removesuffix(".conf").strip().lower()
+    try:
+        certificate_slug(name)
+    except InvalidInput as exc:
+        raise _bad(conf_path, f"its name is no certificate name acmecerts stores ({exc})") from None
     params = conf.get("renewalparams")
     if not isinstance(params, dict):
         raise _bad(conf_path, "it has no [renewalparams] section")
@@ -220,7 +227,7 @@ def read_lineage(conf_path: Path) -> CertbotLineage:
         key_text = key_pem.decode("ascii")
     except (AcmeCertsError, UnicodeDecodeError) as exc:
         raise _bad(conf_path, f"its certificate {fullchain} and key {privkey}: {exc}") from exc
-    webroot, challenge = _challenge(params, identifiers, conf_path)
+    webroot, listen = _challenge(params, identifiers, conf_path)
     return CertbotLineage(
         name=name,
         conf=conf_path,
@@ -231,7 +238,7 @@ def read_lineage(conf_path: Path) -> CertbotLineage:
         key_type=_key_type(params, key_pem, conf_path),
         account_id=_text(params, "account", conf_path),
         webroot=webroot,
-        challenge=challenge,
+        http_01_listen=listen,
         pre_hook=_text(params, "pre_hook", conf_path),
         post_hook=_text(params, "post_hook", conf_path),
         deploy_hook=_text(params, "renew_hook", conf_path),

@@ -1,13 +1,14 @@
-"""Saying what the CLI waits for, while it waits: the CA's answer to a request.
+"""Saying what a program waits for, while it waits: the CA's answer to a request.
 
-:class:`RequestWatch` hears every request of the client's transport. A request the CA
+:class:`RequestWatch` hears every request of a client's transport (the CLI attaches one
+to its client). A request the CA
 (or the proxy before it) has not answered after :data:`FIRST_REPORT` seconds is:
 
-* logged (info, shown under ``-v``) with the request and the time so far, at
+* logged (info: the CLI's ``-v``) with the request and the time so far, at
   :data:`FIRST_REPORT` s and again at :data:`REPORTS` (then every minute), e.g.
   ``waiting for the CA to answer POST https://ca/finalize/7 (1 s so far)``;
-* on a terminal, shown by the live display (:meth:`RequestWatch.waiting_line`) with
-  its elapsed time, until the answer comes.
+* shown by a live display (:meth:`RequestWatch.waiting_line`, the CLI's on a terminal)
+  with its elapsed time, until the answer comes.
 
 The waits the client chooses itself (a ``Retry-After``, the poll interval, a backoff
 before trying again) are logged where they are decided (:mod:`acmecerts._time`,
@@ -23,11 +24,12 @@ import threading
 import time
 from collections.abc import Callable
 
-from acmecerts.transport import AcmeTransport, RequestSent, ResponseReceived, TransportEvent
+from acmecerts.transport._events import RequestSent, ResponseReceived, TransportEvent
+from acmecerts.transport._http import AcmeTransport
 
 __all__ = ["FIRST_REPORT", "REPORTS", "RequestWatch"]
 
-log = logging.getLogger("acmecerts.cli.waits")
+log = logging.getLogger("acmecerts.transport.waits")
 
 #: Seconds without an answer before a request is reported (the promise is "within 2 s").
 FIRST_REPORT = 1.0
@@ -71,8 +73,13 @@ class RequestWatch:
     is read under a lock: the live display reads it from its own thread.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, *, logger: logging.Logger = log
+    ) -> None:
+        """``clock``: seconds, monotonic; ``logger``: where :meth:`report` logs (by default
+        ``acmecerts.transport.waits``)."""
         self._clock = clock
+        self._log = logger
         self._lock = threading.Lock()
         self._flights: list[_InFlight] = []
         self._stop = threading.Event()
@@ -109,7 +116,9 @@ class RequestWatch:
     def report(self) -> None:
         """Log every request whose report is due (info: ``-v``)."""
         for method, url, waited in self.due():
-            log.info("waiting for the CA to answer %s %s (%s so far)", method, url, elapsed(waited))
+            self._log.info(
+                "waiting for the CA to answer %s %s (%s so far)", method, url, elapsed(waited)
+            )
 
     def waiting_line(self) -> str | None:
         """For the live display: the oldest request unanswered for :data:`FIRST_REPORT`
