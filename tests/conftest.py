@@ -240,7 +240,7 @@ def ran_the_whole_suite(config: pytest.Config) -> bool:
         config.args_source is pytest.Config.ArgsSource.TESTPATHS
         and not config.option.keyword
         and config.option.markexpr == "not soak"
-        and not config.option.lf
+        and not getattr(config.option, "lf", False)  # absent with -p no:cacheprovider
         and not config.option.deselect
     )
 
