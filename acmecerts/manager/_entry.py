@@ -68,8 +68,6 @@ class Entry:
     loaded: bool = False
     #: Position in the manager's declaration order (the schedule's last tie-breaker).
     seq: int = 0
-    #: The token of this entry's valid item in the schedule queue (``None``: not queued).
-    queued: int | None = None
     #: Failures of our own side in a row (owner check, storage, no progress): each one
     #: holds the certificate back on the manager's ``error_backoff``.
     hiccups: int = 0
@@ -204,11 +202,6 @@ def status_of(entry: Entry, schedule: AttemptSchedule, now: _dt.datetime) -> Cer
         not_after=certificate.not_after if certificate is not None else None,
         renew_at=entry.renew_at,
     )
-
-
-def steady(entry: Entry) -> None:
-    """Progress was made for ``entry``: forget its hiccups."""
-    entry.hiccups, entry.hold_until, entry.hold_reason = 0, None, None
 
 
 def progress_mark(entry: Entry) -> tuple[object, ...]:
