@@ -141,6 +141,7 @@ class FleetCore:
         self.handed_out = HandedOut()
         #: The flights by exact identifier set (single flight across names).
         self._flights_by_ids: dict[frozenset[Identifier], Flight] = {}
+        self._flight_ids: dict[Flight, frozenset[Identifier]] = {}
         self.due = DueQueue(self.entries, schedule=schedule, stored=stored)
 
     # -- declaring ------------------------------------------------------------------------
@@ -266,13 +267,15 @@ class FleetCore:
         if existing is not None:
             return existing
         entry.flight = flight
-        self._flights_by_ids[entry.spec.identifier_set] = flight
+        ids = self._flight_ids[flight] = entry.spec.identifier_set
+        self._flights_by_ids[ids] = flight
         return None
 
     def attempt_ended(self, entry: Entry, flight: Flight) -> None:
         """``flight`` (``entry``'s) ended: the entry is planned again (renewal, retry)."""
         entry.flight = None
-        ids = entry.spec.identifier_set
+        # the identifiers it started with (the spec may have changed since)
+        ids = self._flight_ids.pop(flight, entry.spec.identifier_set)
         if self._flights_by_ids.get(ids) is flight:
             del self._flights_by_ids[ids]
         self.due.changed(entry)
