@@ -10,6 +10,7 @@ or the error backoff for a failure on our side) and an event.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as _dt
 import logging
 import random
@@ -33,7 +34,6 @@ from acmecerts.errors import (
 from acmecerts.manager._core import FleetCore
 from acmecerts.manager._entry import (
     Entry,
-    Flight,
     HandedOut,
     current,
     due_at,
@@ -78,6 +78,15 @@ _NO_LIMIT = contextlib.nullcontext()
 _OWNER_GONE = "owner gone"
 
 log = logging.getLogger("acmecerts.manager")
+
+
+@dataclasses.dataclass(eq=False)
+class Flight:
+    """One in-flight attempt; others asking for the same certificate wait for it."""
+
+    done: anyio.Event = dataclasses.field(default_factory=anyio.Event)
+    result: IssueResult | None = None
+    scope: anyio.CancelScope | None = None
 
 
 class Attempts(Renewals):
@@ -354,7 +363,7 @@ class Attempts(Renewals):
 
         The n-th hiccup in a row waits the n-th step of :attr:`error_backoff` (5 s
         doubling to 5 min by default, jittered). Only progress (an attempt that reached
-        an outcome, a successful read) resets the count (:meth:`_steady`).
+        an outcome, a successful read) resets the count (:meth:`FleetCore.steady`).
         """
         return self._core.hiccup(entry, reason, self.clock.now())
 

@@ -35,13 +35,13 @@ import datetime as _dt
 import enum
 import itertools
 import random
+from typing import TYPE_CHECKING
 
 from acmecerts._issued import IssuedCertificate
 from acmecerts.errors import AcmeCertsError, InvalidInput, RateLimitDeferred
 from acmecerts.manager._due import DueQueue
 from acmecerts.manager._entry import (
     Entry,
-    Flight,
     HandedOut,
     after_spec_change,
     for_solvers,
@@ -57,6 +57,9 @@ from acmecerts.protocol.ari import (
 )
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.retry import AttemptSchedule, AttemptState
+
+if TYPE_CHECKING:
+    from acmecerts.manager._attempts import Flight
 
 __all__ = ["RECHECK_GRID", "Failure", "FleetCore", "Read", "Tick", "on_recheck_grid"]
 

@@ -42,8 +42,9 @@ from acmecerts.errors import (
     RateLimited,
 )
 from acmecerts.manager import CertificateSpec
+from acmecerts.manager._attempts import Flight
 from acmecerts.manager._core import FleetCore, Read
-from acmecerts.manager._entry import AT_ONCE, Entry, Flight, due_at, parked, queue_time
+from acmecerts.manager._entry import AT_ONCE, Entry, due_at, parked, queue_time
 from acmecerts.manager._held import ari_cert_id
 from acmecerts.protocol.ari import RenewalInfoResult
 from acmecerts.protocol.certificate import CertificateChain, certificate_info
