@@ -31,18 +31,16 @@ from acmecerts.errors import (
     RateLimited,
     StorageError,
 )
+from acmecerts.manager._core import FleetCore
 from acmecerts.manager._entry import (
     Entry,
-    Flight,
     HandedOut,
     current,
     due_at,
     for_name,
-    for_solvers,
     parked,
     progress_mark,
     solver_fingerprint,
-    steady,
 )
 from acmecerts.manager._events import (
     CertificateCancelled,
@@ -82,6 +80,15 @@ _OWNER_GONE = "owner gone"
 log = logging.getLogger("acmecerts.manager")
 
 
+@dataclasses.dataclass(eq=False)
+class Flight:
+    """One in-flight attempt; others asking for the same certificate wait for it."""
+
+    done: anyio.Event = dataclasses.field(default_factory=anyio.Event)
+    result: IssueResult | None = None
+    scope: anyio.CancelScope | None = None
+
+
 class Attempts(Renewals):
     """The work for one certificate: single flight, budget gate, owner, lock, order, outcome.
 
@@ -99,9 +106,9 @@ class Attempts(Renewals):
     _rng: random.Random
     _limiter: anyio.CapacityLimiter
     _global_limiter: anyio.CapacityLimiter | None
+    _core: FleetCore
     _entries: dict[str, Entry]
     _handed_out: HandedOut
-    _flights_by_ids: dict[frozenset[Identifier], Flight]
     _events: EventBus
     _cancellation_hooks: list[CancellationHook]
     _store: CertificateStore | None
@@ -133,15 +140,12 @@ class Attempts(Renewals):
         """Run (or join) the single flight for ``entry``."""
         if entry.cancelled is not None:
             return CancelledResult(entry.spec.name, entry.cancelled)
-        existing = entry.flight or self._flights_by_ids.get(entry.spec.identifier_set)
+        flight = Flight()
+        existing = self._core.attempt_started(entry, flight)
         if existing is not None:
             await existing.done.wait()
             assert existing.result is not None
             return for_name(existing.result, entry.spec.name)
-        flight = Flight()
-        ids = entry.spec.identifier_set
-        entry.flight = flight
-        self._flights_by_ids[ids] = flight
         self._gate.enter(entry)
         result: IssueResult = CancelledResult(entry.spec.name, "interrupted")
         try:
@@ -149,9 +153,7 @@ class Attempts(Renewals):
         finally:
             self._gate.leave(entry)
             flight.result = result
-            entry.flight = None
-            if self._flights_by_ids.get(ids) is flight:
-                del self._flights_by_ids[ids]
+            self._core.attempt_ended(entry, flight)
             flight.done.set()
             self._scheduler.changed(entry)  # the scheduler plans what comes next (renewal, retry)
         return result
@@ -189,7 +191,7 @@ class Attempts(Renewals):
         generation = entry.generation
         await self._stored.load(entry)
         # a failure under other solvers (``self.solvers`` changed) imposes no wait on these
-        entry.state = for_solvers(entry.state, self._solver_set())
+        self._core.solvers_now(entry, self._solver_set())
         if parked(entry) and not force:
             assert entry.state.last_error is not None
             return FailedResult(name, InvalidInput(entry.state.last_error))
@@ -268,8 +270,7 @@ class Attempts(Renewals):
         if owner is True:
             return None
         if owner is False:
-            entry.cancelled = _OWNER_GONE
-            entry.generation += 1
+            self._core.owner_gone(entry, _OWNER_GONE)
             await self._cancelled(name, _OWNER_GONE)
             return CancelledResult(name, _OWNER_GONE)
         until = self._hiccup(entry, "the owner guard failed")
@@ -336,21 +337,19 @@ class Attempts(Renewals):
         except StorageError:
             raise  # our store, not the CA: the error backoff (see _attempt), not the schedule
         except AcmeCertsError as exc:
-            steady(entry)
+            self._core.steady(entry)
             self._outage.observe(exc)  # the CA failing holds the others' work (_work)
             result = await self._failed(entry, exc)
             await self._stored.save_state(entry)
             return result
-        steady(entry)
+        self._core.steady(entry)
         if self._store is not None:
             # saved before it counts as held: if the store fails here, the attempt is
             # retried on the error backoff and resumes the order (recorded) instead of
             # keeping an unsaved certificate that nobody would ever publish
             await self._store.save_certificate(name, certificate)
             await self._store.delete_order(name)
-        entry.certificate = self._handed_out.hold(certificate)
-        entry.stale = False
-        entry.state = self.schedule.after_success(entry.state)
+        self._core.issued(entry, certificate)
         if self._store is not None:
             await self._stored.save_state(entry)
         await self._plan_renewal(entry)
@@ -364,57 +363,37 @@ class Attempts(Renewals):
 
         The n-th hiccup in a row waits the n-th step of :attr:`error_backoff` (5 s
         doubling to 5 min by default, jittered). Only progress (an attempt that reached
-        an outcome, a successful read) resets the count (:meth:`_steady`).
+        an outcome, a successful read) resets the count (:meth:`FleetCore.steady`).
         """
-        entry.hiccups += 1
-        delay = self.error_backoff.delay(entry.hiccups, rng=self._rng)
-        until = self.clock.now() + _dt.timedelta(seconds=delay)
-        entry.hold_until = until
-        entry.hold_reason = reason
-        return until
+        return self._core.hiccup(entry, reason, self.clock.now())
 
     async def _failed(self, entry: Entry, error: AcmeCertsError) -> IssueResult:
         name = entry.spec.name
-        if isinstance(error, InvalidInput):
-            # bad input will not get better by waiting: parked until the spec changes
-            entry.state = dataclasses.replace(
-                entry.state,
-                next_attempt_at=None,
-                last_error=f"{type(error).__name__}: {error}",
-                last_error_kind=error.kind.value,
-                parked=entry.spec.fingerprint,
-                solvers=self._solver_set(),
-            )
+        # the ledger's deferral: one token behind the others it deferred on its bucket
+        deferred_until = (
+            self._gate.deferred_until(error)
+            if isinstance(error, RateLimitDeferred) and error.retry_after is not None
+            else None
+        )
+        failure = self._core.attempt_failed(
+            entry,
+            error,
+            now=self.clock.now(),
+            solvers=self._solver_set(),
+            deferred_until=deferred_until,
+        )
+        if failure.kind == "parked":
             log.warning("%s: invalid input, parked until its spec changes: %s", name, error)
             await self._publish(CertificateFailed(name, self.clock.now(), error=error))
             return FailedResult(name, error)
-        if isinstance(error, RateLimitDeferred) and error.retry_after is None:
-            # the ledger named no instant (a pause): hold on our own backoff, never "now"
-            until = self._hiccup(entry, f"{type(error).__name__}: {error}")
+        if failure.kind == "held":
+            # the ledger named no instant (a pause): held on our own backoff, never "now"
+            assert failure.until is not None
+            until = failure.until
             await self._publish(
                 CertificateDeferred(name, self.clock.now(), until=until, reason=str(error))
             )
             return DeferredResult(name, until, str(error))
-        if isinstance(error, RateLimitDeferred):
-            # predicted by the ledger, nothing sent: no escalation; one token apart each
-            entry.state = dataclasses.replace(
-                entry.state,
-                next_attempt_at=self._gate.deferred_until(error),
-                last_error=f"{type(error).__name__}: {error}",
-                last_error_kind=error.kind.value,
-            )
-        else:
-            # a renewal never waits past a part of the time its certificate has left
-            held = entry.certificate
-            entry.state = self.schedule.after_failure(
-                entry.state,
-                error,
-                now=self.clock.now(),
-                rng=self._rng,
-                expires_at=held.not_after if held is not None else None,
-            )
-        # another solver set is another attempt: this failure's wait is not its (for_solvers)
-        entry.state = dataclasses.replace(entry.state, solvers=self._solver_set())
         next_at, attempts = entry.state.next_attempt_at, entry.state.attempts
         if error.kind is ErrorKind.RATE_LIMITED and next_at is not None:
             event: CertificateEvent
@@ -451,13 +430,13 @@ class Attempts(Renewals):
         before = progress_mark(entry)
         ended = False  # not cancelled (the manager stopping is no reason to hold)
         try:
-            if entry in self._scheduler.loading:
+            if self._core.loading(entry):
                 self._gate.enter(entry)
                 try:
                     await self._stored.load(entry)
-                    steady(entry)
+                    self._core.steady(entry)
                 finally:
-                    self._scheduler.loading.discard(entry)
+                    self._core.load_ended(entry)
                     self._gate.leave(entry)
                 due = due_at(entry, self.schedule, self.clock.now())
                 if due is None or due > self.clock.now():
@@ -500,7 +479,7 @@ class Attempts(Renewals):
             and not entry.stale
             and entry.ari_recheck_at is not None
             and renew_at is not None
-            and entry not in self._scheduler.loading
+            and not self._core.loading(entry)
             and self.clock.now() < renew_at
         )
 
@@ -510,7 +489,7 @@ class Attempts(Renewals):
         held_until = await self._outage.admit(entry)
         if held_until is not None:
             # the CA is failing: no request, no store operation until it answers again
-            entry.hold_until, entry.hold_reason = held_until, HELD_REASON
+            self._core.ca_held(entry, held_until, HELD_REASON)
             return
         if self._recheck_only(entry):
             # only the ARI re-check is due: ask the CA again, no order

@@ -13,8 +13,8 @@ import dataclasses
 import datetime as _dt
 import hashlib
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-import anyio
 from cryptography import x509
 
 from acmecerts._issued import IssuedCertificate
@@ -30,19 +30,13 @@ from acmecerts.protocol.ari import RenewalInfoResult, ReplacementReason
 from acmecerts.retry import AttemptSchedule, AttemptState
 from acmecerts.solvers._base import Solver
 
+if TYPE_CHECKING:
+    from acmecerts.manager._attempts import Flight
+
 #: The queue time of work due at once (a new certificate): before any other instant.
 AT_ONCE = _dt.datetime.min.replace(tzinfo=_dt.UTC)
 #: Held certificates handed out recently, as :class:`IssuedCertificate` objects.
 _MAX_HANDED_OUT = 256
-
-
-@dataclasses.dataclass(eq=False)
-class Flight:
-    """One in-flight attempt; others asking for the same certificate wait for it."""
-
-    done: anyio.Event = dataclasses.field(default_factory=anyio.Event)
-    result: IssueResult | None = None
-    scope: anyio.CancelScope | None = None
 
 
 @dataclasses.dataclass(eq=False, slots=True)
@@ -61,6 +55,7 @@ class Entry:
     #: The certificate's identifiers changed: issue again even though one is valid.
     stale: bool = False
     cancelled: str | None = None
+    #: The attempt in the air (an anyio object the core holds but never touches).
     flight: Flight | None = None
     #: Bumped on every cancel, so work started before a cancel never starts an order.
     generation: int = 0
@@ -68,8 +63,6 @@ class Entry:
     loaded: bool = False
     #: Position in the manager's declaration order (the schedule's last tie-breaker).
     seq: int = 0
-    #: The token of this entry's valid item in the schedule queue (``None``: not queued).
-    queued: int | None = None
     #: Failures of our own side in a row (owner check, storage, no progress): each one
     #: holds the certificate back on the manager's ``error_backoff``.
     hiccups: int = 0
@@ -204,11 +197,6 @@ def status_of(entry: Entry, schedule: AttemptSchedule, now: _dt.datetime) -> Cer
         not_after=certificate.not_after if certificate is not None else None,
         renew_at=entry.renew_at,
     )
-
-
-def steady(entry: Entry) -> None:
-    """Progress was made for ``entry``: forget its hiccups."""
-    entry.hiccups, entry.hold_until, entry.hold_reason = 0, None, None
 
 
 def progress_mark(entry: Entry) -> tuple[object, ...]:

@@ -14,7 +14,6 @@ call returns nothing more is sent for that certificate.
 from __future__ import annotations
 
 import datetime as _dt
-import itertools
 import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -31,11 +30,9 @@ from acmecerts.errors import (
     InvalidInput,
 )
 from acmecerts.manager._attempts import Attempts, CancellationHook
+from acmecerts.manager._core import FleetCore
 from acmecerts.manager._entry import (
     Entry,
-    Flight,
-    HandedOut,
-    after_spec_change,
     due_at,
     status_of,
 )
@@ -175,10 +172,16 @@ class CertificateManager(Attempts):
         self._rechecking = set()
         self._recheck_done = anyio.Event()
         self._sweep_end = anyio.Event()
-        self._entries: dict[str, Entry] = {}
-        self._seqs = itertools.count()
-        self._handed_out = HandedOut()
-        self._flights_by_ids: dict[frozenset[Identifier], Flight] = {}
+        #: The fleet core: the one owner of every certificate's state (see ``_core.py``);
+        #: the manager, its scheduler and its store carry out what it says.
+        self._core = FleetCore(
+            schedule=self.schedule,
+            error_backoff=self.error_backoff,
+            rng=self._rng,
+            stored=storage is not None,
+        )
+        self._entries = self._core.entries  # read only: the core changes them
+        self._handed_out = self._core.handed_out
         self._events = EventBus()
         self._cancellation_hooks: list[CancellationHook] = []
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -190,8 +193,7 @@ class CertificateManager(Attempts):
             )
         self._stored = StoredEntries(
             self._store,
-            self._entries,
-            self._handed_out,
+            self._core,
             self.clock,
             self._plan_renewal,
             self._publish,
@@ -201,9 +203,7 @@ class CertificateManager(Attempts):
         #: Certificates no longer managed, kept for ``retention`` (see ``_retention.py``).
         self._retired = self._stored.retired
         stored = self._store is not None
-        self._scheduler = Scheduler(
-            self._entries, schedule=self.schedule, clock=self.clock, stored=stored
-        )
+        self._scheduler = Scheduler(self._core, clock=self.clock)
         self._gate = BudgetGate(client, clock=self.clock, stored=stored)
         #: While the CA keeps failing, background work waits for one probe at a time.
         self._outage = CaOutage(
@@ -216,14 +216,13 @@ class CertificateManager(Attempts):
 
     def _unheld(self, entry: Entry) -> None:
         """The CA answers again: ``entry``, held for it, is planned again at once."""
-        if entry.hold_reason == HELD_REASON:
-            entry.hold_until, entry.hold_reason = None, None
+        if self._core.ca_answers(entry, HELD_REASON):
             self._scheduler.changed(entry)
 
     async def _ask_window(self, entry: Entry) -> ReplacementReason | None:
         asked_at = self.clock.now()
         reason = await super()._ask_window(entry)
-        self._replicas.stretch(entry, asked_at)  # another replica wrote it: it asks
+        self._replicas.stretch(self._core, entry, asked_at)  # another replica wrote it: it asks
         return reason
 
     # -- lifecycle ----------------------------------------------------------------------
@@ -292,21 +291,7 @@ class CertificateManager(Attempts):
                 preferred_chain=preferred_chain,
                 profile_required=profile_required,
             )
-        entry = self._entries.get(spec.name)
-        if entry is None or entry.cancelled is not None:
-            # a replaced entry keeps its place in the declaration order, as in the dict
-            seq = entry.seq if entry is not None else next(self._seqs)
-            entry = self._entries[spec.name] = Entry(spec, seq=seq)
-        elif entry.spec != spec or entry.spec.owner is not spec.owner:
-            if entry.spec.identifier_set != spec.identifier_set:
-                entry.stale = True
-            if entry.spec.fingerprint != spec.fingerprint:
-                # another request: its own schedule (a wait the CA imposed still holds)
-                entry.state = after_spec_change(entry.state)
-                entry.state_changed = True
-                entry.hiccups, entry.hold_until, entry.hold_reason = 0, None, None
-            entry.spec = spec
-        self._scheduler.changed(entry)
+        self._scheduler.changed(self._core.managed(spec))
         return spec
 
     async def unmanage(self, name: str) -> None:
@@ -317,8 +302,7 @@ class CertificateManager(Attempts):
         """
         entry = self._entries.get(name)
         await self.cancel(name, reason="unmanaged")
-        if self._entries.get(name) is entry:  # not a new entry managed while cancelling
-            self._entries.pop(name, None)
+        self._core.unmanaged(name, entry)  # (not a new entry managed while cancelling)
         await self._stored.retire(name, entry)
 
     async def cancel(self, name: str, *, reason: str = "cancelled") -> None:
@@ -331,9 +315,7 @@ class CertificateManager(Attempts):
         entry = self._entries.get(name)
         if entry is None:
             return
-        already = entry.cancelled is not None
-        entry.cancelled = reason
-        entry.generation += 1
+        already = self._core.cancelled(entry, reason)
         self._scheduler.changed(entry, wake=False)
         flight = entry.flight
         if flight is not None:

@@ -15,6 +15,7 @@ import anyio
 
 from acmecerts._time import Clock
 from acmecerts.client import AcmeClient
+from acmecerts.manager._core import FleetCore
 from acmecerts.manager._entry import Entry
 from acmecerts.manager._events import (
     CertificateEvent,
@@ -39,6 +40,7 @@ class Renewals:
     renewal_fraction: float | None
     clock: Clock
     _rng: random.Random
+    _core: FleetCore
     _entries: dict[str, Entry]
     _scheduler: Scheduler
     _outage: CaOutage
@@ -62,6 +64,7 @@ class Renewals:
         return await plan_renewal(
             entry,
             self.client,
+            core=self._core,
             fraction=self.renewal_fraction,
             clock=self.clock,
             rng=self._rng,

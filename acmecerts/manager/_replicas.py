@@ -32,8 +32,8 @@ import dataclasses
 import datetime as _dt
 
 from acmecerts.errors import InvalidInput
+from acmecerts.manager._core import FleetCore
 from acmecerts.manager._entry import Entry
-from acmecerts.manager._scheduler import on_recheck_grid
 
 #: How many times as rarely a replica re-checks a certificate another replica wrote.
 DEFAULT_REPLICA_RECHECK_FACTOR = 4.0
@@ -55,16 +55,7 @@ class ReplicaRechecks:
 
     factor: float = DEFAULT_REPLICA_RECHECK_FACTOR
 
-    def stretch(self, entry: Entry, asked_at: _dt.datetime) -> None:
-        """After an ARI answer asked at ``asked_at``: re-check later if another wrote it."""
-        recheck, held = entry.ari_recheck_at, entry.certificate
-        if (
-            self.factor == 1
-            or recheck is None
-            or held is None
-            or entry.written_elsewhere != held.serial
-            or entry.ari_replacement is not None  # the CA wants it replaced: not a poll
-            or recheck <= asked_at
-        ):
-            return
-        entry.ari_recheck_at = on_recheck_grid(asked_at + (recheck - asked_at) * self.factor)
+    def stretch(self, core: FleetCore, entry: Entry, asked_at: _dt.datetime) -> None:
+        """After an ARI answer asked at ``asked_at``: re-check later if another wrote it
+        (recorded by the core: :meth:`FleetCore.stretched`)."""
+        core.stretched(entry, asked_at, self.factor)

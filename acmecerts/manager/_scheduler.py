@@ -1,13 +1,14 @@
-"""The manager's scheduler: when each certificate needs work, and who goes first.
+"""The manager's scheduler: the loop that carries out the fleet core's ticks.
 
-* :class:`Scheduler`: a heap of every managed certificate by its explicit next instant
-  (:func:`~acmecerts.manager._entry.due_at`), planned again only for the certificates that
-  changed, and the loop that starts the due ones (highest priority first), at most
-  :data:`MAX_LOADS` stored states being read at a time.
+* :class:`Scheduler`: asks the fleet core (:class:`~acmecerts.manager._core.FleetCore`,
+  its due-queue :class:`~acmecerts.manager._due.DueQueue`) what is due at each tick,
+  starts that work (ARI re-checks in a few lanes), and sleeps until the next instant or
+  a wake-up.
 * :class:`BudgetGate`: priority reserves the rate-limit budget: a certificate on its way
   to an order waits while certificates of higher priority would take what it needs.
 * :func:`plan_renewal`: the renewal instant, from ARI (RFC 9773) or the lifetime fraction
-  (:func:`~acmecerts.protocol.ari.fallback_renewal_time`).
+  (:func:`~acmecerts.protocol.ari.fallback_renewal_time`), asked of the CA here and
+  recorded by the core.
 """
 
 from __future__ import annotations
@@ -15,8 +16,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import datetime as _dt
-import heapq
-import itertools
 import logging
 import random
 from collections.abc import Callable, Coroutine
@@ -26,23 +25,31 @@ import anyio
 import anyio.abc
 import anyio.lowlevel
 
-from acmecerts._issued import IssuedCertificate
 from acmecerts._time import Clock, SystemClock, VirtualClock, _running_loop
 from acmecerts.client import AcmeClient
 from acmecerts.errors import AcmeCertsError, ErrorKind, RateLimitDeferred
-from acmecerts.manager._entry import AT_ONCE, Entry, current, parked, queue_time
-from acmecerts.manager._held import HeldCertificate, ari_cert_id
+from acmecerts.manager._core import RECHECK_GRID, FleetCore, on_recheck_grid
+from acmecerts.manager._due import MAX_LOADS
+from acmecerts.manager._entry import Entry, current, parked
+from acmecerts.manager._held import ari_cert_id
 from acmecerts.manager._ledger import RateLimitLedger
 from acmecerts.manager._retention import RetiredCertificates
-from acmecerts.protocol.ari import (
-    RenewalInfoResult,
-    ReplacementReason,
-    choose_renewal_time,
-    fallback_renewal_time,
-    replacement_requested,
-)
+from acmecerts.protocol.ari import ReplacementReason
 from acmecerts.ratelimit import IssuanceRequest
-from acmecerts.retry import AttemptSchedule
+
+__all__ = [
+    "ARI_RETRY_ON_ERROR",
+    "MAX_LOADS",
+    "MAX_SCHEDULER_SLEEP",
+    "RECHECK_GRID",
+    "RECHECK_LANES",
+    "BudgetGate",
+    "Scheduler",
+    "issuance_request",
+    "on_recheck_grid",
+    "plan_renewal",
+    "replaces_id",
+]
 
 log = logging.getLogger("acmecerts.manager")
 
@@ -51,45 +58,21 @@ MAX_SCHEDULER_SLEEP = 3600.0
 #: Seconds until renewalInfo is asked again after it failed for a reason the CA may lift
 #: (jittered by ±10 %; a later ``Retry-After`` wins).
 ARI_RETRY_ON_ERROR = 3600.0
-#: At most this many stored certificates are read at once by the background scheduler.
-MAX_LOADS = 32
 #: Tasks that share the ARI re-checks due in one scheduling tick.
 RECHECK_LANES = 8
-#: ARI re-checks are asked on a grid of this many seconds (the CA's ``Retry-After``
-#: rounded up to it): the re-checks of a fleet share their scheduler ticks (at
-#: 10,000 certificates, ~28 a minute instead of one tick each).
-RECHECK_GRID = 60.0
-
-_Item = tuple[_dt.datetime, int, Entry]
 
 
 class Scheduler:
-    """Every managed certificate's next instant, in a heap, and the loop that acts on it.
+    """The loop that carries out the fleet core's ticks: start the due work, sleep, wake.
 
     Args:
-        entries: The manager's certificates by name (read here, never changed).
-        schedule: The attempt schedule (when a failed certificate tries again).
+        core: The fleet core (every certificate and its next instant, in its due-queue).
         clock: Where "now" comes from, and how to sleep.
-        stored: Whether the manager has a store (each certificate's stored state is read
-            before its first work, :data:`MAX_LOADS` at a time).
     """
 
-    def __init__(
-        self, entries: dict[str, Entry], *, schedule: AttemptSchedule, clock: Clock, stored: bool
-    ) -> None:
-        self._entries = entries
-        self._schedule = schedule
+    def __init__(self, core: FleetCore, *, clock: Clock) -> None:
+        self._core = core
         self._clock = clock
-        self._stored = stored
-        #: The schedule: a heap of ``(due, token, entry)``; an item is valid while the
-        #: entry is managed and its ``queued`` is the item's token (lazy deletion).
-        self._queue: list[_Item] = []
-        self._tokens = itertools.count()
-        #: Entries changed since the last scheduling tick (their due time is recomputed).
-        self._dirty: set[Entry] = set()
-        #: Entries whose stored state waits to be read by the scheduler, and those being read.
-        self._to_load: collections.deque[Entry] = collections.deque()
-        self.loading: set[Entry] = set()
         self._wake = anyio.Event()
         #: While the loop sleeps until a due instant: that instant (a change due no
         #: sooner needs no wake-up, the tick at that instant plans it).
@@ -152,36 +135,23 @@ class Scheduler:
         """
         while rechecks:
             entry = rechecks.popleft()
-            if (
-                entry.queued is None
-                and entry.flight is None
-                and entry not in self._dirty
-                and self._entries.get(entry.spec.name) is entry
-            ):
+            if self._core.due.idle(entry):
                 await work(entry)
 
     def changed(self, entry: Entry, *, wake: bool = True) -> None:
-        """``entry`` may need work at another time: the scheduler recomputes it.
+        """``entry`` may need work at another time: the core plans it again.
 
         While the loop sleeps until a due instant, an entry due no sooner than that
         instant does not wake it: the tick at that instant plans it (a certificate at
         rest, its renewalInfo asked again, is planned without a tick of its own).
         """
-        self._dirty.add(entry)
-        if wake and not self._due_after_sleep(entry):
-            self.wake_up()
-
-    def _due_after_sleep(self, entry: Entry) -> bool:
-        """Whether the loop sleeps until an instant no later than ``entry``'s due time."""
+        due = self._core.due
+        due.changed(entry)
+        if not wake:
+            return
         until = self._sleeping_until
-        if until is None or entry.flight is not None or entry.certificate is None:
-            return False
-        if self._to_load:
-            return False  # a load slot may have come free: the next waiting read starts
-        if self._entries.get(entry.spec.name) is not entry:
-            return False
-        when = queue_time(entry, self._schedule, self._clock.now())
-        return when is not None and when is not AT_ONCE and when >= until
+        if until is None or not due.no_sooner_than(entry, until, self._clock.now()):
+            self.wake_up()
 
     def wake_up(self) -> None:
         """Look at the queue again now."""
@@ -190,78 +160,10 @@ class Scheduler:
         if alarm is not None and not alarm.done():
             alarm.set_result(None)
 
-    def _enqueue(self, entry: Entry, now: _dt.datetime) -> None:
-        managed = self._entries.get(entry.spec.name) is entry
-        when = queue_time(entry, self._schedule, now) if managed else None
-        if when is None:
-            entry.queued = None
-            return
-        token = next(self._tokens)
-        entry.queued = token
-        heapq.heappush(self._queue, (when, token, entry))
-
-    def _valid(self, item: _Item) -> bool:
-        _, token, entry = item
-        return entry.queued == token and self._entries.get(entry.spec.name) is entry
-
     def plan_tick(self, now: _dt.datetime) -> tuple[list[Entry], _dt.datetime | None]:
-        """One scheduling decision: the entries to start now (in order), the next due time.
-
-        Only the entries changed since the last tick are looked at again; the others wait
-        in a heap by due time. Entries in flight are dropped from the queue (they are
-        planned again when their flight ends). Due entries start highest priority first,
-        then earliest due (new certificates last), then in declaration order.
-        """
-        self._plan_changes(now)
-        queue = self._queue
-        due: list[tuple[tuple[int, bool, _dt.datetime, int], Entry]] = []
-        while queue and queue[0][0] <= now:
-            item = heapq.heappop(queue)
-            entry = item[2]
-            if not self._valid(item):
-                continue
-            entry.queued = None
-            if entry.flight is None:
-                key = (-entry.spec.priority, item[0] is AT_ONCE, item[0], entry.seq)
-                due.append((key, entry))
-        due.sort(key=lambda pair: pair[0])
-        return self._with_loads([entry for _, entry in due]), self._next_due()
-
-    def _plan_changes(self, now: _dt.datetime) -> None:
-        """Queue every changed entry at its due time; rebuild a heap of mostly dead items."""
-        dirty, self._dirty = self._dirty, set()
-        for entry in sorted(dirty, key=lambda e: e.seq):
-            self._enqueue(entry, now)
-        if len(self._queue) > 2 * len(self._entries) + 1024:
-            self._queue = [item for item in self._queue if self._valid(item)]
-            heapq.heapify(self._queue)
-
-    def _next_due(self) -> _dt.datetime | None:
-        """The earliest due time of a queued entry that is not in flight."""
-        queue = self._queue
-        while queue and (not self._valid(queue[0]) or queue[0][2].flight is not None):
-            item = heapq.heappop(queue)
-            if self._valid(item):
-                item[2].queued = None  # in flight: planned again when the flight ends
-        return queue[0][0] if queue else None
-
-    def _with_loads(self, due: list[Entry]) -> list[Entry]:
-        """``due``, with at most :data:`MAX_LOADS` entries at a time whose state is unread.
-
-        Reading a stored certificate is the first step of its work; the rest wait their
-        turn in ``_to_load`` (a read ending wakes the scheduler), so a restart with
-        many certificates does not start one task per certificate at once.
-        """
-        if not self._stored:
-            return due
-        ready = [entry for entry in due if entry.loaded]
-        self._to_load.extend(entry for entry in due if not entry.loaded)
-        while self._to_load and len(self.loading) < MAX_LOADS:
-            entry = self._to_load.popleft()
-            if self._entries.get(entry.spec.name) is entry and entry.flight is None:
-                self.loading.add(entry)
-                ready.append(entry)
-        return ready
+        """One scheduling decision: the core's tick at ``now`` (work to start, next due)."""
+        tick = self._core.time_passed(now)
+        return tick.start, tick.wake
 
     async def _sleep_or_wake(self, seconds: float) -> None:
         wake = self._wake
@@ -447,18 +349,21 @@ async def plan_renewal(
     entry: Entry,
     client: AcmeClient,
     *,
+    core: FleetCore,
     fraction: float | None,
     clock: Clock,
     rng: random.Random,
     observe: Callable[[AcmeCertsError | None], None] | None = None,
 ) -> ReplacementReason | None:
-    """Set ``renew_at``: from ARI when the CA has it, else at the lifetime fraction.
+    """Plan ``entry``'s renewal: from ARI when the CA has it, else at the lifetime fraction.
 
     RFC 9773 §4.2: a uniformly random instant in the suggested window, re-checked at
     the CA's ``Retry-After`` (bounded to 1 min..6 h, six hours by default). Without
     ``renewalInfo`` (or when asking fails) the certificate is renewed when ``fraction`` of
     its lifetime remains; ``None`` is a third, or half under 10 days of lifetime
-    (``fallback_renewal_time``).
+    (``fallback_renewal_time``). The core records each step
+    (:meth:`FleetCore.renewal_planned`, :meth:`FleetCore.window_unknown`,
+    :meth:`FleetCore.window_answered`).
 
     When the CA asks for the certificate to be replaced at once (its window moved into
     the past: :func:`~acmecerts.protocol.ari.replacement_requested`), ``renew_at`` is
@@ -474,14 +379,7 @@ async def plan_renewal(
     """
     certificate = entry.certificate
     assert certificate is not None
-    kept = entry.renew_at if _same_held(entry.ari_answer, certificate) else None
-    if certificate.not_after > certificate.not_before:
-        entry.renew_at = fallback_renewal_time(
-            certificate.not_before, certificate.not_after, fraction=fraction
-        )
-    else:  # no lifetime to take a fraction of (no CA issues such a thing): at expiry
-        entry.renew_at = certificate.not_after
-    entry.ari_recheck_at = None
+    kept = core.renewal_planned(entry, fraction)
     try:
         directory = await client.directory()
         if directory.renewal_info is None:
@@ -491,56 +389,12 @@ async def plan_renewal(
         if observe is not None:
             observe(exc)
         if kept is not None and exc.kind is not ErrorKind.PERMANENT:
-            entry.renew_at = kept
             again = clock.now() + _dt.timedelta(seconds=ARI_RETRY_ON_ERROR * rng.uniform(0.9, 1.1))
-            entry.ari_recheck_at = on_recheck_grid(max(again, exc.retry_after or again))
+            core.window_unknown(entry, kept, max(again, exc.retry_after or again))
             log.info("%s: renewalInfo failed (%s); asking again at %s", entry.spec.name, exc, again)
             return None
         log.info("%s: no ARI window (%s); renewing at %s", entry.spec.name, exc, entry.renew_at)
         return None
     if observe is not None:
         observe(None)
-    if entry.certificate is not certificate:
-        return None  # renewed while the CA answered: the answer is about the old one
-    now = clock.now()
-    previous = entry.ari_answer if _same_certificate(entry.ari_answer, result) else None
-    reason = replacement_requested(
-        result.info, now=now, previous=previous.info if previous is not None else None
-    )
-    announced = previous is not None and entry.ari_replacement is not None
-    if reason is None and announced and result.window_start <= now:
-        reason = entry.ari_replacement  # still asked for: stays due until replaced
-    entry.ari_answer = result
-    entry.ari_replacement = reason
-    entry.renew_at = (
-        now if reason is not None else choose_renewal_time(result.info, now=now, rng=rng)
-    )
-    entry.ari_recheck_at = on_recheck_grid(result.retry_after)
-    return reason if reason is not None and not announced else None
-
-
-_EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
-_MICROSECOND = _dt.timedelta(microseconds=1)
-
-
-def on_recheck_grid(instant: _dt.datetime) -> _dt.datetime:
-    """``instant`` rounded up to the ARI re-check grid (:data:`RECHECK_GRID`), exactly."""
-    grid = round(RECHECK_GRID * 1_000_000)
-    micros = (instant - _EPOCH) // _MICROSECOND
-    return _EPOCH + _dt.timedelta(microseconds=-(-micros // grid) * grid)
-
-
-def _same_held(
-    answer: RenewalInfoResult | None, certificate: HeldCertificate | IssuedCertificate
-) -> bool:
-    """Whether ``answer`` is the CA's answer about ``certificate`` (a held one)."""
-    if answer is None:
-        return False
-    try:
-        return answer.cert_id == ari_cert_id(certificate)
-    except AcmeCertsError:
-        return False
-
-
-def _same_certificate(a: RenewalInfoResult | None, b: RenewalInfoResult) -> bool:
-    return a is not None and a.cert_id == b.cert_id
+    return core.window_answered(entry, certificate, result, clock.now())

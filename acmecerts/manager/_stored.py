@@ -18,12 +18,11 @@ import anyio
 from acmecerts._issued import IssuedCertificate
 from acmecerts._time import Clock
 from acmecerts.errors import AcmeCertsError
-from acmecerts.manager._entry import Entry, HandedOut, for_solvers
+from acmecerts.manager._core import FleetCore, Read
+from acmecerts.manager._entry import Entry
 from acmecerts.manager._events import CertificateEvent, CertificateLoaded
 from acmecerts.manager._persist import CertificateStore
 from acmecerts.manager._retention import RetiredCertificates
-from acmecerts.protocol.identifiers import Identifier
-from acmecerts.retry import AttemptState
 
 log = logging.getLogger("acmecerts.manager")
 
@@ -37,8 +36,7 @@ class StoredEntries:
 
     Args:
         store: The certificate store, ``None`` for a manager without one.
-        entries: The manager's certificates by name (read here).
-        handed_out: The manager's cache of certificates handed out.
+        core: The fleet core: the certificates, changed by its transitions only.
         clock: Where "now" comes from.
         plan_renewal: Sets an entry's renewal instant (after a certificate is read).
         publish: Sends a :class:`CertificateEvent` to the manager's subscribers.
@@ -47,8 +45,7 @@ class StoredEntries:
     """
 
     store: CertificateStore | None
-    entries: dict[str, Entry]
-    handed_out: HandedOut
+    core: FleetCore
     clock: Clock
     plan_renewal: Callable[[Entry], Awaitable[None]]
     publish: Callable[[CertificateEvent], Awaitable[None]]
@@ -67,8 +64,8 @@ class StoredEntries:
                 self.store,
                 retention=retention,
                 clock=self.clock,
-                managed=self._is_managed,
-                wanted=self._waits_for,
+                managed=self.core.is_managed,
+                wanted=self.core.waits_for,
             )
 
     async def load(self, entry: Entry, *, again: bool = False) -> None:
@@ -84,25 +81,16 @@ class StoredEntries:
             await self.retired.reclaim(name, entry.spec.identifier_set)  # managed again
         stored = await store.load_certificate(name)
         loaded: IssuedCertificate | None = None
-        if stored is not None and (
-            entry.certificate is None or stored.serial != entry.certificate.serial
-        ):
-            if frozenset(stored.identifiers) == entry.spec.identifier_set:
-                if entry.loaded:  # read before: another replica wrote it since
-                    entry.written_elsewhere = stored.serial
-                entry.certificate = self.handed_out.hold(stored)
-                entry.stale = False
-                await self.plan_renewal(entry)
-                loaded = stored
-            elif entry.certificate is None:
-                entry.certificate = self.handed_out.hold(stored)
-                entry.stale = True  # managed with other identifiers now: issue again
-        if not entry.state_changed:
-            # the stored state is the truth: a replica may have failed (or succeeded)
-            entry.state = await store.load_attempt_state(name) or AttemptState()
-            if self.solvers is not None:
-                entry.state = for_solvers(entry.state, self.solvers())
-        entry.loaded = True
+        # taken as current, or written by another replica since it was read (the core
+        # records which), its renewal is planned
+        if self.core.loaded(entry, stored) in (Read.TAKEN, Read.WRITTEN_ELSEWHERE):
+            await self.plan_renewal(entry)
+            loaded = stored
+        if entry.state_changed:  # the spec changed here: the state in memory is newer
+            self.core.state_loaded(entry, None, None, read=False)
+        else:
+            state = await store.load_attempt_state(name)
+            self.core.state_loaded(entry, state, self.solvers() if self.solvers else None)
         if loaded is not None and self.clock.now() < loaded.not_after:
             await self.publish(
                 CertificateLoaded(
@@ -128,21 +116,7 @@ class StoredEntries:
     async def save_state(self, entry: Entry) -> None:
         if self.store is not None:
             await self.store.save_attempt_state(entry.spec.name, entry.state)
-        entry.state_changed = False
-
-    def _is_managed(self, name: str) -> bool:
-        """Whether ``name`` is managed (its stored files are in use)."""
-        entry = self.entries.get(name)
-        return entry is not None and entry.cancelled is None
-
-    def _waits_for(self, identifiers: frozenset[Identifier]) -> bool:
-        """Whether a managed certificate with exactly ``identifiers`` has none yet."""
-        return any(
-            e.cancelled is None
-            and (e.certificate is None or e.stale)
-            and e.spec.identifier_set == identifiers
-            for e in self.entries.values()
-        )
+        self.core.state_saved(entry)
 
     async def retire(self, name: str, entry: Entry | None) -> None:
         """``name`` is no longer managed: keep its stored certificate for the retention."""
@@ -152,7 +126,7 @@ class StoredEntries:
         # recorded even when the caller is being cancelled: else the files stay forever
         with anyio.CancelScope(shield=True), anyio.move_on_after(_RETIRE_TIMEOUT):
             await self._after_retirements(name)
-            if self._is_managed(name):
+            if self.core.is_managed(name):
                 return  # managed again meanwhile (a new entry): its files are in use
             done = self._retiring[name] = anyio.Event()
             try:
@@ -184,8 +158,7 @@ class StoredEntries:
             return
         if certificate is None:
             return
-        entry.certificate = self.handed_out.hold(certificate)
-        entry.stale = False
+        self.core.adopted(entry, certificate)
         await self.plan_renewal(entry)
         await self.publish(
             CertificateLoaded(

@@ -317,17 +317,17 @@ def test_the_page_is_in_the_nav() -> None:
 
 def test_the_checks_find_what_does_not_exist() -> None:
     page = (
-        "`acmecerts.manager._entry.Entry` and `acmecerts.manager._core.FleetCore` run in\n"
-        "`acmecerts/manager/_entry.py` and `acmecerts/manager/_core.py`, and `_nothere.py`.\n"
-        "`Entry`, `FleetCore`, `due_at()`, `wake_at()`, `CaOutage.admit()` and\n"
+        "`acmecerts.manager._entry.Entry` and `acmecerts.manager._core.FleetHeart` run in\n"
+        "`acmecerts/manager/_entry.py` and `acmecerts/manager/_heart.py`, and `_nothere.py`.\n"
+        "`Entry`, `FleetHeart`, `due_at()`, `wake_at()`, `CaOutage.admit()` and\n"
         "`CaOutage.probe_now()`.\n\n"
         "```text\nIssuanceFlow ──▶ FlowCore.step()\n  next_action(now) · next_actions(now)\n```\n"
     )
-    assert [m.split(":")[0] for m in missing_dotted(page)] == ["acmecerts.manager._core.FleetCore"]
-    assert missing_paths(page) == ["_nothere.py", "acmecerts/manager/_core.py"]
+    assert [m.split(":")[0] for m in missing_dotted(page)] == ["acmecerts.manager._core.FleetHeart"]
+    assert missing_paths(page) == ["_nothere.py", "acmecerts/manager/_heart.py"]
     assert undefined(page) == [
         "CaOutage.probe_now()",
-        "FleetCore",
+        "FleetHeart",
         "FlowCore.step",
         "next_actions()",
         "wake_at()",

@@ -91,6 +91,13 @@ def test_the_layer_contracts_are_kept() -> None:
             id="protocol-no-io",
         ),
         pytest.param(
+            "acmecerts/manager/_core.py",
+            "import acmecerts.storage",
+            "The manager's fleet core decides; it does no I/O",
+            "acmecerts.manager._core -> acmecerts.storage",
+            id="fleet-core-no-io",
+        ),
+        pytest.param(
             "acmecerts/retry.py",
             "import httpx",
             "Policy (retry, ratelimit) decides; it does no I/O",
