@@ -29,6 +29,7 @@ from ._clock import (
     growth_factor,
     show_instant,
     utcnow,
+    wait_until,
     whole_second,
 )
 from ._polling import Again, Backoff, poll_until
@@ -55,5 +56,6 @@ __all__ = [
     "retry_after_from_detail",
     "show_instant",
     "utcnow",
+    "wait_until",
     "whole_second",
 ]
