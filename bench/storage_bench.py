@@ -11,10 +11,10 @@ the certificate's lock; read them again, the retired record and the order record
 the order intent and then the order (``orders/``, secret); save the certificate (one
 record: chain, key and metadata, secret); delete the order record; release the lock. The
 first certificate's missing record also lists the certificates once (which of them are
-still in the previous layout). Every write is fsynced as in production. Prints the wall
-time, the process's CPU time (user + system, every thread; in brackets system alone, and
-the event loop's thread alone: the rest is the worker threads) and its context switches
-per certificate, the median over ``--rounds`` fresh stores in
+still in the previous layout). Every value is fsynced as in production (lease files
+are not). Prints the wall time, the process's CPU time (user + system, every thread;
+in brackets system alone, and the event loop's thread alone: the rest is the worker
+threads) and its context switches per certificate, the median over ``--rounds`` fresh stores in
 ``--dir`` (a real disk: fsync must cost what it costs; where on the disk matters, see
 docs/performance.md). ``--dir /dev/shm`` (tmpfs: files cost the kernel next to nothing)
 leaves the store's own mechanism: dispatch to threads, locking, encoding.

@@ -26,6 +26,7 @@ from ._clock import (
     cancel_at,
     show_instant,
     utcnow,
+    wait_until,
     whole_second,
 )
 from ._durations import as_seconds, duration_seconds, growth_factor
@@ -53,5 +54,6 @@ __all__ = [
     "retry_after_from_detail",
     "show_instant",
     "utcnow",
+    "wait_until",
     "whole_second",
 ]

@@ -1,7 +1,7 @@
 """The injectable :class:`Clock` (:class:`SystemClock`, :class:`FakeClock`), deadlines on it
-(:func:`cancel_at`) and aware UTC instants: the part of :mod:`acmecerts._time` every other
-part uses. Import them from :mod:`acmecerts._time`, whose ``__all__`` lists the names of
-all its parts.
+(:func:`cancel_at`, :func:`wait_until`) and aware UTC instants: the part of
+:mod:`acmecerts._time` every other part uses. Import them from :mod:`acmecerts._time`,
+whose ``__all__`` lists the names of all its parts.
 """
 
 from __future__ import annotations
@@ -81,6 +81,23 @@ def cancel_at(clock: Clock, deadline: _dt.datetime) -> Iterator[anyio.CancelScop
         yield scope
 
 
+async def wait_until(clock: Clock, instant: _dt.datetime) -> None:
+    """Wait until ``clock`` reaches ``instant`` without ever moving it (cancellable).
+
+    For background work that must follow time, never drive it, such as a lease's
+    heartbeat. :meth:`Clock.sleep` on a clock whose time moves only when told to
+    (:class:`FakeClock`) *is* the telling: a heartbeat sleeping there in a loop raced
+    the fake time forward at the speed of its store writes, past the deadline of an
+    attempt that was waiting for a real CA. Here a clock with a ``cancel_at`` method
+    (see :class:`Clock`) is left to the tasks that do move it: the wait ends when one
+    of them takes the time to ``instant`` or past it (at once if it is there already).
+    On any other clock (:class:`SystemClock`, :class:`~acmecerts.VirtualClock`) time
+    moves by itself, and this is a sleep of the time left.
+    """
+    with cancel_at(clock, instant):
+        await anyio.sleep_forever()
+
+
 class SystemClock:
     """The real clock: ``datetime.now(UTC)`` and ``anyio.sleep``."""
 
@@ -158,6 +175,8 @@ class FakeClock:
 
     Every sleeper advances the one shared time: concurrent sleepers do not overlap
     as they would on a real clock, so it suits code that sleeps in one task at a time.
+    Background work that must follow the time rather than drive it (a lease's
+    heartbeat) waits with :func:`wait_until` instead, which leaves it to the others.
 
     A deadline on it (:meth:`cancel_at`, what :func:`cancel_at` uses) is reached when
     its time is moved (by :meth:`sleep` or :meth:`advance`, from any task) to or past

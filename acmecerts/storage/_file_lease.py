@@ -7,11 +7,11 @@ removes it under the directory's ``flock``, in one worker-thread hop, only if th
 version is the one expected. A released lease is no file at all, so a free lock costs
 one hop to take and one to give back. The lease logic is in :mod:`acmecerts.storage._lease`.
 
-Lease files are still fsynced like every value. Issue #27 decided that a lease needs no
-fsync (after a machine crash every lease is void anyway), but a lease written faster made
-tests that drive a manager on a :class:`~acmecerts.FakeClock` against a real CA flaky: the
-heartbeat's sleeps move that shared clock at the speed of its writes, so the fake time
-races past the attempt timeout while a loaded CA answers. The test clock comes first.
+A lease file is never fsynced, nor is its directory after a write or a removal (every
+value of the store is; issue #27). The rename stays atomic, so a lease file is always
+whole. After a machine crash every lease is void anyway: it has expired by the time the
+machine is back, or its holder's pid names a process that no longer exists (taken over
+at once); a lease write lost, or a released one that reappears, changes nothing.
 """
 
 from __future__ import annotations
@@ -176,13 +176,13 @@ class FileLeases:
                     raise
                 if (current.version if current is not None else None) != expect:
                     return False, current
+                # No fsync, of the file or of its directory (see the module docstring).
                 if releasing:
                     if current is not None:
                         os.unlink(path)
-                        locked.sync = True
                     return True, None
                 version = secrets.token_hex(16)
-                _files.write(locked, path, _files.encode(version, _to_json(record)))
+                _files.write(locked, path, _files.encode(version, _to_json(record)), durable=False)
                 return True, ObservedLease(record, version)
         except FileNotFoundError:  # no directory (released already): nothing to remove
             return expect is None, None

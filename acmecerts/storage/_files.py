@@ -303,11 +303,13 @@ def read(path: str, key: str) -> StoredValue | None:
     return decode(raw, key, path)
 
 
-def write(locked: LockedDir, path: str, content: bytes) -> None:
+def write(locked: LockedDir, path: str, content: bytes, *, durable: bool = True) -> None:
     """Replace ``path`` atomically with ``content``; the caller holds the dir lock.
 
-    The temp file's data is fsynced before the rename; the rename is made durable by
-    the directory's fsync when the lock is let go (``locked.sync``).
+    ``durable`` (every value): the temp file's data is fsynced before the rename, and
+    the rename is made durable by the directory's fsync when the lock is let go
+    (``locked.sync``). Without it (lease files) neither: the rename is still atomic, so
+    a reader sees the old file or the new one, but a machine crash may lose the write.
     """
     dirpath, name = os.path.split(path)
     tmp = os.path.join(dirpath, f".{name}.tmp")
@@ -327,11 +329,12 @@ def write(locked: LockedDir, path: str, content: bytes) -> None:
             view = memoryview(content)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        locked.sync = True
+        locked.sync |= durable
     except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -29,9 +29,12 @@ else is here, once:
   swap is shielded from cancellation: its outcome must be known, or the lock would stay
   held by nobody who knows it until its lease ran out.
 * **heartbeat**: while the ``async with`` block runs, renew every ``lease / 3`` by a swap
-  from the version last written. A swap that finds another holder (or no record) means
-  the lock was taken over: the lease is *lost*. A failing store is retried until the
-  lease has run out, then the lease is lost too.
+  from the version last written. It waits with :func:`~acmecerts._time.wait_until`: it
+  follows the clock and never moves it, so on a :class:`~acmecerts.FakeClock` its
+  renewals come as the other tasks move the time, not at the speed of its own writes.
+  A swap that finds another holder (or no record) means the lock was taken over: the
+  lease is *lost*. A failing store is retried until the lease has run out, then the
+  lease is lost too.
 * **release**: swap our record for a released one (no holder), shielded and bounded in
   time; a record that is no longer ours is left alone. A failure is raised when the
   block itself succeeded (the lock then expires on its own), else logged.
@@ -49,7 +52,15 @@ from typing import Protocol
 import anyio
 import anyio.abc
 
-from acmecerts._time import Again, Backoff, Clock, duration_seconds, poll_until, show_instant
+from acmecerts._time import (
+    Again,
+    Backoff,
+    Clock,
+    duration_seconds,
+    poll_until,
+    show_instant,
+    wait_until,
+)
 from acmecerts.errors import StorageError
 from acmecerts.storage._base import LockTimeout
 from acmecerts.storage.keys import validate_key
@@ -356,7 +367,8 @@ class LeaseLocks:
         interval = seconds / 3
         retry = min(max(seconds / 10, _RETRY_FLOOR), _RETRY_CAP)
         while True:
-            await clock.sleep(interval)
+            # follows the clock, never moves it (a FakeClock: see wait_until)
+            await wait_until(clock, clock.now() + _dt.timedelta(seconds=interval))
             observed = held.observed
             assert observed is not None
             now = clock.now()

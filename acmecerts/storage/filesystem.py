@@ -46,6 +46,8 @@ Design:
   expiry); tasks of the same :class:`FileStorage` are woken at once by a release.
   The lease logic is shared with every store (:mod:`acmecerts.storage._lease`); the
   lease file is this store's compare-and-swap (:mod:`acmecerts.storage._file_lease`).
+  Lease files are written and removed atomically but never fsynced: after a machine
+  crash every lease is void anyway (expired, or held by a process that is gone).
 * **Listing** walks the directories under the prefix and returns every regular file
   whose path is a valid key: temp files and ``.locks`` (names starting with ``.``),
   symbolic links and stray files (``README.TXT``) are skipped.

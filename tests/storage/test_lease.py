@@ -3,13 +3,16 @@
 Every store's lock is :class:`acmecerts.storage._lease.LeaseLocks` over the store's CAS
 backend; here the backend is a dict that counts its reads and swaps, so each test says
 how many sleeps and how many compare-and-swaps a step of the protocol costs (acquire,
-wait, heartbeat, expiry, loss, release), never how many seconds it took.
+wait, heartbeat, expiry, loss, release), never how many seconds it took. The heartbeat
+never moves the clock (it follows it: ``wait_until``), so its tests move it themselves,
+as the rest of a program would.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import itertools
 import math
 
 import anyio
@@ -42,6 +45,9 @@ class MemoryLeases:
         self.dead: set[str] = set()
         self.gate: anyio.Event | None = None
         self.in_swap = anyio.Event()
+        #: The clock the swaps are timed on, and the instant of each swap.
+        self.clock: FakeClock | None = None
+        self.swapped_at: list[dt.datetime] = []
         self._serial = 0
         self._holders = 0
 
@@ -76,6 +82,8 @@ class MemoryLeases:
         self, name: str, expect: str | None, record: LeaseRecord
     ) -> tuple[bool, ObservedLease | None]:
         self.swaps += 1
+        if self.clock is not None:
+            self.swapped_at.append(self.clock.now())
         self.in_swap.set()
         if self.gate is not None:
             await self.gate.wait()
@@ -102,6 +110,7 @@ def held_by(holder: str, seconds: float, *, duration: float | None = None) -> Le
 def setup(*, guess: bool = True) -> tuple[FakeClock, MemoryLeases, LeaseLocks]:
     clock = FakeClock(START)
     backend = MemoryLeases(guess=guess)
+    backend.clock = clock
     return clock, backend, LeaseLocks(backend, clock)
 
 
@@ -241,10 +250,20 @@ async def test_lock_arguments_are_checked_before_any_io(lease: float, wait: floa
 # -- heartbeat, loss ----------------------------------------------------------------------
 
 
+#: How far the tests move the clock at a time while a heartbeat runs (exact in binary).
+TICK = 1 / 64
+
+
 async def run_heartbeat(locks: LeaseLocks, held: HeldLease, seconds: float, until: int) -> None:
-    """Run the heartbeat until ``until`` swaps were answered or tried (or it ends)."""
+    """Run the heartbeat until ``until`` swaps were answered or tried (or it ends).
+
+    The heartbeat follows the clock: this moves it :data:`TICK` at a time, each time
+    once the heartbeat is waiting again (as the other tasks of a program would).
+    """
     backend = locks._backend
     assert isinstance(backend, MemoryLeases)
+    clock = backend.clock
+    assert clock is not None
     with anyio.fail_after(10):
         async with anyio.create_task_group() as tg:
 
@@ -254,18 +273,49 @@ async def run_heartbeat(locks: LeaseLocks, held: HeldLease, seconds: float, unti
 
             tg.start_soon(beat)
             while max(backend.answered, backend.swaps if backend.fail else 0) < until:
-                await anyio.lowlevel.checkpoint()
+                await anyio.wait_all_tasks_blocked()
+                clock.advance(TICK)
             tg.cancel_scope.cancel()
+
+
+def gaps(backend: MemoryLeases, since: dt.datetime) -> list[float]:
+    """Seconds between the swaps after ``since`` (the first: from ``since``)."""
+    times = [since, *(t for t in backend.swapped_at if t > since)]
+    return [(b - a).total_seconds() for a, b in itertools.pairwise(times)]
 
 
 async def test_the_heartbeat_renews_every_third_of_the_lease() -> None:
     clock, backend, locks = setup()
     held = await locks.acquire(NAME, 3.0, None)
     await run_heartbeat(locks, held, 3.0, until=1 + 4)
-    assert clock.sleeps[:4] == [1.0, 1.0, 1.0, 1.0]
+    assert gaps(backend, START)[:4] == [1.0, 1.0, 1.0, 1.0]
     assert held.expires_at == START + dt.timedelta(seconds=4 + 3)  # the 4th renewal
     assert not held.lost
     assert backend.records[NAME].record.holder == held.holder
+    assert clock.sleeps == []  # the heartbeat never moved the clock
+
+
+async def test_the_heartbeat_never_moves_a_fake_clock() -> None:
+    """Nothing else moves the time: the lease cannot run out, and is not renewed."""
+    clock, backend, locks = setup()
+    with anyio.fail_after(10):
+        async with locks.hold(NAME, 3.0, None) as lease:
+            for _ in range(100):
+                await anyio.wait_all_tasks_blocked()
+            assert clock.now() == START
+            assert backend.swaps == 1  # the claim only
+            clock.advance(0.5)  # not yet a third of the lease
+            await anyio.wait_all_tasks_blocked()
+            assert backend.swaps == 1
+            clock.advance(0.5)  # a third: one renewal, at once
+            await anyio.wait_all_tasks_blocked()
+            assert backend.swapped_at[1:] == [START + dt.timedelta(seconds=1)]
+            assert lease.expires_at == START + dt.timedelta(seconds=1 + 3)
+            clock.advance(10)  # a jump past two renewals: one renewal, at the new time
+            await anyio.wait_all_tasks_blocked()
+            assert backend.swapped_at[2:] == [START + dt.timedelta(seconds=11)]
+            assert not lease.lost
+    assert clock.sleeps == []
 
 
 async def test_a_lease_taken_over_is_lost_and_its_new_holder_kept() -> None:
@@ -286,21 +336,25 @@ async def test_a_store_failing_until_expiry_loses_the_lease() -> None:
     backend.fail = True
     await run_heartbeat(locks, held, 3.0, until=1000)
     assert held.lost
-    assert clock.sleeps[0] == 1.0
-    assert all(math.isclose(p, 0.3) for p in clock.sleeps[1:])  # retries: a tenth of the lease
+    waits = gaps(backend, START)
+    assert waits[0] == 1.0
+    # retries: a tenth of the lease (each at the first tick that reaches it)
+    assert all(0.3 <= w < 0.3 + TICK for w in waits[1:]), waits
+    assert len(waits) == backend.swaps - 1 >= 6
     assert clock.now() >= held.expires_at
-    assert backend.swaps == 1 + len(clock.sleeps)
 
 
 async def test_a_renewal_whose_answer_was_lost_is_adopted_and_retried() -> None:
-    clock, backend, locks = setup()
+    _, backend, locks = setup()
     held = await locks.acquire(NAME, 3.0, None)
     # Our own record at a version we never saw (a renewal whose answer did not arrive).
     observed = backend.records[NAME]
     backend.put(NAME, dataclasses.replace(observed.record))
     await run_heartbeat(locks, held, 3.0, until=1 + 2)
     assert not held.lost
-    assert clock.sleeps[:2] == [1.0, 0.3]  # the conflict, then a quick retry that won
+    first, retry = gaps(backend, START)[:2]
+    assert first == 1.0
+    assert 0.3 <= retry < 0.3 + TICK  # the conflict, then a quick retry that won
     assert held.observed is not None
     assert held.observed.version == backend.records[NAME].version
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import anyio
@@ -17,6 +18,7 @@ from acmecerts.storage import (
     StoredValue,
     UpdateConflict,
     VersionConflict,
+    _files,
     update,
 )
 
@@ -205,3 +207,27 @@ async def test_a_change_that_raises_writes_nothing(tmp_path: Path) -> None:
     value = await store.load(KEY)
     assert value is not None
     assert value.data == b"7"
+
+
+async def test_lease_files_are_not_fsynced_but_values_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[int] = []
+    real = os.fsync
+
+    def counting(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(_files.os, "fsync", counting)
+    store = FileStorage(tmp_path)
+    lease_file = tmp_path / ".locks" / "a" / "lock"
+    async with store.lock("a/lock") as lease:  # taken, then released
+        assert not lease.lost
+        assert lease_file.is_file()
+    assert not lease_file.exists()
+    assert synced == []
+    await store.store(KEY, b"1")
+    assert len(synced) == 2  # the value's file, then its directory
+    await store.delete(KEY)
+    assert len(synced) == 3  # the directory

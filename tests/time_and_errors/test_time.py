@@ -27,6 +27,7 @@ from acmecerts._time import (
     parse_retry_after,
     poll_until,
     retry_after_from_detail,
+    wait_until,
 )
 from acmecerts._time._polling import _checkpoint
 from acmecerts.errors import AttemptTimeout, InvalidInput
@@ -508,6 +509,49 @@ async def test_cancel_at_refuses_a_naive_deadline() -> None:
     with pytest.raises(InvalidInput, match="deadline"), cancel_at(clock, dt.datetime(2026, 1, 1)):
         await clock.sleep(1)  # pragma: no cover
     assert clock.sleeps == []
+
+
+# --- wait_until: follow a clock, never move it -------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_wait_until_on_a_fake_clock_waits_for_another_task_to_move_it() -> None:
+    clock = FakeClock(NOW)
+    woke: list[dt.datetime] = []
+
+    async def follower() -> None:
+        await wait_until(clock, NOW + dt.timedelta(seconds=20))
+        woke.append(clock.now())
+
+    with within(60, "the follower to wake when the time was moved"):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(follower)
+            await anyio.wait_all_tasks_blocked()
+            assert clock.now() == NOW  # waiting moved nothing
+            clock.advance(19)
+            await anyio.wait_all_tasks_blocked()
+            assert woke == []
+            await clock.sleep(5)  # another task's sleep moves it past the instant
+    assert woke == [NOW + dt.timedelta(seconds=24)]
+    assert clock.sleeps == [5]
+    assert clock._deadlines == []
+
+
+@pytest.mark.anyio
+async def test_wait_until_an_instant_reached_returns_at_once() -> None:
+    clock = FakeClock(NOW)
+    with within(10, "a wait for an instant already reached"):
+        await wait_until(clock, NOW)
+        await wait_until(clock, NOW - dt.timedelta(days=1))
+    assert clock.now() == NOW
+
+
+@pytest.mark.anyio
+async def test_wait_until_on_a_real_clock_sleeps_the_time_left() -> None:
+    clock = SystemClock()
+    start = anyio.current_time()
+    await wait_until(clock, clock.now() + dt.timedelta(seconds=0.05))
+    assert anyio.current_time() - start >= 0.04
 
 
 # --- durations and instants ---------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 
 from acmecerts import VirtualClock
+from acmecerts._time import wait_until
 from acmecerts.storage import FileStorage
 from acmecerts.storage._workers import before_waiting, in_worker
 
@@ -86,3 +87,16 @@ def test_a_store_write_ends_the_wait_at_once_and_time_moves_on_afterwards(tmp_pa
     # each write's wake-up ends its wait (a write, its fsync included, is one or two
     # waits, not one per millisecond)
     assert seen["waits"] <= 60, seen["waits"]
+
+
+def test_wait_until_on_a_virtual_clock_ends_at_the_instant_in_virtual_time() -> None:
+    clock = VirtualClock(START)
+
+    async def main() -> tuple[_dt.datetime, float]:
+        real = time.monotonic()
+        await wait_until(clock, START + _dt.timedelta(hours=6))
+        return clock.now(), time.monotonic() - real
+
+    reached, took = clock.run(main)
+    assert reached == START + _dt.timedelta(hours=6)
+    assert took < 5  # a jump, not six hours
