@@ -24,7 +24,7 @@ from typing import Any
 from rich.text import Text
 
 from acmecerts.errors import AcmeCertsError, AcmeProblem, InvalidInput, ProblemType
-from acmecerts.manager import StoredCertificate, natural_key
+from acmecerts.manager import CertificateRecord, StoredCertificate, natural_key
 
 from ._args import CommonArgs
 from ._ca import CaPlan, open_client
@@ -33,7 +33,6 @@ from ._engine import problem_of
 from ._findca import StateCas, ambiguous, state_cas
 from ._interrupt import run_interruptible
 from ._lineage import lineage_identifiers, remove_lineage
-from ._records import CertificateRecord
 from ._report import Report, problem_json, run_guarded, status_word
 from ._revoke import _reason
 from ._state import State

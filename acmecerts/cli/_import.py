@@ -25,6 +25,7 @@ import dataclasses
 from pathlib import Path
 
 from acmecerts.errors import AcmeCertsError, InvalidInput
+from acmecerts.manager import CertificateRecord, StoredChallenge
 from acmecerts.protocol.certificate import certificate_info
 from acmecerts.storage import VersionConflict
 from acmecerts.storage.certbot import CertbotLineage, read_account, read_lineage, renewal_confs
@@ -34,7 +35,6 @@ from acmecerts.storage.keys import CertificateBundle
 from ._args import CommonArgs
 from ._constants import ExitCode
 from ._interrupt import run_interruptible
-from ._records import CertificateRecord, StoredChallenge
 from ._report import Report, run_guarded
 from ._state import State, default_state_dir
 

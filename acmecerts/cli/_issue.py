@@ -15,7 +15,7 @@ import anyio
 from rich.text import Text
 
 from acmecerts.errors import AcmeCertsError, InvalidInput
-from acmecerts.manager import CertificateSpec
+from acmecerts.manager import CertificateSpec, StoredChallenge
 from acmecerts.protocol.identifiers import Identifier, parse_identifiers
 from acmecerts.protocol.keys import KeyType
 from acmecerts.storage.export import OUT_LAYOUTS
@@ -37,7 +37,6 @@ from ._engine import Job, Outcome
 from ._firstcontact import check_out_dir
 from ._hooks import HookRunner
 from ._lineage import choose_lineage, known_lineages, validate_cert_name
-from ._records import StoredChallenge
 from ._report import Report, run_guarded, when
 from ._solvers import plan_challenge, stored_challenge
 from ._state import certificate_name

@@ -32,12 +32,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from acmecerts.errors import InvalidInput
-from acmecerts.manager import StoredCertificate, delete_stored_certificate
+from acmecerts.manager import CertificateRecord, StoredCertificate, delete_stored_certificate
 from acmecerts.protocol.identifiers import Identifier, parse_identifiers
 from acmecerts.storage.export import remove_exported
 from acmecerts.storage.keys import certificate_slug
 
-from ._records import CertificateRecord
 from ._state import State, certificate_name
 
 __all__ = [

@@ -10,6 +10,7 @@ from rich.text import Text
 
 from acmecerts.client import RevocationReason
 from acmecerts.errors import AcmeCertsError, InvalidInput
+from acmecerts.manager import CertificateRecord
 from acmecerts.protocol.certificate import CertificateChain, certificate_info, parse_pem_chain
 from acmecerts.protocol.keys import PrivateKey, load_private_key
 
@@ -18,7 +19,6 @@ from ._ca import CaPlan, ca_client, open_client
 from ._constants import ExitCode
 from ._findca import StateCas, ambiguous, state_cas
 from ._interrupt import run_interruptible
-from ._records import CertificateRecord
 from ._report import Report, run_guarded
 from ._state import State, certificate_name
 

@@ -251,7 +251,7 @@ def test_delete_removes_a_certificate_and_renew_no_longer_tries_it(
 def test_delete_asks_on_a_terminal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from acmecerts.cli._args import CommonArgs
     from acmecerts.cli._delete import DeleteArgs, run_delete
-    from acmecerts.cli._records import CertificateRecord
+    from acmecerts.manager import CertificateRecord
 
     state = tmp_path / "state"
     directory = "https://ca.invalid/dir"

@@ -1,31 +1,40 @@
-"""What the CLI keeps in its state directory besides the library's files: the records.
+"""How each certificate was asked for, kept beside the manager's store: :class:`CertificateRecord`.
 
-* :class:`CertificateRecord` (``<ca>/accounts/default/cli/<cert>.json``): the CLI's own
-  record of a certificate: export directory, key type, profile, preferred chain, revoked
-  serial, webroot, challenge settings (:class:`StoredChallenge`), hooks, deletion in
-  progress;
-* the CA directories of a state directory (:func:`find_ca_dirs`), each with its
-  settings (:class:`~acmecerts.manager.CaSettings`).
-
-The layout of the whole directory is in :mod:`acmecerts.cli._state`.
+A program that issues certificates from a shared store and renews them later with no
+flags (the CLI: ``issue`` writes a record, ``renew``, ``status`` and ``delete`` read it)
+keeps one record per certificate at ``<account>/cli/<cert>.json``: the identifiers asked
+for, the export directory, key type, profile, preferred chain, revoked serial, webroot,
+challenge settings (:class:`StoredChallenge`), hooks and a deletion in progress.
+:func:`save_certificate_record`, :func:`load_certificate_record`,
+:func:`list_certificate_records` and :func:`known_certificates` write and read them.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
+import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from acmecerts import duration_seconds
+from acmecerts._time import duration_seconds
 from acmecerts.errors import InvalidInput, StorageError
-from acmecerts.manager import CA_SETTINGS_FILE
+from acmecerts.manager._reading import (
+    StoredCertificate,
+    list_stored_certificates,
+    load_json_object,
+    natural_key,
+)
+from acmecerts.storage import KeyLayout, Storage, storage_label
+from acmecerts.storage.keys import certificate_slug
 
 __all__ = [
     "CertificateRecord",
     "StoredChallenge",
-    "find_ca_dirs",
+    "certificate_record_key",
+    "known_certificates",
+    "list_certificate_records",
+    "load_certificate_record",
+    "save_certificate_record",
 ]
 
 _RECORD_FORMAT = 1
@@ -111,7 +120,8 @@ class StoredChallenge:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class CertificateRecord:
-    """What the CLI remembers about a certificate besides what the manager stores."""
+    """How a certificate was asked for (what renewing it needs besides what the manager
+    stores): the CLI's record, written at ``issue`` and read by ``renew``."""
 
     name: str
     #: The identifiers asked for (saved before the first order: a certificate that was
@@ -178,21 +188,62 @@ class CertificateRecord:
         )
 
 
-def find_ca_dirs(root: Path) -> list[str]:
-    """The CA directories (segments) in the state directory ``root``, sorted.
+def certificate_record_key(layout: KeyLayout, name: str) -> str:
+    """The storage key of certificate ``name``'s record: ``<account>/cli/<cert>.json``."""
+    return f"{layout.account_prefix}cli/{certificate_slug(name)}.json"
 
-    A CA directory is one with an ``accounts`` directory or a ``cli-settings.json``;
-    ``certificates`` (the default ``--out``) and ``accounts`` (the first cut's layout)
-    are not. Raises :class:`OSError` when ``root`` cannot be read.
+
+async def load_certificate_record(
+    storage: Storage, layout: KeyLayout, name: str
+) -> CertificateRecord | None:
+    """The record of certificate ``name`` (``None``: there is none).
+
+    Raises:
+        StorageError: the stored record is damaged (the message names its key).
     """
-    found: list[str] = []
-    with os.scandir(root) as entries:
-        for entry in entries:
-            if entry.name.startswith(".") or entry.name in ("certificates", "accounts"):
-                continue
-            if not entry.is_dir(follow_symlinks=False):
-                continue
-            path = Path(entry.path)
-            if (path / "accounts").is_dir() or (path / CA_SETTINGS_FILE).is_file():
-                found.append(entry.name)
-    return sorted(found)
+    key = certificate_record_key(layout, name)
+    document = await load_json_object(storage, key)
+    return None if document is None else CertificateRecord.from_json(document, key)
+
+
+async def list_certificate_records(storage: Storage, layout: KeyLayout) -> list[CertificateRecord]:
+    """Every certificate asked for (issued or not), in natural order of names.
+
+    Raises:
+        StorageError: a stored record is damaged (the message names its file).
+    """
+    records = []
+    for key in await storage.list(f"{layout.account_prefix}cli/"):
+        document = await load_json_object(storage, key)
+        if document is not None:
+            records.append(CertificateRecord.from_json(document, storage_label(storage, key)))
+    return sorted(records, key=lambda r: natural_key(r.name))
+
+
+async def save_certificate_record(
+    storage: Storage, layout: KeyLayout, record: CertificateRecord
+) -> None:
+    """Store ``record`` (replacing the one of the same name)."""
+    data = json.dumps(record.to_json(), indent=2, sort_keys=True).encode() + b"\n"
+    await storage.store(certificate_record_key(layout, record.name), data)
+
+
+async def known_certificates(
+    storage: Storage, layout: KeyLayout
+) -> list[tuple[str, StoredCertificate | None, CertificateRecord | None]]:
+    """Every certificate stored or asked for: ``(name, stored, record)``, in natural order.
+
+    A record without a stored certificate was asked for and not issued (yet). A
+    certificate whose deletion was interrupted (:attr:`CertificateRecord.deleting`) is
+    not listed: nothing should renew it.
+    """
+    all_records = await list_certificate_records(storage, layout)
+    deleting = {r.name for r in all_records if r.deleting is not None}
+    stored = {
+        c.name: c for c in await list_stored_certificates(storage, layout) if c.name not in deleting
+    }
+    records = {r.name: r for r in all_records if r.identifiers and r.name not in deleting}
+    return [
+        (name, stored.get(name), records.get(name))
+        for name in sorted(stored.keys() | records.keys(), key=natural_key)
+    ]
