@@ -13,8 +13,10 @@ life); :func:`list_stored_certificates`, :func:`load_stored_certificate`,
 (:func:`save_ca_settings`, :func:`load_ca_settings`, :func:`find_ca_dirs`: how a later
 run reaches each CA); :class:`CertificateRecord` and :class:`StoredChallenge`
 (:func:`save_certificate_record`, :func:`load_certificate_record`,
-:func:`list_certificate_records`, :func:`known_certificates`: how each certificate was
-asked for, so a later run renews it the same way); :func:`call_within_wait` (a CA's
+:func:`list_certificate_records`, :func:`known_certificates`,
+:func:`delete_recorded_certificate`, :func:`import_certificate`, :func:`mark_revoked`:
+how each certificate was asked for, so a later run
+renews it the same way); :func:`call_within_wait` (a CA's
 ``Retry-After`` at the start of work, waited out within a budget).
 """
 
@@ -34,11 +36,18 @@ from acmecerts.manager._cas import (
 )
 from acmecerts.manager._certificate_records import (
     CertificateRecord,
+    Removal,
     StoredChallenge,
+    certificate_for,
+    certificate_identifiers,
     certificate_record_key,
+    delete_recorded_certificate,
+    import_certificate,
     known_certificates,
+    known_identifiers,
     list_certificate_records,
     load_certificate_record,
+    mark_revoked,
     save_certificate_record,
 )
 from acmecerts.manager._events import (
@@ -113,18 +122,24 @@ __all__ = [
     "ManagerOptions",
     "OpenOptions",
     "OwnerGuard",
+    "Removal",
     "StoredCertificate",
     "StoredChallenge",
     "Subscriber",
     "WaitBeyondBudget",
     "account_client",
     "call_within_wait",
+    "certificate_for",
+    "certificate_identifiers",
     "certificate_record_key",
     "deactivate_stored_account",
+    "delete_recorded_certificate",
     "delete_stored_certificate",
     "find_ca_dirs",
     "finish_account_rollover",
+    "import_certificate",
     "known_certificates",
+    "known_identifiers",
     "list_certificate_records",
     "list_stored_certificates",
     "load_attempt_state",
@@ -133,6 +148,7 @@ __all__ = [
     "load_json_object",
     "load_pending_key",
     "load_stored_certificate",
+    "mark_revoked",
     "natural_key",
     "open_manager",
     "pending_key_name",

@@ -6,34 +6,52 @@ keeps one record per certificate at ``<account>/cli/<cert>.json``: the identifie
 for, the export directory, key type, profile, preferred chain, revoked serial, webroot,
 challenge settings (:class:`StoredChallenge`), hooks and a deletion in progress.
 :func:`save_certificate_record`, :func:`load_certificate_record`,
-:func:`list_certificate_records` and :func:`known_certificates` write and read them.
+:func:`list_certificate_records` and :func:`known_certificates` write and read them
+(:func:`known_identifiers` and :func:`certificate_for`: which certificate a set of
+identifiers is);
+:func:`delete_recorded_certificate` removes a certificate and its record, so that an
+interruption never leaves a certificate half there; :func:`import_certificate` stores one
+obtained by another client with its record; :func:`mark_revoked` notes a revocation.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from acmecerts._time import duration_seconds
 from acmecerts.errors import InvalidInput, StorageError
 from acmecerts.manager._reading import (
     StoredCertificate,
+    delete_stored_certificate,
     list_stored_certificates,
     load_json_object,
     natural_key,
 )
+from acmecerts.protocol.certificate import CertificateChain, certificate_info
+from acmecerts.protocol.identifiers import Identifier, parse_identifiers
 from acmecerts.storage import KeyLayout, Storage, storage_label
-from acmecerts.storage.keys import certificate_slug
+from acmecerts.storage.export import remove_exported
+from acmecerts.storage.keys import CertificateBundle, certificate_slug
 
 __all__ = [
     "CertificateRecord",
+    "Removal",
     "StoredChallenge",
+    "certificate_for",
+    "certificate_identifiers",
     "certificate_record_key",
+    "delete_recorded_certificate",
+    "import_certificate",
     "known_certificates",
+    "known_identifiers",
     "list_certificate_records",
     "load_certificate_record",
+    "mark_revoked",
     "save_certificate_record",
 ]
 
@@ -247,3 +265,139 @@ async def known_certificates(
         (name, stored.get(name), records.get(name))
         for name in sorted(stored.keys() | records.keys(), key=natural_key)
     ]
+
+
+def certificate_identifiers(
+    stored: StoredCertificate | None, record: CertificateRecord | None
+) -> tuple[str, ...]:
+    """The identifiers a certificate stands for: what was last asked for (its record),
+    else what the stored certificate holds."""
+    if record is not None and record.identifiers:
+        return record.identifiers
+    return stored.identifiers if stored is not None else ()
+
+
+async def known_identifiers(storage: Storage, layout: KeyLayout) -> dict[str, tuple[str, ...]]:
+    """Every certificate stored or asked for (:func:`known_certificates`) and the
+    identifiers it stands for (:func:`certificate_identifiers`), by name."""
+    return {
+        name: certificate_identifiers(stored, record)
+        for name, stored, record in await known_certificates(storage, layout)
+    }
+
+
+def _as_set(values: Sequence[str]) -> frozenset[Identifier] | None:
+    try:
+        return frozenset(parse_identifiers(values)) if values else None
+    except InvalidInput:
+        return None  # a record written by hand: it matches nothing
+
+
+def certificate_for(
+    known: Mapping[str, Sequence[str]], identifiers: Iterable[Identifier], *, preferred: str
+) -> str | None:
+    """The certificate of ``known`` (:func:`known_identifiers`) that stands for exactly
+    the set ``identifiers``, whatever their order (compared normalized: lowercase, IDNA
+    A-labels, canonical IP addresses); the one named ``preferred`` when several do.
+    ``None`` when none does."""
+    wanted = frozenset(identifiers)
+    same = [name for name, values in known.items() if _as_set(values) == wanted]
+    if not same:
+        return None
+    return preferred if preferred in same else same[0]
+
+
+@dataclasses.dataclass
+class Removal:
+    """What :func:`delete_recorded_certificate` removed from disk, and what it left alone."""
+
+    #: Files removed from the default export directory.
+    removed_files: list[Path] = dataclasses.field(default_factory=list)
+    #: An export directory of the user's choosing, whose files were left where they are.
+    kept_out: Path | None = None
+
+
+async def delete_recorded_certificate(
+    storage: Storage, layout: KeyLayout, name: str, *, default_out: Path
+) -> Removal:
+    """Delete certificate ``name`` and its record, leaving nothing half-deleted behind.
+
+    The record is marked :attr:`~CertificateRecord.deleting` first (from then on
+    :func:`known_certificates` skips it), then everything the manager stored for it goes
+    (:func:`~acmecerts.manager.delete_stored_certificate`), then the files exported to
+    ``default_out`` (only when the record says they were written there in the plain
+    layout: any other directory is the user's and is left alone), and the record last.
+    If anything fails or the process is killed in between, the mark stays, and calling
+    this again finishes the job.
+
+    Call it under the certificate's store lock (``layout.certificate_lock(name)``).
+
+    Raises:
+        StorageError: the store or a file cannot be changed (what was removed until then
+            stays removed, and the mark stays).
+    """
+    record = await load_certificate_record(storage, layout, name)
+    if record is None or record.deleting is None:
+        started = _dt.datetime.now(_dt.UTC).isoformat()
+        record = dataclasses.replace(record or CertificateRecord(name=name), deleting=started)
+        await save_certificate_record(storage, layout, record)
+    await delete_stored_certificate(storage, layout, name)
+    removal = Removal()
+    out = Path(record.out) if record.out else default_out
+    if out == default_out and record.out_layout in (None, "plain"):
+        removal.removed_files = remove_exported(default_out)
+    else:
+        removal.kept_out = out
+    await storage.delete(certificate_record_key(layout, name))
+    return removal
+
+
+async def import_certificate(
+    storage: Storage,
+    layout: KeyLayout,
+    record: CertificateRecord,
+    chain: CertificateChain,
+    private_key_pem: str,
+) -> None:
+    """Store a certificate obtained by another client (certbot), as the manager would
+    have stored it, with its ``record``: the record first, then the certificate in one
+    write that must find none of that name (an existing one is never replaced). If that
+    write fails, the record is removed again: call it for a name that has neither.
+
+    Raises:
+        VersionConflict: a certificate named ``record.name`` is stored already.
+        StorageError: the store cannot be written.
+    """
+    details = certificate_info(chain.leaf)
+    bundle = CertificateBundle(
+        name=record.name,
+        identifiers=record.identifiers,
+        fullchain_pem=chain.pem,
+        private_key_pem=private_key_pem,
+        order_url="",
+        certificate_url="",
+        serial=details.serial,
+        not_after=details.not_after.isoformat(),
+    )
+    await save_certificate_record(storage, layout, record)
+    key = layout.certificate(record.name).record
+    try:
+        await storage.store(key, bundle.to_bytes(), secret=True, expect_version=None)
+    except BaseException:
+        await storage.delete(certificate_record_key(layout, record.name))
+        raise
+
+
+async def mark_revoked(storage: Storage, layout: KeyLayout, serial: str) -> str | None:
+    """Note in its record that the stored certificate with this serial was revoked (a
+    later run renews it); return its name, ``None`` when no stored certificate has it."""
+    for stored in await list_stored_certificates(storage, layout):
+        if stored.info.serial == serial:
+            name = stored.name
+            record = await load_certificate_record(storage, layout, name)
+            record = dataclasses.replace(
+                record or CertificateRecord(name=name), revoked_serial=serial
+            )
+            await save_certificate_record(storage, layout, record)
+            return name
+    return None
