@@ -19,7 +19,7 @@ from typing import Any
 from rich.text import Text
 
 from acmecerts.errors import ProfileRefused
-from acmecerts.manager import load_attempt_state, save_attempt_state
+from acmecerts.manager import CertificateRecord, load_attempt_state, save_attempt_state
 from acmecerts.retry import AttemptState
 from acmecerts.transport import RequestWatch
 
@@ -40,7 +40,6 @@ from ._engine import (
 )
 from ._hooks import HookRunner
 from ._interrupt import Interrupted, run_interruptible
-from ._records import CertificateRecord
 from ._report import Report, choose_view, interrupted_code, iso, problem_json, status_word, when
 from ._solvers import ChallengePlan, running_solvers
 

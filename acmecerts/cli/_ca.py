@@ -17,16 +17,17 @@ from typing import TypeVar
 
 import anyio
 
-from acmecerts import Clock, SystemClock, duration_seconds
+from acmecerts import duration_seconds
 from acmecerts.client import AcmeClient, ExternalAccountBinding
 from acmecerts.errors import (
     AcmeCertsError,
     ErrorKind,
     InvalidInput,
-    RateLimitDeferred,
 )
 from acmecerts.manager import (
+    WaitBeyondBudget,
     account_client,
+    call_within_wait,
     finish_account_rollover,
     load_pending_key,
     register_account,
@@ -34,7 +35,7 @@ from acmecerts.manager import (
 from acmecerts.protocol.keys import AccountKey, KeyType
 from acmecerts.ratelimit import LETS_ENCRYPT as LETS_ENCRYPT_LIMITS
 from acmecerts.ratelimit import NO_LIMITS, RateLimitModel, model_for_directory
-from acmecerts.retry import RequestRetry, retry_request
+from acmecerts.retry import RequestRetry
 from acmecerts.transport import ProxyConfig
 
 from ._args import AccountArgs, CommonArgs
@@ -236,38 +237,6 @@ async def open_client(
 
 
 T = TypeVar("T")
-#: Calls of one start-up request at most (the first included) while waiting within
-#: ``--max-wait``; every wait is the CA's ``Retry-After`` or longer.
-_MAX_START_CALLS = 20
-#: Sleep this much past the instant the CA named, so "not before" holds.
-_MARGIN = 0.05
-
-
-class _Beyond(Exception):
-    """Wraps a CA's answer that names an instant past the budget (not retried)."""
-
-    def __init__(self, error: AcmeCertsError, until: _dt.datetime) -> None:
-        super().__init__(str(error))
-        self.error = error
-        self.until = until
-
-
-class _AsItIs(Exception):
-    """Wraps an error that waiting does not cure (raised unchanged, not retried)."""
-
-    def __init__(self, error: AcmeCertsError) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-def _told_to_wait(error: AcmeCertsError) -> _dt.datetime | None:
-    """The instant a ``rateLimited``/503 answer named (``Retry-After``), else ``None``."""
-    if error.kind not in (ErrorKind.RATE_LIMITED, ErrorKind.SERVER_BUSY):
-        return None
-    if error.retry_after is None or isinstance(error, RateLimitDeferred):
-        return None  # the ledger's own deferral is the engine's business (and exit 3)
-    until = error.retry_after
-    return until if until.tzinfo is not None else until.replace(tzinfo=_dt.UTC)
 
 
 async def wait_or_defer(
@@ -276,51 +245,26 @@ async def wait_or_defer(
     *,
     what: str,
     on_wait: Callable[[_dt.datetime, str], None] | None = None,
-    clock: Clock | None = None,
 ) -> T:
     """Await ``call()`` (the work's start: directory, newNonce, newAccount, account
-    lookup); when the CA answers ``rateLimited`` or 503 with a ``Retry-After``, wait for
-    that instant and call again, as long as the waits stay within ``--max-wait`` from now.
+    lookup), waiting out the CA's ``Retry-After`` within ``--max-wait``
+    (:func:`~acmecerts.manager.call_within_wait`).
 
-    The waits are :func:`acmecerts.retry.retry_request`'s (the transport's policy, with
-    ``--max-wait`` as its bound): never sooner than the CA said, never a tight loop.
     ``on_wait(until, reason)`` is called before each wait (the countdown). An instant
     past the budget raises :class:`Deferred` at once; any other error is raised as it is.
     """
-    clock = clock or SystemClock()
-    budget_end = clock.now() + _dt.timedelta(seconds=ca.max_wait + _MARGIN)
 
-    async def attempt() -> T:
-        try:
-            return await call()
-        except AcmeCertsError as exc:
-            until = _told_to_wait(exc)
-            if until is None:
-                raise _AsItIs(exc) from exc
-            if until > budget_end:
-                raise _Beyond(exc, until) from exc
-            raise  # retry_request waits until then and calls again
-
-    def waiting(calls: int, error: AcmeCertsError, delay: float) -> None:
+    def waiting(delay: float, error: AcmeCertsError) -> None:
         log.info("%s: the CA asked to wait %.1f s: %s", what, delay, error)
         if on_wait is not None:
             reason = "the CA is busy" if error.kind is ErrorKind.SERVER_BUSY else "rate limited"
-            on_wait(clock.now() + _dt.timedelta(seconds=delay), f"{reason} ({what})")
+            until = _dt.datetime.now(_dt.UTC) + _dt.timedelta(seconds=delay)
+            on_wait(until, f"{reason} ({what})")
 
-    policy = RequestRetry(max_wait=ca.max_wait + _MARGIN, max_attempts=_MAX_START_CALLS)
     try:
-        return await retry_request(
-            attempt, policy=policy, clock=clock, idempotent=True, on_retry=waiting
-        )
-    except _AsItIs as wrapped:
-        raise wrapped.error from wrapped.error.__cause__
-    except _Beyond as beyond:
+        return await call_within_wait(call, max_wait=ca.max_wait, on_wait=waiting)
+    except WaitBeyondBudget as beyond:
         until, error = beyond.until, beyond.error
-    except AcmeCertsError as exc:  # still refused after _MAX_START_CALLS calls
-        told = _told_to_wait(exc)
-        if told is None:
-            raise
-        until, error = told, exc
     raise Deferred(
         f"{what}: the CA asked to wait until {when(until)} ({error}), more than "
         f"--max-wait {ca.max_wait:g} s allows; nothing was ordered (run again after that "

@@ -24,7 +24,13 @@ from typing import Any
 from rich.text import Text
 
 from acmecerts.errors import AcmeCertsError, AcmeProblem, InvalidInput, ProblemType
-from acmecerts.manager import StoredCertificate, natural_key
+from acmecerts.manager import (
+    CertificateRecord,
+    StoredCertificate,
+    certificate_identifiers,
+    delete_recorded_certificate,
+    natural_key,
+)
 
 from ._args import CommonArgs
 from ._ca import CaPlan, open_client
@@ -32,8 +38,6 @@ from ._constants import ExitCode
 from ._engine import problem_of
 from ._findca import StateCas, ambiguous, state_cas
 from ._interrupt import run_interruptible
-from ._lineage import lineage_identifiers, remove_lineage
-from ._records import CertificateRecord
 from ._report import Report, problem_json, run_guarded, status_word
 from ._revoke import _reason
 from ._state import State
@@ -74,13 +78,13 @@ def _ask_on_terminal(question: str) -> bool | None:
 async def _known(state: State) -> dict[str, _Target]:
     """The certificates of one CA by name (half-deleted ones too)."""
     known: dict[str, _Target] = {
-        name: _Target(name, lineage_identifiers(stored, record), stored, record)
+        name: _Target(name, certificate_identifiers(stored, record), stored, record)
         for name, stored, record in await state.known_certificates()
     }
     for record in await state.list_records():
         if record.deleting is not None and record.name not in known:
             stored = await state.load_certificate(record.name)
-            names = lineage_identifiers(stored, record)
+            names = certificate_identifiers(stored, record)
             known[record.name] = _Target(record.name, names, stored, record)
     return known
 
@@ -183,7 +187,9 @@ async def _delete_one(ca: CaPlan, target: _Target, revoke: bool, reason: int) ->
             state.layout.certificate_lock(target.name), lease=60.0, timeout=_LOCK_TIMEOUT
         )
         async with lock:
-            removal = await remove_lineage(state, target.name)
+            removal = await delete_recorded_certificate(
+                state.storage, state.layout, target.name, default_out=state.default_out(target.name)
+            )
     except AcmeCertsError as exc:
         result["status"] = "failed"
         result["error"] = " ".join(str(exc).split())

@@ -57,11 +57,13 @@ from acmecerts.manager import (
     CertificateObtained,
     CertificateObtaining,
     CertificateRateLimited,
+    CertificateRecord,
     CertificateSpec,
     DeferredResult,
     FailedResult,
     IssuedResult,
     IssueResult,
+    StoredChallenge,
     load_attempt_state,
 )
 from acmecerts.retry import AttemptSchedule
@@ -70,7 +72,6 @@ from acmecerts.storage.export import write_certificate_files
 
 from ._args import Hooks
 from ._hooks import HookResult, HookRunner, deploy_environment
-from ._records import CertificateRecord, StoredChallenge
 from ._solvers import failure_text
 from ._state import State
 from ._steps import log_step

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from acmecerts.errors import InvalidInput
-from acmecerts.manager import CaSettings, load_ca_settings
+from acmecerts.manager import CaSettings, find_ca_dirs, load_ca_settings
 from acmecerts.storage import FileStorage
 from acmecerts.storage.keys import ca_slug
 
@@ -24,7 +24,6 @@ from ._args import AccountArgs, CommonArgs
 from ._ca import CaPlan, plan_ca
 from ._firstcontact import resolve_directory
 from ._interrupt import run_interruptible
-from ._records import find_ca_dirs
 from ._renew import ca_dirs, ca_settings, stored_plan
 from ._report import log
 

@@ -7,14 +7,12 @@ hooks. A lineage that cannot be read is reported with the file that is wrong, an
 written for it; the other lineages are imported.
 
 A lineage is written as ``issue`` would have stored it, through the same writers: the
-CA's settings (``cli-settings.json``: the directory URL and ``--ca-bundle``), the CLI's
-record (names, ``--out``, key type, webroot, challenge settings, hooks), then the
-certificate's record (:class:`~acmecerts.storage.keys.CertificateBundle`) in one atomic
-write that must find no certificate of that name (an existing one is never replaced).
-If that last write fails, the record is removed again. With ``--account`` certbot's
-account key and URL are stored first (the CA's account of the state directory; refused
-if the state directory already holds another key for that CA), so that the next
-``renew`` orders with the same account and names the certificate it replaces (ARI
+CA's settings (``cli-settings.json``: the directory URL and ``--ca-bundle``), then the
+CLI's record (names, ``--out``, key type, webroot, challenge settings, hooks) and the
+certificate (:func:`acmecerts.manager.import_certificate`: never replacing one). With
+``--account`` certbot's account key and URL are stored first (the CA's account of the
+state directory; refused if the state directory already holds another key for that CA),
+so that the next ``renew`` orders with the same account and names the certificate it replaces (ARI
 ``replaces``). Without it, renewals order with acmecerts' own account, and the CA refuses
 ``replaces`` for a certificate of another account; the manager then orders without it.
 """
@@ -25,16 +23,14 @@ import dataclasses
 from pathlib import Path
 
 from acmecerts.errors import AcmeCertsError, InvalidInput
-from acmecerts.protocol.certificate import certificate_info
+from acmecerts.manager import CertificateRecord, StoredChallenge, import_certificate
 from acmecerts.storage import VersionConflict
 from acmecerts.storage.certbot import CertbotLineage, read_account, read_lineage, renewal_confs
 from acmecerts.storage.export import OUT_LAYOUTS
-from acmecerts.storage.keys import CertificateBundle
 
 from ._args import CommonArgs
 from ._constants import ExitCode
 from ._interrupt import run_interruptible
-from ._records import CertificateRecord, StoredChallenge
 from ._report import Report, run_guarded
 from ._state import State, default_state_dir
 
@@ -108,23 +104,9 @@ async def import_lineage(
         deploy_hook=lineage.deploy_hook,
         challenge=StoredChallenge("http-01", http_01_listen=lineage.http_01_listen),
     )
-    details = certificate_info(lineage.chain.leaf)
-    bundle = CertificateBundle(
-        name=name,
-        identifiers=record.identifiers,
-        fullchain_pem=lineage.chain.pem,
-        private_key_pem=lineage.private_key_pem,
-        order_url="",
-        certificate_url="",
-        serial=details.serial,
-        not_after=details.not_after.isoformat(),
+    await import_certificate(
+        state.storage, state.layout, record, lineage.chain, lineage.private_key_pem
     )
-    await state.save_record(record)
-    try:
-        await state.storage.store(keys.record, bundle.to_bytes(), secret=True, expect_version=None)
-    except BaseException:
-        await state.storage.delete(state.record_key(name))
-        raise
     return out
 
 

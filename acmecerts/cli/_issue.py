@@ -15,7 +15,7 @@ import anyio
 from rich.text import Text
 
 from acmecerts.errors import AcmeCertsError, InvalidInput
-from acmecerts.manager import CertificateSpec
+from acmecerts.manager import CertificateSpec, StoredChallenge, known_identifiers
 from acmecerts.protocol.identifiers import Identifier, parse_identifiers
 from acmecerts.protocol.keys import KeyType
 from acmecerts.storage.export import OUT_LAYOUTS
@@ -36,8 +36,7 @@ from ._dryrun import dry_run_hooks, run_dry
 from ._engine import Job, Outcome
 from ._firstcontact import check_out_dir
 from ._hooks import HookRunner
-from ._lineage import choose_lineage, known_lineages, validate_cert_name
-from ._records import StoredChallenge
+from ._lineage import choose_lineage, validate_cert_name
 from ._report import Report, run_guarded, when
 from ._solvers import plan_challenge, stored_challenge
 from ._state import certificate_name
@@ -329,7 +328,7 @@ def run_issue(
         runner = HookRunner(timeout=hook_timeout)
 
         async def main(finished: list[Outcome] | None = None) -> list[Outcome]:
-            known = await known_lineages(ca.state)
+            known = await known_identifiers(ca.state.storage, ca.state.layout)
             jobs = await _jobs(
                 ca,
                 wanted,

@@ -13,39 +13,25 @@ A-labels, canonical IP addresses), not their order:
 * ``--cert-name NAME`` names the lineage explicitly: an existing one takes the given
   names (its next certificate is ordered for them), an unknown one is created.
 
-Deleting a lineage (``acmecerts delete``) leaves no half-deleted state behind. Under the
-certificate's store lock: the CLI record is marked ``deleting`` first (from then on
-``renew`` and ``status``' list skip it), then the certificate's record (and, for a
-store of the previous layout, ``meta.json``: the certificate no longer loads), the
-certificate and its key, the order in flight and the attempt state, then
-the files of the default export directory, and the record last. If anything fails or the
-process is killed in between, the mark stays: ``status`` shows the certificate as
-``deleting``, ``renew`` never orders it, ``issue`` refuses its name, and ``delete`` again
-finishes the job.
+Deleting a lineage (``acmecerts delete``) leaves no half-deleted state behind
+(:func:`acmecerts.manager.delete_recorded_certificate`): while the mark is there,
+``status`` shows the certificate as ``deleting``, ``renew`` never orders it, ``issue``
+refuses its name, and ``delete`` again finishes the job.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as _dt
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping
 
 from acmecerts.errors import InvalidInput
-from acmecerts.manager import StoredCertificate, delete_stored_certificate
+from acmecerts.manager import certificate_for
 from acmecerts.protocol.identifiers import Identifier, parse_identifiers
-from acmecerts.storage.export import remove_exported
 from acmecerts.storage.keys import certificate_slug
 
-from ._records import CertificateRecord
 from ._state import State, certificate_name
 
 __all__ = [
-    "Removal",
     "choose_lineage",
-    "known_lineages",
-    "lineage_identifiers",
-    "remove_lineage",
     "validate_cert_name",
 ]
 
@@ -60,22 +46,6 @@ def validate_cert_name(value: str) -> str:
     return name
 
 
-def lineage_identifiers(
-    stored: StoredCertificate | None, record: CertificateRecord | None
-) -> tuple[str, ...]:
-    """The names a lineage stands for: what was last asked for, else what it holds."""
-    if record is not None and record.identifiers:
-        return record.identifiers
-    return stored.identifiers if stored is not None else ()
-
-
-def _as_set(values: Sequence[str]) -> frozenset[Identifier] | None:
-    try:
-        return frozenset(parse_identifiers(values)) if values else None
-    except InvalidInput:
-        return None  # a record written by hand: it matches nothing
-
-
 async def _refuse_half_deleted(state: State, name: str, where: str) -> None:
     record = await state.load_record(name)
     if record is not None and record.deleting is not None:
@@ -83,14 +53,6 @@ async def _refuse_half_deleted(state: State, name: str, where: str) -> None:
             f"{where}certificate {name} is half-deleted (an `acmecerts delete` was "
             f"interrupted): run `acmecerts delete {name} --yes` to finish, then issue again"
         )
-
-
-async def known_lineages(state: State) -> dict[str, tuple[str, ...]]:
-    """Every certificate of the state directory and the names it stands for (read once)."""
-    return {
-        name: lineage_identifiers(stored, record)
-        for name, stored, record in await state.known_certificates()
-    }
 
 
 async def choose_lineage(
@@ -104,20 +66,18 @@ async def choose_lineage(
 ) -> tuple[str, tuple[Identifier, ...]]:
     """The lineage ``identifiers`` belong to, and the identifiers in the order to order them.
 
-    See the module docstring for the rule. ``known`` is :func:`known_lineages` (read once
-    for a whole ``--from-file``). ``where`` prefixes an error
-    (``"names.txt:3: "``); ``from_file`` words it for a line of ``--from-file``. Raises
-    :class:`InvalidInput` when the name the first identifier gives already holds another
-    set of identifiers.
+    See the module docstring for the rule. ``known`` is
+    :func:`~acmecerts.manager.known_identifiers` (read once for a whole ``--from-file``).
+    ``where`` prefixes an error (``"names.txt:3: "``); ``from_file`` words it for a line of
+    ``--from-file``. Raises :class:`InvalidInput` when the name the first identifier gives
+    already holds another set of identifiers.
     """
-    wanted = frozenset(identifiers)
     if cert_name is not None:
         await _refuse_half_deleted(state, cert_name, where)
         return cert_name, identifiers
     default = certificate_name(identifiers[0].value)
-    same = [name for name, values in known.items() if _as_set(values) == wanted]
-    if same:
-        name = default if default in same else same[0]
+    name = certificate_for(known, identifiers, preferred=default)
+    if name is not None:
         # keep the lineage's own order: its renewals ask for exactly what it holds
         return name, parse_identifiers(known[name])
     if default in known:
@@ -136,41 +96,3 @@ async def choose_lineage(
         )
     await _refuse_half_deleted(state, default, where)
     return default, identifiers
-
-
-# -- acmecerts delete ----------------------------------------------------------------------
-
-
-@dataclasses.dataclass
-class Removal:
-    """What deleting one lineage removed from disk, and what it left alone."""
-
-    #: Files removed from the default export directory (``STATE/certificates/NAME``).
-    removed_files: list[Path] = dataclasses.field(default_factory=list)
-    #: A custom ``--out`` directory whose files were left where they are.
-    kept_out: Path | None = None
-
-
-async def remove_lineage(state: State, name: str) -> Removal:
-    """Delete certificate ``name`` from the state directory (see the module docstring).
-
-    Call it under the certificate's store lock. Raises :class:`StorageError` when the
-    store or a file cannot be changed; what was removed until then stays removed and the
-    ``deleting`` mark stays, so calling it again finishes the job.
-    """
-    record = await state.load_record(name)
-    if record is None or record.deleting is None:
-        started = _dt.datetime.now(_dt.UTC).isoformat()
-        base = record or CertificateRecord(name=name)
-        record = dataclasses.replace(base, deleting=started)
-        await state.save_record(record)
-    await delete_stored_certificate(state.storage, state.layout, name)
-    default = state.default_out(name)
-    removal = Removal()
-    out = Path(record.out) if record.out else default
-    if out == default and record.out_layout in (None, "plain"):
-        removal.removed_files = remove_exported(default)
-    else:
-        removal.kept_out = out
-    await state.storage.delete(state.record_key(name))
-    return removal

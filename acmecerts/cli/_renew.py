@@ -27,7 +27,14 @@ from pathlib import Path
 
 from acmecerts import duration_seconds
 from acmecerts.errors import AcmeCertsError, InvalidInput, StorageError
-from acmecerts.manager import CaSettings, CertificateSpec, StoredCertificate, load_ca_settings
+from acmecerts.manager import (
+    CaSettings,
+    CertificateRecord,
+    CertificateSpec,
+    StoredCertificate,
+    find_ca_dirs,
+    load_ca_settings,
+)
 from acmecerts.protocol.identifiers import parse_identifiers
 from acmecerts.protocol.keys import KeyType
 from acmecerts.storage import FileStorage
@@ -48,7 +55,6 @@ from ._engine import Deferred, Job, Outcome
 from ._firstcontact import check_out_dir, check_webroot, resolve_directory
 from ._hooks import HookRunner
 from ._interrupt import run_interruptible
-from ._records import CertificateRecord, find_ca_dirs
 from ._report import Report, first_error, run_guarded
 from ._solvers import ChallengePlan, plan_challenge, renewal_options
 from ._state import default_state_dir

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +9,7 @@ from rich.text import Text
 
 from acmecerts.client import RevocationReason
 from acmecerts.errors import AcmeCertsError, InvalidInput
+from acmecerts.manager import mark_revoked
 from acmecerts.protocol.certificate import CertificateChain, certificate_info, parse_pem_chain
 from acmecerts.protocol.keys import PrivateKey, load_private_key
 
@@ -18,9 +18,8 @@ from ._ca import CaPlan, ca_client, open_client
 from ._constants import ExitCode
 from ._findca import StateCas, ambiguous, state_cas
 from ._interrupt import run_interruptible
-from ._records import CertificateRecord
 from ._report import Report, run_guarded
-from ._state import State, certificate_name
+from ._state import certificate_name
 
 __all__ = ["run_revoke"]
 
@@ -87,7 +86,7 @@ def run_revoke(target: str, *, reason: str, cert_key: Path | None, common: Commo
             else:
                 async with open_client(ca, create=False) as client:
                     await client.revoke(chain.pem, reason=reason_code)
-            marked = await _mark_revoked(state, info.serial)
+            marked = await mark_revoked(state.storage, state.layout, info.serial)
             return {
                 "status": "revoked",
                 "serial": info.serial,
@@ -136,14 +135,4 @@ async def _holder(cas: StateCas, serial: str) -> CaPlan | None:
     for ca in cas.plans:
         if any(stored.info.serial == serial for stored in await ca.state.list_certificates()):
             return ca
-    return None
-
-
-async def _mark_revoked(state: State, serial: str) -> str | None:
-    """Mark the stored certificate with this serial as revoked; return its name."""
-    for stored in await state.list_certificates():
-        if stored.info.serial == serial:
-            record = await state.load_record(stored.name) or CertificateRecord(name=stored.name)
-            await state.save_record(dataclasses.replace(record, revoked_serial=serial))
-            return stored.name
     return None

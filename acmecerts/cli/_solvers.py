@@ -45,9 +45,10 @@ from acmecerts.solvers import Solver
 if TYPE_CHECKING:
     from acmecerts.solvers import Http01Server, PropagationCheck, TlsAlpn01Server
 
+from acmecerts.manager import CertificateRecord, StoredChallenge
+
 from ._args import ChallengeOptions
 from ._firstcontact import check_webroot
-from ._records import CertificateRecord, StoredChallenge
 
 __all__ = [
     "CHALLENGES",

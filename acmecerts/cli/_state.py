@@ -45,12 +45,16 @@ from pathlib import Path
 
 from acmecerts.errors import InvalidInput, StorageError
 from acmecerts.manager import (
+    CertificateRecord,
     StoredCertificate,
+    certificate_record_key,
+    known_certificates,
+    list_certificate_records,
     list_stored_certificates,
-    load_json_object,
+    load_certificate_record,
     load_stored_certificate,
-    natural_key,
     save_ca_settings,
+    save_certificate_record,
 )
 from acmecerts.protocol.directory import DirectoryUrl
 from acmecerts.protocol.keys import AccountKey, KeyType, key_type_of
@@ -64,9 +68,6 @@ from acmecerts.storage import (
     save_account_url,
 )
 from acmecerts.storage.export import CERTIFICATE_FILES, ensure_private_dir, write_certificate_files
-from acmecerts.storage.keys import certificate_slug
-
-from ._records import CertificateRecord
 
 __all__ = [
     "CERTIFICATE_FILES",
@@ -257,41 +258,21 @@ class State:
 
     def record_key(self, name: str) -> str:
         """The storage key of the CLI's record of certificate ``name``."""
-        return f"{self.layout.account_prefix}cli/{certificate_slug(name)}.json"
+        return certificate_record_key(self.layout, name)
 
     async def load_record(self, name: str) -> CertificateRecord | None:
-        key = self.record_key(name)
-        document = await load_json_object(self.storage, key)
-        return None if document is None else CertificateRecord.from_json(document, key)
+        return await load_certificate_record(self.storage, self.layout, name)
 
     async def list_records(self) -> list[CertificateRecord]:
         """Every certificate the CLI was asked for (issued or not)."""
-        prefix = f"{self.layout.account_prefix}cli/"
-        records = []
-        for key in await self.storage.list(prefix):
-            document = await load_json_object(self.storage, key)
-            if document is not None:
-                records.append(CertificateRecord.from_json(document, self.path_for(key)))
-        return sorted(records, key=lambda r: natural_key(r.name))
+        return await list_certificate_records(self.storage, self.layout)
 
     async def known_certificates(
         self,
     ) -> list[tuple[str, StoredCertificate | None, CertificateRecord | None]]:
-        """Every certificate stored or asked for: ``(name, stored, record)``, in natural order.
-
-        A record without a stored certificate was asked for and not issued (yet). A
-        certificate whose deletion was interrupted (:attr:`CertificateRecord.deleting`) is
-        not listed: nothing renews it; ``acmecerts delete`` finishes it.
-        """
-        all_records = await self.list_records()
-        deleting = {r.name for r in all_records if r.deleting is not None}
-        stored = {c.name: c for c in await self.list_certificates() if c.name not in deleting}
-        records = {r.name: r for r in all_records if r.identifiers and r.name not in deleting}
-        return [
-            (name, stored.get(name), records.get(name))
-            for name in sorted(stored.keys() | records.keys(), key=natural_key)
-        ]
+        """:func:`~acmecerts.manager.known_certificates`: ``acmecerts delete`` finishes
+        an interrupted deletion."""
+        return await known_certificates(self.storage, self.layout)
 
     async def save_record(self, record: CertificateRecord) -> None:
-        data = json.dumps(record.to_json(), indent=2, sort_keys=True).encode() + b"\n"
-        await self.storage.store(self.record_key(record.name), data)
+        await save_certificate_record(self.storage, self.layout, record)

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from acmecerts.client import AcmeClient
 from acmecerts.errors import AcmeCertsError
-from acmecerts.manager import StoredCertificate, load_attempt_state, natural_key
+from acmecerts.manager import CertificateRecord, StoredCertificate, load_attempt_state, natural_key
 from acmecerts.protocol.ari import decide_renewal
 from acmecerts.ratelimit import RateLimitLedger
 from acmecerts.retry import AttemptState
@@ -27,7 +27,6 @@ from ._check import DEFAULT_GRACE, check_certificates, parse_at, parse_grace, pr
 from ._constants import ExitCode
 from ._firstcontact import resolve_directory
 from ._interrupt import run_interruptible
-from ._records import CertificateRecord
 from ._renew import ca_plans
 from ._report import Report, iso, log, run_guarded, when
 from ._state import State

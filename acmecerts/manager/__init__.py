@@ -10,7 +10,14 @@ Beside it, for programs that need the account or the store without a running man
 life); :func:`list_stored_certificates`, :func:`load_stored_certificate`,
 :func:`load_attempt_state`, :func:`save_attempt_state` and
 :func:`delete_stored_certificate` (what a manager stored); :class:`CaSettings`
-(:func:`save_ca_settings`, :func:`load_ca_settings`: how a later run reaches each CA).
+(:func:`save_ca_settings`, :func:`load_ca_settings`, :func:`find_ca_dirs`: how a later
+run reaches each CA); :class:`CertificateRecord` and :class:`StoredChallenge`
+(:func:`save_certificate_record`, :func:`load_certificate_record`,
+:func:`list_certificate_records`, :func:`known_certificates`,
+:func:`delete_recorded_certificate`, :func:`import_certificate`, :func:`mark_revoked`:
+how each certificate was asked for, so a later run
+renews it the same way); :func:`call_within_wait` (a CA's
+``Retry-After`` at the start of work, waited out within a budget).
 """
 
 from acmecerts.manager._account_keys import (
@@ -20,7 +27,29 @@ from acmecerts.manager._account_keys import (
     pending_key_name,
     roll_over_account_key,
 )
-from acmecerts.manager._cas import CA_SETTINGS_FILE, CaSettings, load_ca_settings, save_ca_settings
+from acmecerts.manager._cas import (
+    CA_SETTINGS_FILE,
+    CaSettings,
+    find_ca_dirs,
+    load_ca_settings,
+    save_ca_settings,
+)
+from acmecerts.manager._certificate_records import (
+    CertificateRecord,
+    Removal,
+    StoredChallenge,
+    certificate_for,
+    certificate_identifiers,
+    certificate_record_key,
+    delete_recorded_certificate,
+    import_certificate,
+    known_certificates,
+    known_identifiers,
+    list_certificate_records,
+    load_certificate_record,
+    mark_revoked,
+    save_certificate_record,
+)
 from acmecerts.manager._events import (
     CertificateCancelled,
     CertificateDeferred,
@@ -57,6 +86,7 @@ from acmecerts.manager._spec import (
     IssueResult,
     OwnerGuard,
 )
+from acmecerts.manager._start_wait import WaitBeyondBudget, call_within_wait, told_to_wait
 from acmecerts.manager._wiring import (
     ClientOptions,
     account_client,
@@ -78,6 +108,7 @@ __all__ = [
     "CertificateObtained",
     "CertificateObtaining",
     "CertificateRateLimited",
+    "CertificateRecord",
     "CertificateReplacementRequested",
     "CertificateReplacesRefused",
     "CertificateSpec",
@@ -91,18 +122,33 @@ __all__ = [
     "ManagerOptions",
     "OpenOptions",
     "OwnerGuard",
+    "Removal",
     "StoredCertificate",
+    "StoredChallenge",
     "Subscriber",
+    "WaitBeyondBudget",
     "account_client",
+    "call_within_wait",
+    "certificate_for",
+    "certificate_identifiers",
+    "certificate_record_key",
     "deactivate_stored_account",
+    "delete_recorded_certificate",
     "delete_stored_certificate",
+    "find_ca_dirs",
     "finish_account_rollover",
+    "import_certificate",
+    "known_certificates",
+    "known_identifiers",
+    "list_certificate_records",
     "list_stored_certificates",
     "load_attempt_state",
     "load_ca_settings",
+    "load_certificate_record",
     "load_json_object",
     "load_pending_key",
     "load_stored_certificate",
+    "mark_revoked",
     "natural_key",
     "open_manager",
     "pending_key_name",
@@ -110,5 +156,7 @@ __all__ = [
     "roll_over_account_key",
     "save_attempt_state",
     "save_ca_settings",
+    "save_certificate_record",
     "store_ledger",
+    "told_to_wait",
 ]

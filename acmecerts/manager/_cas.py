@@ -2,7 +2,8 @@
 
 A program that finds its CAs again from the store alone (the CLI's ``renew``, which runs
 without flags) keeps each CA's directory URL and CA bundle beside its account:
-:func:`save_ca_settings` writes them, :func:`load_ca_settings` reads them back.
+:func:`save_ca_settings` writes them, :func:`load_ca_settings` reads them back;
+:func:`find_ca_dirs` lists the CAs of a file store.
 """
 
 from __future__ import annotations
@@ -10,12 +11,19 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import os
 from pathlib import Path
 
 from acmecerts.errors import StorageError
 from acmecerts.storage import KeyLayout, Storage, storage_label
 
-__all__ = ["CA_SETTINGS_FILE", "CaSettings", "load_ca_settings", "save_ca_settings"]
+__all__ = [
+    "CA_SETTINGS_FILE",
+    "CaSettings",
+    "find_ca_dirs",
+    "load_ca_settings",
+    "save_ca_settings",
+]
 
 
 #: ``<ca>/cli-settings.json``: how a later run (the CLI's ``renew``) reaches the CA again.
@@ -109,3 +117,24 @@ async def save_ca_settings(
     settings = CaSettings(directory=directory, ca_bundle=bundle)
     if settings != stored:
         await storage.store(key, settings.to_bytes())
+
+
+def find_ca_dirs(root: Path) -> list[str]:
+    """The CA directories (segments) of a :class:`~acmecerts.storage.FileStorage` rooted at
+    ``root``, sorted (what :func:`load_ca_settings` takes).
+
+    A CA directory is one with an ``accounts`` directory or a ``cli-settings.json``;
+    ``certificates`` (the default ``--out``) and ``accounts`` (the first cut's layout)
+    are not. Raises :class:`OSError` when ``root`` cannot be read.
+    """
+    found: list[str] = []
+    with os.scandir(root) as entries:
+        for entry in entries:
+            if entry.name.startswith(".") or entry.name in ("certificates", "accounts"):
+                continue
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            path = Path(entry.path)
+            if (path / "accounts").is_dir() or (path / CA_SETTINGS_FILE).is_file():
+                found.append(entry.name)
+    return sorted(found)

@@ -28,9 +28,9 @@ from cli_support import (
 )
 from pebble_quirks import pebble_refuses_replaces_of
 
-from acmecerts.cli._lineage import remove_lineage
 from acmecerts.cli._state import State
 from acmecerts.errors import ProblemType, StorageError
+from acmecerts.manager import delete_recorded_certificate
 from acmecerts.storage import FileStorage
 from acmecerts.storage._base import ANY_VERSION, _AnyVersion
 from acmecerts.storage.keys import CertificateBundle
@@ -251,7 +251,7 @@ def test_delete_removes_a_certificate_and_renew_no_longer_tries_it(
 def test_delete_asks_on_a_terminal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from acmecerts.cli._args import CommonArgs
     from acmecerts.cli._delete import DeleteArgs, run_delete
-    from acmecerts.cli._records import CertificateRecord
+    from acmecerts.manager import CertificateRecord
 
     state = tmp_path / "state"
     directory = "https://ca.invalid/dir"
@@ -360,7 +360,9 @@ def test_a_deletion_that_fails_half_way_is_seen_and_finished(
         storage.refuse = refuse
         broken.storage = storage
         with pytest.raises(StorageError, match="refused by the test"):
-            await remove_lineage(broken, name)
+            await delete_recorded_certificate(
+                broken.storage, broken.layout, name, default_out=broken.default_out(name)
+            )
 
     anyio.run(fail_half_way)
 

@@ -31,10 +31,10 @@ from cli_support import (
 )
 
 from acmecerts.cli._args import ChallengeOptions
-from acmecerts.cli._records import CertificateRecord, StoredChallenge
 from acmecerts.cli._solvers import plan_challenge, renewal_options, stored_challenge
 from acmecerts.cli._state import State
 from acmecerts.errors import StorageError
+from acmecerts.manager import CertificateRecord, StoredChallenge
 from acmecerts.protocol.identifiers import parse_identifiers
 from tests.cli.no_reuse import deactivate_valid_authorizations
 from tests.cli.test_cli_challenges import dns_hook

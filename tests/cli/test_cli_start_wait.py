@@ -33,6 +33,7 @@ from waits import finish
 
 from acmecerts._time import whole_second
 from acmecerts.cli._state import State
+from acmecerts.manager import load_attempt_state
 from tests.cli.test_cli_challenges import wait_for
 from tests.faults.proxy import FaultProxy, Hold, Match, Respond
 
@@ -167,7 +168,8 @@ def test_a_wait_past_max_wait_defers_with_exit_3_and_orders_nothing(
     # The instant is kept in the state directory, as for a deferred order.
     async def stored() -> tuple[object, object]:
         state = State(tmp_path / "state", proxy.directory_url)
-        return await state.attempt_state(name), await state.load_record(name)
+        attempt = await load_attempt_state(state.storage, state.layout, name)
+        return attempt, await state.load_record(name)
 
     attempt, record = anyio.run(stored)
     assert record is not None
