@@ -70,6 +70,15 @@ def without_root() -> list[str]:
     return [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
+def unmeasured(env: dict[str, str]) -> dict[str, str]:
+    """``env`` without coverage's variables, for a child run by :func:`without_root`.
+
+    scripts/test.sh measures the children of the suite, but nobody could not write the
+    data of its run: coverage would warn on the stderr the test reads.
+    """
+    return {k: v for k, v in env.items() if not k.startswith("COVERAGE_PROCESS_")}
+
+
 def run_cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:

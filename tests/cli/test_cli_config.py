@@ -15,7 +15,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from cli_support import CLI, REPO, cli_env, one_json, run_many, without_root
+from cli_support import CLI, REPO, cli_env, one_json, run_many, unmeasured, without_root
 
 from acmecerts.cli import main
 from acmecerts.cli._state import State
@@ -172,7 +172,7 @@ def test_an_unreadable_default_config_path_counts_as_absent(tmp_path: Path) -> N
             return subprocess.run(
                 [*prefix, *CLI, *args],
                 cwd=base,
-                env=env,
+                env=unmeasured(env),
                 capture_output=True,
                 text=True,
                 timeout=60,

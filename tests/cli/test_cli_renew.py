@@ -32,6 +32,7 @@ from cli_support import (
     run_main,
     serial_of,
     stored_serial,
+    unmeasured,
     without_root,
 )
 from waits import within
@@ -290,7 +291,7 @@ def test_a_state_directory_without_read_permission_exits_2(tmp_path: Path) -> No
         result = subprocess.run(
             [*as_nobody, *CLI, "renew", "--state-dir", str(state)],
             cwd=base,
-            env=env,
+            env=unmeasured(env),
             capture_output=True,
             text=True,
             timeout=60,
