@@ -18,6 +18,7 @@ import importlib.util
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -35,6 +36,7 @@ from cryptography import x509
 from acmecerts import AcmeClient, Http01Server
 from acmecerts.manager import CertificateManager
 from acmecerts.testing import PebbleServer
+from tests.cli_support import unmeasured
 from tests.held_storage import HeldLoad
 from tests.storage.kube import KubeApiServer, KubeSetupError
 
@@ -42,7 +44,9 @@ ROOT = Path(__file__).resolve().parents[2]
 OPERATOR = ROOT / "examples" / "kopf_operator"
 GROUP = "acmecerts.example.com"
 
-pytestmark = pytest.mark.timeout(300)
+#: Not measured: the operator's renewals every ~2 s and the test's waits are timed, and
+#: coverage slowed them (both this process and the operator, a child) on CI's machine.
+pytestmark = [pytest.mark.timeout(300), pytest.mark.no_coverage]
 
 
 @pytest.fixture(scope="module")
@@ -149,7 +153,7 @@ def operator_process(
         kubeconfig = service_account_kubeconfig(kube, namespace, tmp_path / "kubeconfig")
         log = tmp_path / "operator.log"
         env = {
-            **os.environ,
+            **unmeasured(dict(os.environ)),
             "KUBECONFIG": str(kubeconfig),
             "ACMECERTS_DIRECTORY": pebble.directory_url,
             "ACMECERTS_CA_BUNDLE": str(pebble.ca_bundle),
@@ -259,7 +263,11 @@ def test_operator_issues_renews_and_cancels_on_deletion(
     assert new_orders(pebble) == orders_at_deletion, "an order was sent after deletion"
     assert kube.request("GET", secret_url).status_code == 404
     text = log.read_text(errors="replace")
-    assert f"cancelled {namespace}.demo: unmanaged" in text
+    # the cancellation hook ran: for the delete handler ("unmanaged"), or, when a renewal
+    # started between the deletion's timestamp and the handler, for the owner guard that
+    # saw the timestamp ("owner gone"; unmanage() then finds it cancelled already)
+    cancelled = re.findall(rf"cancelled {re.escape(namespace)}\.demo: (unmanaged|owner gone)", text)
+    assert cancelled, text[-3000:]
 
     process.send_signal(signal.SIGINT)
     assert process.wait(timeout=60) == 0, log.read_text(errors="replace")[-3000:]

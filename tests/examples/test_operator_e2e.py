@@ -108,6 +108,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 
 from acmecerts.testing import PebbleServer
+from tests.cli_support import unmeasured
 from tests.faults.forwarder import TcpForwarder
 from tests.faults.proxy import Fault, FaultProxy, Hold, RecordedRequest
 from tests.faults.router import ChallengeRouter
@@ -161,7 +162,9 @@ API_PER_RESOURCE = 80
 #: lease polls of locks a killed replica left behind.
 API_PER_START = 60
 
-pytestmark = pytest.mark.timeout(180)
+#: Not measured (neither this process's proxy and router threads nor the replicas): under
+#: coverage on CI's 2-core machine the replicas ran slower than the script's waits allow.
+pytestmark = [pytest.mark.timeout(180), pytest.mark.no_coverage]
 
 
 # -- helpers: the API server (admin), the CA's records, Pebble's log --------------------
@@ -496,7 +499,7 @@ def world(tmp_path: Path) -> Iterator[World]:
         )
         base_env = {
             k: v
-            for k, v in os.environ.items()
+            for k, v in unmeasured(dict(os.environ)).items()
             if k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "kubeconfig")
         }
         replicas = []
