@@ -171,6 +171,17 @@ def test_the_check_sees_a_command_that_imports_the_library(tmp_path: Path) -> No
     )
 
 
+def test_the_command_imports_httpx_without_its_command_line(tmp_path: Path) -> None:
+    """As the program, the CLI keeps httpx from importing ``httpx._main`` (click, pygments,
+    rich's progress bars: ~0.05 s); httpx itself is imported and works."""
+    result, modules = imported_modules(
+        "status", "--state-dir", str(tmp_path / "state"), launcher="python -m acmecerts.cli"
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "httpx" in modules
+    assert {"click", "pygments", "rich.progress", "rich.syntax"} & modules == set()
+
+
 def test_python_m_acmecerts_is_the_command() -> None:
     """``python -m acmecerts`` runs the command line: its exit codes and its one-line errors."""
     version = python_in_repo(["-m", "acmecerts", "--version"])
