@@ -247,6 +247,27 @@ def test_http01_issue_imports_neither_dnspython_nor_tls_alpn(
     assert unneeded_for_http_01(modules) == []
 
 
+@pytest.mark.timeout(120)
+def test_an_issue_whose_output_is_not_a_terminal_imports_no_live_display(
+    pebble: PebbleServer, tmp_path: Path
+) -> None:
+    """``acmecerts issue`` (the program) writing to a file or a pipe: certificate issued,
+    and neither rich's live display nor httpx's command line was imported."""
+    result, modules = imported_modules(
+        "issue",
+        *ca_args(pebble, tmp_path / "state"),
+        *("--out", str(tmp_path / "out")),
+        *http01_args(pebble),
+        "no-live-display.example.test",
+        launcher="python -m acmecerts.cli",
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "out" / "fullchain.pem").is_file()
+    assert "acmecerts.cli._display" in modules
+    drawn = {"rich.live", "rich.spinner", "rich.table", "rich.progress", "click", "pygments"}
+    assert drawn & modules == set()
+
+
 def test_the_check_sees_a_dns01_issue_import_dnspython(tmp_path: Path) -> None:
     """The check itself: ``--challenge dns-01`` imports dnspython (and stops at bad input)."""
     result, modules = modules_at_exit(
