@@ -30,6 +30,7 @@ from . import _commands as commands
 from ._config import config_default_map, find_config_path, load_config
 from ._constants import ExitCode
 from ._options import Config, env
+from ._plain import NOT_PLAIN, plain_value
 
 # Only typer, the standard library and light modules at the top: ``acmecerts --version``
 # and ``--help`` must not import the library (tests/cli/test_cli_start.py). Each command
@@ -163,28 +164,28 @@ def _json_base(args: Sequence[str]) -> dict[str, Any] | None:
 
 
 def _unconverted(command: Any, parent: Any = None, name: str = "acmecerts") -> None:
-    """Let the options of ``command`` and of its subgroups that were not given stay ``None``.
+    """Let typer convert an option's value only when it is not plain (:mod:`._plain`).
 
-    Recent typer converts every value through pydantic, imported the first time (about
-    0.07 s here), even the ``None`` of an option that was not given, such as the ``--help``
-    and ``--config`` of a group on the way to ``acmecerts COMMAND --help``. That conversion
-    returns ``None``; so do we, without it (and still call the option's callback). Given
-    values, the commands' own options and required or repeatable ones are converted as
-    before.
+    Recent typer converts every value through pydantic, imported and set up the first time
+    (about 0.1 s here): even the ``None`` of an option that was not given, such as the
+    ``--help`` and ``--config`` of a group on the way to ``acmecerts COMMAND --help``, and
+    the string of a string option. Values whose conversion gives them as they are (or a
+    ``Path``, an ``int`` of digits, a choice) are converted by :func:`._plain.plain_value`
+    instead, for the options of every group and command; the callbacks run as before, and
+    anything else (a value typer refuses, a required option missing) goes to typer.
     """
     ctx = command.context_class(command, info_name=name, parent=parent, **command.context_settings)
     for param in command.get_params(ctx):
-        if not (param.required or param.multiple or param.nargs != 1):
-            param.process_value = functools.partial(_none_as_is, param, param.process_value)
+        param.process_value = functools.partial(_plain_or_typer, param, param.process_value)
     for sub_name, sub in getattr(command, "commands", {}).items():
-        if hasattr(sub, "commands"):  # a group: its options are processed on the way too
-            _unconverted(sub, ctx, sub_name)
+        _unconverted(sub, ctx, sub_name)
 
 
-def _none_as_is(param: Any, process: Any, ctx: Any, value: Any) -> Any:
-    if value is not None:
+def _plain_or_typer(param: Any, process: Any, ctx: Any, value: Any) -> Any:
+    converted = plain_value(param, ctx, value)
+    if converted is NOT_PLAIN or (param.required and param.value_is_missing(converted)):
         return process(ctx, value)
-    return value if param.callback is None else param.callback(ctx, param, value)
+    return converted if param.callback is None else param.callback(ctx, param, converted)
 
 
 def _plain_types(command: Any) -> None:

@@ -20,12 +20,12 @@ from collections.abc import Callable
 from typing import TextIO
 
 from rich.console import Console, Group, RenderableType
-from rich.live import Live
-from rich.spinner import Spinner
-from rich.table import Table
 from rich.text import Text
 
 from ._engine import Board, Row, Stage
+
+# rich.live, rich.spinner and rich.table are imported by LiveView only: a run whose output
+# is not a terminal (a log, a pipe, a service) never draws them (~10 ms of imports).
 
 __all__ = ["LiveView", "NullView", "PlainView", "QuietView", "View", "describe"]
 
@@ -146,6 +146,9 @@ class LiveView(View):
         self.title = title
         #: What the CLI waits for right now (the CA's answer to a request), if anything.
         self.waiting: Callable[[], str | None] | None = None
+        from rich.live import Live
+        from rich.spinner import Spinner
+
         self._live = Live(
             console=console,
             get_renderable=self._render,
@@ -180,6 +183,8 @@ class LiveView(View):
             key=lambda r: (_ORDER.get(r.stage, 9), r.name),
         )
         room = max(3, self.console.size.height - 3)
+        from rich.table import Table
+
         table = Table.grid(padding=(0, 1))
         table.add_column(width=1)
         table.add_column(no_wrap=True, overflow="ellipsis", max_width=48)

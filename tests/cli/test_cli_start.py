@@ -171,6 +171,17 @@ def test_the_check_sees_a_command_that_imports_the_library(tmp_path: Path) -> No
     )
 
 
+def test_the_command_imports_httpx_without_its_command_line(tmp_path: Path) -> None:
+    """As the program, the CLI keeps httpx from importing ``httpx._main`` (click, pygments,
+    rich's progress bars: ~0.05 s); httpx itself is imported and works."""
+    result, modules = imported_modules(
+        "status", "--state-dir", str(tmp_path / "state"), launcher="python -m acmecerts.cli"
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "httpx" in modules
+    assert {"click", "pygments", "rich.progress", "rich.syntax"} & modules == set()
+
+
 def test_python_m_acmecerts_is_the_command() -> None:
     """``python -m acmecerts`` runs the command line: its exit codes and its one-line errors."""
     version = python_in_repo(["-m", "acmecerts", "--version"])
@@ -234,6 +245,27 @@ def test_http01_issue_imports_neither_dnspython_nor_tls_alpn(
     assert (tmp_path / "out" / "fullchain.pem").is_file()
     assert "acmecerts.solvers.http01" in modules
     assert unneeded_for_http_01(modules) == []
+
+
+@pytest.mark.timeout(120)
+def test_an_issue_whose_output_is_not_a_terminal_imports_no_live_display(
+    pebble: PebbleServer, tmp_path: Path
+) -> None:
+    """``acmecerts issue`` (the program) writing to a file or a pipe: certificate issued,
+    and neither rich's live display nor httpx's command line was imported."""
+    result, modules = imported_modules(
+        "issue",
+        *ca_args(pebble, tmp_path / "state"),
+        *("--out", str(tmp_path / "out")),
+        *http01_args(pebble),
+        "no-live-display.example.test",
+        launcher="python -m acmecerts.cli",
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "out" / "fullchain.pem").is_file()
+    assert "acmecerts.cli._display" in modules
+    drawn = {"rich.live", "rich.spinner", "rich.table", "rich.progress", "click", "pygments"}
+    assert drawn & modules == set()
 
 
 def test_the_check_sees_a_dns01_issue_import_dnspython(tmp_path: Path) -> None:
