@@ -9,6 +9,13 @@ after ``newOrder`` so a restarted process resumes the order instead of ordering 
 written first right *before* ``newOrder`` without a URL, so a process that died in
 between knows to look for the order the CA may have created).
 
+An order record is not deleted when its certificate is saved: a record whose order URL
+is the one the stored certificate names is *finished*, dead by that rule (see
+:meth:`CertificateStore.load_order`), and the next order's intent overwrites it. That
+spares each new certificate a delete and its directory fsync. Earlier versions sharing
+the store delete such a record under the lock before they order (what they did after a
+crash between the save and the delete), so they read this layout as it is.
+
 The previous layout kept a certificate in three files, ``cert.pem``, ``privkey.pem`` and
 ``meta.json`` (written last: without it the certificate was not completely saved). Such
 a certificate still loads (when it has no record); the next save writes the record and
@@ -289,16 +296,34 @@ class CertificateStore:
 
     # -- orders in flight ---------------------------------------------------------------
 
-    async def load_order(self, name: str) -> OrderRecord | None:
-        """The order in flight for ``name``, if a previous attempt left one."""
+    async def load_order(self, name: str, *, finished: str | None = None) -> OrderRecord | None:
+        """The order in flight for ``name``, if a previous attempt left one.
+
+        ``finished``: the order URL the stored certificate names. A record of that order
+        is finished (its certificate was saved; the record stays until the next order's
+        intent overwrites it) and reads as none.
+        """
         held = self._holding(name)
         if held is not None and held.order_known:
             # read or written by this process under the lock it still holds (see _Held)
-            return held.order
-        record = await self._read_order(name)
-        if held is not None:
-            held.know_order(record)
+            record = held.order
+        else:
+            record = await self._read_order(name)
+            if held is not None:
+                held.know_order(record)
+        if record is not None and finished and record.order_url == finished:
+            return None
         return record
+
+    async def drop_finished_order(self, name: str, finished: str) -> None:
+        """Delete ``name``'s order record if it is the finished order ``finished``.
+
+        For a certificate record replaced by one of another order (an adoption): the
+        rule of :meth:`load_order` would no longer find the record finished.
+        """
+        record = await self.load_order(name)
+        if record is not None and finished and record.order_url == finished:
+            await self.delete_order(name)
 
     async def _read_order(self, name: str) -> OrderRecord | None:
         key = self.layout.order(name)

@@ -1,7 +1,7 @@
 """The manager's store, one certificate at a time: read, save, retire, take back.
 
 :class:`StoredEntries` reads a certificate's stored certificate and attempt state into
-its :class:`~acmecerts.manager._entry.Entry`, saves the attempt state, forgets a finished
+its :class:`~acmecerts.manager._entry.Entry`, saves the attempt state, names its finished
 order, and keeps certificates no longer managed for the retention
 (:class:`~acmecerts.manager._retention.RetiredCertificates`). Without a store every
 method does nothing.
@@ -98,20 +98,15 @@ class StoredEntries:
                 )
             )
 
-    async def forget_finished_order(self, entry: Entry) -> None:
-        """Delete the order record of a certificate that is already saved.
+    @staticmethod
+    def finished_order(entry: Entry) -> str | None:
+        """The order URL of ``entry``'s certificate: its order record is finished.
 
-        A process that died after saving the certificate but before deleting the record
-        leaves it behind; resumed by the next renewal, that order (``valid``) would hand
-        back the saved certificate instead of a new one.
+        The record is kept when the certificate is saved (see ``_persist.py``); resumed
+        by the next renewal, that order (``valid``) would hand back the saved
+        certificate instead of a new one, so it reads as none.
         """
-        store = self.store
-        if store is None or entry.certificate is None:
-            return
-        record = await store.load_order(entry.spec.name)
-        if record is not None and record.order_url == entry.certificate.order_url:
-            log.info("%s: forgetting the finished order %s", entry.spec.name, record.order_url)
-            await store.delete_order(entry.spec.name)
+        return None if entry.certificate is None else entry.certificate.order_url
 
     async def save_state(self, entry: Entry) -> None:
         if self.store is not None:
@@ -152,6 +147,10 @@ class StoredEntries:
             return
         spec = entry.spec
         try:
+            if entry.certificate is not None and self.store is not None:
+                # the record of its order is finished only while that certificate is
+                # stored: gone before the adopted one replaces it
+                await self.store.drop_finished_order(spec.name, entry.certificate.order_url)
             certificate = await self.retired.adopt(spec.name, spec.identifier_set, spec.key_type)
         except AcmeCertsError as exc:
             log.warning("%s: cannot take over a retired certificate: %s", spec.name, exc)
