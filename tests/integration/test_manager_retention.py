@@ -165,6 +165,34 @@ async def test_applied_again_under_a_new_name_the_stored_certificate_comes_back_
     assert len(orders) == 1
 
 
+async def test_an_adoption_drops_the_finished_order_of_the_certificate_it_replaces(
+    pebble: PebbleServer, http01: Http01Server, tmp_path: Path
+) -> None:
+    """A finished order record is dead only while its certificate is stored: adopting a
+    retired certificate in its place deletes it, so that asking for the first
+    identifiers again orders anew instead of resuming that old, valid order."""
+    clock = FakeClock(START)
+    orders = Orders()
+    layout = KeyLayout(pebble.directory_url)
+    first_ids, other_ids = ["one.swap.example.test"], ["two.swap.example.test"]
+    async with FileStorage(tmp_path) as storage, client_for(pebble, clock, orders) as client:
+        manager = manager_for(client, http01, storage)
+        kept = await issue(manager, "old", other_ids)
+        await manager.unmanage("old")  # retired: adoptable for other_ids
+        first = await issue(manager, "cur", first_ids)
+        assert await storage.load(layout.order("cur")) is not None  # finished, kept
+        assert len(orders) == 2
+
+        adopted = await issue(manager, "cur", other_ids)  # stale: the retired one fits
+        assert adopted.certificate.serial == kept.certificate.serial
+        assert len(orders) == 2
+        assert await storage.load(layout.order("cur")) is None
+
+        back = await issue(manager, "cur", first_ids)
+    assert len(orders) == 3  # a new order, not the first one resumed
+    assert back.certificate.serial != first.certificate.serial
+
+
 @pytest.mark.timeout(60)
 async def test_after_the_retention_certificate_key_and_state_are_deleted_by_the_manager(
     pebble: PebbleServer, http01: Http01Server, tmp_path: Path
