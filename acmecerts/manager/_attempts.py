@@ -286,8 +286,7 @@ class Attempts(Renewals):
             # under the store's lock: another process may have issued it meanwhile, or
             # failed with it (its attempt state says when to try again, or that the
             # input is invalid)
-            await self._stored.load(entry, again=True)
-            await self._stored.adopt(entry)
+            await self._stored.load_locked(entry)
             if not force and current(entry, self.clock.now()):
                 assert entry.certificate is not None
                 return IssuedResult(name, self._handed_out.issued(entry.certificate))

@@ -74,10 +74,31 @@ class StoredEntries:
         if store is None or (entry.loaded and not again):
             return
         name = entry.spec.name
-        if not entry.loaded and self.retired is not None:
+        reclaim = not entry.loaded and self.retired is not None
+        if reclaim:
             # a retirement of the previous entry still being recorded is cancelled after
             # it, not before (else it is recorded again for a name in use)
             await self._after_retirements(name)
+        async with store.reading(self._keys(entry, retired=reclaim)):
+            await self._read(entry, store, reclaim=reclaim)
+
+    def _keys(self, entry: Entry, *, retired: bool, order: bool = False) -> list[str]:
+        """What :meth:`load` (and, under the lock, adoption and the order) will read."""
+        assert self.store is not None
+        spec, layout = entry.spec, self.store.layout
+        keys = [layout.certificate(spec.name).record]
+        if not entry.state_changed:
+            keys.append(layout.attempt_state(spec.name))
+        if retired:
+            keys.append(self.store.retired_key(spec.identifiers))
+        if order:
+            keys.append(layout.order(spec.name))
+        return keys
+
+    async def _read(self, entry: Entry, store: CertificateStore, *, reclaim: bool) -> None:
+        name = entry.spec.name
+        if reclaim:
+            assert self.retired is not None
             await self.retired.reclaim(name, entry.spec.identifier_set)  # managed again
         stored = await store.load_certificate(name)
         loaded: IssuedCertificate | None = None
@@ -97,6 +118,26 @@ class StoredEntries:
                     name, self.clock.now(), certificate=loaded, renew_at=entry.renew_at
                 )
             )
+
+    async def load_locked(self, entry: Entry) -> None:
+        """Under ``entry``'s store lock: read it again, adopt, learn its order record.
+
+        Another process may have issued it meanwhile, or failed with it. One batch of
+        reads: the certificate, the attempt state, the retired record (adoption) and
+        the order record (kept in the lock's memory for the order, see ``_persist.py``).
+        """
+        store = self.store
+        if store is None:
+            return
+        name = entry.spec.name
+        reclaim = not entry.loaded and self.retired is not None
+        if reclaim:
+            await self._after_retirements(name)  # (see load)
+        retired = self.retired is not None
+        async with store.reading(self._keys(entry, retired=retired, order=True)):
+            await self._read(entry, store, reclaim=reclaim)
+            await self.adopt(entry)
+            await store.load_order(name)
 
     @staticmethod
     def finished_order(entry: Entry) -> str | None:
