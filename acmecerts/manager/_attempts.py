@@ -241,7 +241,8 @@ class Attempts(Renewals):
         if deferred is None:
             return None
         if self._store is not None:
-            record = await self._store.load_order(entry.spec.name)
+            finished = self._stored.finished_order(entry)
+            record = await self._store.load_order(entry.spec.name, finished=finished)
             if record is not None and set(record.identifiers) == entry.spec.identifier_set:
                 return None
         result = await self._failed(entry, deferred)
@@ -285,9 +286,7 @@ class Attempts(Renewals):
             # under the store's lock: another process may have issued it meanwhile, or
             # failed with it (its attempt state says when to try again, or that the
             # input is invalid)
-            await self._stored.load(entry, again=True)
-            await self._stored.adopt(entry)
-            await self._stored.forget_finished_order(entry)
+            await self._stored.load_locked(entry)
             if not force and current(entry, self.clock.now()):
                 assert entry.certificate is not None
                 return IssuedResult(name, self._handed_out.issued(entry.certificate))
@@ -348,7 +347,8 @@ class Attempts(Renewals):
             # retried on the error backoff and resumes the order (recorded) instead of
             # keeping an unsaved certificate that nobody would ever publish
             await self._store.save_certificate(name, certificate)
-            await self._store.delete_order(name)
+            # its order record stays: it names this certificate's order, finished by
+            # rule (see _persist.py); the next order's intent overwrites it
         self._core.issued(entry, certificate)
         if self._store is not None:
             await self._stored.save_state(entry)

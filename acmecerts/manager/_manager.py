@@ -414,7 +414,8 @@ class CertificateManager(Attempts):
         private_key: PrivateKey | None = None
         journal: Callable[[IssuanceEvent], Awaitable[None]] | None = None
         if store is not None:
-            record = await store.load_order(spec.name)
+            finished = self._stored.finished_order(entry)
+            record = await store.load_order(spec.name, finished=finished)
             if record is not None and set(record.identifiers) == spec.identifier_set:
                 resume_url = record.order_url
                 # no URL: the last process died after sending newOrder, before recording

@@ -9,6 +9,13 @@ after ``newOrder`` so a restarted process resumes the order instead of ordering 
 written first right *before* ``newOrder`` without a URL, so a process that died in
 between knows to look for the order the CA may have created).
 
+An order record is not deleted when its certificate is saved: a record whose order URL
+is the one the stored certificate names is *finished*, dead by that rule (see
+:meth:`CertificateStore.load_order`), and the next order's intent overwrites it. That
+spares each new certificate a delete and its directory fsync. Earlier versions sharing
+the store delete such a record under the lock before they order (what they did after a
+crash between the save and the delete), so they read this layout as it is.
+
 The previous layout kept a certificate in three files, ``cert.pem``, ``privkey.pem`` and
 ``meta.json`` (written last: without it the certificate was not completely saved). Such
 a certificate still loads (when it has no record); the next save writes the record and
@@ -28,14 +35,21 @@ While this process holds a certificate's lock (:meth:`CertificateStore.lock`) it
 remembers what it read and wrote of that name's order record and whether its attempt
 state was absent, and spares the store a read or a delete that cannot change anything
 (see :class:`_Held`); the memory is dropped with the lock.
+
+The reads one step of the manager makes (a certificate's record, attempt state, retired
+record and order record) are made in one batch (:meth:`CertificateStore.reading`,
+:func:`~acmecerts.storage.load_each`): one hop to FileStorage's worker thread instead
+of one per key.
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import datetime as _dt
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Literal
 
 import anyio
 
@@ -65,7 +79,9 @@ from acmecerts.storage import (
     Outcome,
     Storage,
     StoredValue,
+    UpdateMarker,
     VersionConflict,
+    load_each,
     update,
 )
 from acmecerts.storage._json import decode_json, encode_json
@@ -74,6 +90,12 @@ from acmecerts.storage.keys import CertificateBundle, CertificateKeys, certifica
 __all__ = ["CertificateStore"]
 
 _FORMAT = 1
+
+#: The values :meth:`CertificateStore.reading` read for the block running in this task:
+#: each is handed out once, to the first read of its key.
+_BATCH: contextvars.ContextVar[dict[str, StoredValue | StorageError | None] | None] = (
+    contextvars.ContextVar("acmecerts_store_batch", default=None)
+)
 
 
 @dataclasses.dataclass(eq=False)
@@ -137,6 +159,37 @@ class CertificateStore:
             finally:
                 self._held.pop(slug, None)
 
+    @asynccontextmanager
+    async def reading(self, keys: Sequence[str]) -> AsyncIterator[None]:
+        """Read ``keys`` in one batch for the reads this task makes in the block.
+
+        Each value is handed to the first read of its key in the block (as fresh as that
+        read would have been: read just before), later reads read again. Keep the block
+        to reads that would have come right after each other. A key that could not be
+        read raises its error at that read, where it did before (:func:`load_each`); if
+        the batch as a whole fails, every read is made on its own.
+        """
+        values: dict[str, StoredValue | StorageError | None] | None
+        try:
+            values = dict(zip(keys, await load_each(self.storage, keys), strict=True))
+        except StorageError:
+            values = None
+        token = _BATCH.set(values)
+        try:
+            yield
+        finally:
+            _BATCH.reset(token)
+
+    async def _load(self, key: str) -> StoredValue | None:
+        """``storage.load(key)``, or the value a :meth:`reading` block read for it."""
+        batch = _BATCH.get()
+        if batch is not None and key in batch:
+            value = batch.pop(key)
+            if isinstance(value, StorageError):
+                raise value
+            return value
+        return await self.storage.load(key)
+
     def _holding(self, name: str) -> _Held | None:
         held = self._held.get(certificate_slug(name))
         return held if held is not None and held.valid else None
@@ -169,7 +222,7 @@ class CertificateStore:
         Raises :class:`StorageError` when the stored files do not belong together.
         """
         keys = self.layout.certificate(name)
-        record = await self.storage.load(keys.record)
+        record = await self._load(keys.record)
         if record is not None:
             return self._from_record(name, keys, record)
         if not await self._has_legacy(name):
@@ -263,7 +316,7 @@ class CertificateStore:
     async def load_attempt_state(self, name: str) -> AttemptState | None:
         """The stored attempt-schedule state for ``name``."""
         key = self.layout.attempt_state(name)
-        value = await self.storage.load(key)
+        value = await self._load(key)
         held = self._holding(name)
         if held is not None:
             held.attempts_absent = value is None
@@ -289,20 +342,38 @@ class CertificateStore:
 
     # -- orders in flight ---------------------------------------------------------------
 
-    async def load_order(self, name: str) -> OrderRecord | None:
-        """The order in flight for ``name``, if a previous attempt left one."""
+    async def load_order(self, name: str, *, finished: str | None = None) -> OrderRecord | None:
+        """The order in flight for ``name``, if a previous attempt left one.
+
+        ``finished``: the order URL the stored certificate names. A record of that order
+        is finished (its certificate was saved; the record stays until the next order's
+        intent overwrites it) and reads as none.
+        """
         held = self._holding(name)
         if held is not None and held.order_known:
             # read or written by this process under the lock it still holds (see _Held)
-            return held.order
-        record = await self._read_order(name)
-        if held is not None:
-            held.know_order(record)
+            record = held.order
+        else:
+            record = await self._read_order(name)
+            if held is not None:
+                held.know_order(record)
+        if record is not None and finished and record.order_url == finished:
+            return None
         return record
+
+    async def drop_finished_order(self, name: str, finished: str) -> None:
+        """Delete ``name``'s order record if it is the finished order ``finished``.
+
+        For a certificate record replaced by one of another order (an adoption): the
+        rule of :meth:`load_order` would no longer find the record finished.
+        """
+        record = await self.load_order(name)
+        if record is not None and finished and record.order_url == finished:
+            await self.delete_order(name)
 
     async def _read_order(self, name: str) -> OrderRecord | None:
         key = self.layout.order(name)
-        value = await self.storage.load(key)
+        value = await self._load(key)
         if value is None:
             return None
         data = decode_json(value.data, key)
@@ -358,7 +429,7 @@ class CertificateStore:
 
     async def load_retired(self, key: str) -> RetiredRecord | None:
         """The retired record at ``key``; :class:`StorageError` if it is not one of ours."""
-        value = await self.storage.load(key)
+        value = await self._load(key)
         return None if value is None else self._parse_retired(key, value)
 
     def _parse_retired(self, key: str, value: StoredValue) -> RetiredRecord:
@@ -418,7 +489,16 @@ class CertificateStore:
                 }
             )
 
-        hint = UNREAD if fresh is None or fresh.value is None else fresh.value
+        hint: StoredValue | Literal[UpdateMarker.UNREAD] = UNREAD
+        if fresh is not None and fresh.value is not None:
+            hint = fresh.value
+        elif fresh is None and (batch := _BATCH.get()) is not None and key in batch:
+            read = batch.pop(key)  # just read (see reading)
+            if isinstance(read, StorageError):
+                raise read
+            if read is None and create is None:
+                return None  # absent, and left absent: nothing to write
+            hint = UNREAD if read is None else read
         stored = await update(self.storage, key, edit, current=hint)
         if stored is None or made is None:
             return None

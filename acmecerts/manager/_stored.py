@@ -1,7 +1,7 @@
 """The manager's store, one certificate at a time: read, save, retire, take back.
 
 :class:`StoredEntries` reads a certificate's stored certificate and attempt state into
-its :class:`~acmecerts.manager._entry.Entry`, saves the attempt state, forgets a finished
+its :class:`~acmecerts.manager._entry.Entry`, saves the attempt state, names its finished
 order, and keeps certificates no longer managed for the retention
 (:class:`~acmecerts.manager._retention.RetiredCertificates`). Without a store every
 method does nothing.
@@ -74,10 +74,31 @@ class StoredEntries:
         if store is None or (entry.loaded and not again):
             return
         name = entry.spec.name
-        if not entry.loaded and self.retired is not None:
+        reclaim = not entry.loaded and self.retired is not None
+        if reclaim:
             # a retirement of the previous entry still being recorded is cancelled after
             # it, not before (else it is recorded again for a name in use)
             await self._after_retirements(name)
+        async with store.reading(self._keys(entry, retired=reclaim)):
+            await self._read(entry, store, reclaim=reclaim)
+
+    def _keys(self, entry: Entry, *, retired: bool, order: bool = False) -> list[str]:
+        """What :meth:`load` (and, under the lock, adoption and the order) will read."""
+        assert self.store is not None
+        spec, layout = entry.spec, self.store.layout
+        keys = [layout.certificate(spec.name).record]
+        if not entry.state_changed:
+            keys.append(layout.attempt_state(spec.name))
+        if retired:
+            keys.append(self.store.retired_key(spec.identifiers))
+        if order:
+            keys.append(layout.order(spec.name))
+        return keys
+
+    async def _read(self, entry: Entry, store: CertificateStore, *, reclaim: bool) -> None:
+        name = entry.spec.name
+        if reclaim:
+            assert self.retired is not None
             await self.retired.reclaim(name, entry.spec.identifier_set)  # managed again
         stored = await store.load_certificate(name)
         loaded: IssuedCertificate | None = None
@@ -98,20 +119,35 @@ class StoredEntries:
                 )
             )
 
-    async def forget_finished_order(self, entry: Entry) -> None:
-        """Delete the order record of a certificate that is already saved.
+    async def load_locked(self, entry: Entry) -> None:
+        """Under ``entry``'s store lock: read it again, adopt, learn its order record.
 
-        A process that died after saving the certificate but before deleting the record
-        leaves it behind; resumed by the next renewal, that order (``valid``) would hand
-        back the saved certificate instead of a new one.
+        Another process may have issued it meanwhile, or failed with it. One batch of
+        reads: the certificate, the attempt state, the retired record (adoption) and
+        the order record (kept in the lock's memory for the order, see ``_persist.py``).
         """
         store = self.store
-        if store is None or entry.certificate is None:
+        if store is None:
             return
-        record = await store.load_order(entry.spec.name)
-        if record is not None and record.order_url == entry.certificate.order_url:
-            log.info("%s: forgetting the finished order %s", entry.spec.name, record.order_url)
-            await store.delete_order(entry.spec.name)
+        name = entry.spec.name
+        reclaim = not entry.loaded and self.retired is not None
+        if reclaim:
+            await self._after_retirements(name)  # (see load)
+        retired = self.retired is not None
+        async with store.reading(self._keys(entry, retired=retired, order=True)):
+            await self._read(entry, store, reclaim=reclaim)
+            await self.adopt(entry)
+            await store.load_order(name)
+
+    @staticmethod
+    def finished_order(entry: Entry) -> str | None:
+        """The order URL of ``entry``'s certificate: its order record is finished.
+
+        The record is kept when the certificate is saved (see ``_persist.py``); resumed
+        by the next renewal, that order (``valid``) would hand back the saved
+        certificate instead of a new one, so it reads as none.
+        """
+        return None if entry.certificate is None else entry.certificate.order_url
 
     async def save_state(self, entry: Entry) -> None:
         if self.store is not None:
@@ -152,6 +188,10 @@ class StoredEntries:
             return
         spec = entry.spec
         try:
+            if entry.certificate is not None and self.store is not None:
+                # the record of its order is finished only while that certificate is
+                # stored: gone before the adopted one replaces it
+                await self.store.drop_finished_order(spec.name, entry.certificate.order_url)
             certificate = await self.retired.adopt(spec.name, spec.identifier_set, spec.key_type)
         except AcmeCertsError as exc:
             log.warning("%s: cannot take over a retired certificate: %s", spec.name, exc)

@@ -2,6 +2,8 @@
 
 * :class:`Storage`: the plug-in contract (load/store/delete/list with compare-and-swap,
   and leased locks); see :mod:`acmecerts.storage._base`.
+* :func:`load_many`, :func:`load_each`: several keys read at once (one hop for
+  acmecerts' stores, one ``load`` each for any other).
 * :func:`update`: a read-modify-write of one key by compare-and-swap, retried on
   conflict up to :data:`UPDATE_TRIES` times, then :class:`UpdateConflict`.
 * :class:`LeaseLocks` over a :class:`LeaseBackend`: the one lease lock of every store,
@@ -26,6 +28,8 @@ from acmecerts.storage._base import (
     Storage,
     StoredValue,
     VersionConflict,
+    load_each,
+    load_many,
 )
 from acmecerts.storage._lease import (
     HeldLease,
@@ -79,6 +83,8 @@ __all__ = [
     "UpdateMarker",
     "VersionConflict",
     "load_account_url",
+    "load_each",
+    "load_many",
     "load_or_create_account_key",
     "load_stored_key",
     "save_account_url",

@@ -14,11 +14,19 @@ from __future__ import annotations
 import abc
 import builtins
 import datetime as _dt
+from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import ClassVar, Self
 
-from acmecerts.errors import InvalidInput
-from acmecerts.storage._base import ANY_VERSION, Lease, StoredValue, _AnyVersion
+from acmecerts.errors import InvalidInput, StorageError
+from acmecerts.storage._base import (
+    ANY_VERSION,
+    Lease,
+    StoredValue,
+    _AnyVersion,
+    load_each_of,
+    values_of,
+)
 from acmecerts.storage._lease import LeaseLocks
 from acmecerts.storage.keys import validate_key, validate_prefix
 
@@ -38,6 +46,19 @@ class StoreBase(abc.ABC):
     @abc.abstractmethod
     async def _load(self, key: str) -> StoredValue | None:
         """Read ``key``; ``None`` if it does not exist."""
+
+    async def _load_each(
+        self, keys: Sequence[str]
+    ) -> builtins.list[StoredValue | StorageError | None]:
+        """Read every key of ``keys``, in order, a key's error in its place (by default
+        one ``_load`` each)."""
+        found: builtins.list[StoredValue | StorageError | None] = []
+        for key in keys:
+            try:
+                found.append(await self._load(key))
+            except StorageError as exc:
+                found.append(exc)
+        return found
 
     @abc.abstractmethod
     async def _store(
@@ -62,6 +83,28 @@ class StoreBase(abc.ABC):
     async def load(self, key: str) -> StoredValue | None:
         """Read ``key``; ``None`` if it does not exist, StorageError if it cannot be read back."""
         return await self._load(validate_key(key))
+
+    async def load_each(
+        self, keys: Sequence[str]
+    ) -> builtins.list[StoredValue | StorageError | None]:
+        """Read every key of ``keys``: in order, each value (``None``: absent) or the
+        :class:`~acmecerts.errors.StorageError` its ``load`` would raise.
+
+        Every key is checked before any I/O. A subclass that overrides :meth:`load`
+        (reads its own way) is read with it, key by key.
+        """
+        checked = [validate_key(key) for key in keys]
+        if type(self).load is not StoreBase.load:
+            return await load_each_of(self.load, checked)
+        return await self._load_each(checked)
+
+    async def load_many(self, keys: Sequence[str]) -> builtins.list[StoredValue | None]:
+        """Read every key of ``keys``: their values in order (``None``: absent).
+
+        Raises as :meth:`load` does, for the first key that cannot be read (see
+        :func:`acmecerts.storage.load_many`).
+        """
+        return values_of(await self.load_each(keys))
 
     async def store(
         self,

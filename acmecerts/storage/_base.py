@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 from acmecerts.errors import StorageError
 
@@ -115,6 +116,9 @@ class Storage(Protocol):
       ``lock()`` cancelled while acquiring MUST NOT leave the lock held.
     * ``list`` matches plain string prefixes (``"a/ce"`` finds ``a/cert/x``).
     * ``aclose`` releases the store's resources; it MUST be idempotent.
+    * A store MAY also have ``load_each(keys)`` and ``load_many(keys)`` (several keys
+      read at once, see :func:`load_each`); the functions of those names use them, else
+      one ``load`` per key.
     * Every method MUST honour cancellation and SHOULD return within seconds.
     """
 
@@ -156,3 +160,54 @@ class Storage(Protocol):
     async def aclose(self) -> None:
         """Release the store's resources (connections...); idempotent."""
         ...
+
+
+async def load_each_of(
+    load: Callable[[str], Awaitable[StoredValue | None]], keys: Sequence[str]
+) -> list[StoredValue | StorageError | None]:
+    """``load`` each key of ``keys`` in turn, a key's StorageError in its place."""
+    found: list[StoredValue | StorageError | None] = []
+    for key in keys:
+        try:
+            found.append(await load(key))
+        except StorageError as exc:
+            found.append(exc)
+    return found
+
+
+def values_of(found: Sequence[StoredValue | StorageError | None]) -> list[StoredValue | None]:
+    """The values of a :func:`load_each`; raises the first error among them."""
+    for value in found:
+        if isinstance(value, StorageError):
+            raise value
+    return cast("list[StoredValue | None]", list(found))
+
+
+async def load_each(
+    storage: Storage, keys: Sequence[str]
+) -> list[StoredValue | StorageError | None]:
+    """Read every key of ``keys``: in order, each value (``None``: absent) or the
+    :class:`~acmecerts.errors.StorageError` its ``load`` raised, so that one key that
+    cannot be read does not hide the others.
+
+    A store that has a ``load_each(keys)`` method of its own (acmecerts' stores: one hop
+    to FileStorage's worker thread for them all) is asked once; any other
+    :class:`Storage` is read key by key with ``load``, so a third-party store needs
+    nothing new.
+    """
+    own = getattr(storage, "load_each", None)
+    if own is not None:
+        return list(await own(keys))
+    return await load_each_of(storage.load, keys)
+
+
+async def load_many(storage: Storage, keys: Sequence[str]) -> list[StoredValue | None]:
+    """Read every key of ``keys``: their values in order (``None``: absent).
+
+    As :func:`load_each` (one hop for acmecerts' stores, one ``load`` per key for any
+    other), but raises as ``load`` does, for the first key that cannot be read.
+    """
+    own = getattr(storage, "load_many", None)
+    if own is not None:
+        return list(await own(keys))
+    return values_of(await load_each(storage, keys))

@@ -82,7 +82,7 @@ import logging
 import os
 import secrets
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from acmecerts._time import Clock, SystemClock
@@ -219,6 +219,23 @@ class FileStorage(StoreBase):
 
     async def _load(self, key: str) -> StoredValue | None:
         return await self._run(self._load_sync, key)
+
+    async def _load_each(
+        self, keys: Sequence[str]
+    ) -> builtins.list[StoredValue | StorageError | None]:
+        # one hop to the worker thread for them all (each hop costs more than a small read)
+        return await self._run(self._load_each_sync, keys)
+
+    def _load_each_sync(
+        self, keys: Sequence[str]
+    ) -> builtins.list[StoredValue | StorageError | None]:
+        found: builtins.list[StoredValue | StorageError | None] = []
+        for key in keys:
+            try:
+                found.append(self._load_sync(key))
+            except StorageError as exc:
+                found.append(exc)
+        return found
 
     async def _store(
         self, key: str, data: bytes, secret: bool, expect_version: str | _AnyVersion | None

@@ -75,14 +75,15 @@ class Scenario:
     thumbprint_before: str | None
     crashed: ChildRun
     restarted: ChildRun
-    #: The stored certificate's serial and whether the order record is gone, after restart.
+    #: The stored certificate's serial and whether an order record is left that is not
+    #: finished (a finished one names the stored certificate's order), after restart.
     stored_serial: str | None = None
     order_record_left: bool = True
     #: The order record the crash left: its URL (``None``: an intent) and key (SPKI hex).
     record_after_crash: tuple[str | None, str] | None = None
     #: The public key (SPKI hex) of the certificate stored after the restart.
     certified_key: str | None = None
-    #: For ``order-delete``: a forced renewal after the restart.
+    #: For ``record-saved``: a forced renewal after the restart.
     renewed: ChildRun | None = None
 
 
@@ -278,9 +279,11 @@ def run_scenario(pebble: PebbleServer, step: str, workdir: Path) -> Scenario:
                 scenario.stored_serial = None if issued is None else issued.serial
                 if issued is not None:
                     scenario.certified_key = spki(issued.chain.leaf.public_key())
-                scenario.order_record_left = await certificates.load_order(name) is not None
+                finished = None if issued is None else issued.order_url
+                left = await certificates.load_order(name, finished=finished)
+                scenario.order_record_left = left is not None
 
         anyio.run(stored)
-        if step == "order-delete":
+        if step == "record-saved":
             scenario.renewed = run_restart(pebble, proxy, state, name, force=True)
     return scenario

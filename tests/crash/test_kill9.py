@@ -147,14 +147,15 @@ def test_newOrder_answered_but_unrecorded_is_found_in_the_orders_list(
 def test_order_record_left_after_the_save_does_not_hijack_the_renewal(
     scenarios: dict[str, Scenario],
 ) -> None:
-    """Killed after the certificate was saved, before its order record was deleted: the
-    restart uses the saved certificate (no request for it) and drops the record, and a
-    renewal orders a new certificate instead of resuming the old, valid order."""
-    s = scenarios["order-delete"]
+    """Killed after the certificate was saved, its order record left (it is kept: the
+    record names the saved certificate's order, finished by that rule): the restart uses
+    the saved certificate (no request for it), and a renewal orders a new certificate
+    instead of resuming the old, valid order."""
+    s = scenarios["record-saved"]
     assert s.restarted.requests["newOrder"] == 0
     assert s.restarted.requests["download"] == 0
     [first] = s.crashed.lines[-1:]
-    assert first == {"crashing": "order-delete"}
+    assert first == {"crashing": "record-saved"}
     assert s.renewed is not None
     assert s.renewed.code == 0, s.renewed.stderr[-3000:]
     [renewal] = s.renewed.lines

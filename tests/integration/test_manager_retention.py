@@ -44,6 +44,11 @@ START = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.UTC)
 WEEK = dt.timedelta(days=7)
 
 
+#: The files a certificate the manager issued leaves: its record and its order record
+#: (kept once finished: it names the record's order).
+KEPT = 2
+
+
 def files_of(root: Path, name: str) -> list[str]:
     """Every stored file of certificate ``name`` (certificate, key, meta, state, order)."""
     slug = certificate_slug(name)
@@ -129,7 +134,7 @@ async def test_applied_again_under_a_new_name_the_stored_certificate_comes_back_
         manager.subscribe(events.append)
         first = await issue(manager, "release-1", ["app.helm.example.test"])
         await manager.unmanage("release-1")
-        assert len(files_of(tmp_path, "release-1")) == 1  # kept: the certificate's record
+        assert len(files_of(tmp_path, "release-1")) == KEPT
         assert len(retired_records(tmp_path)) == 1
         clock.advance(dt.timedelta(days=2))  # a Helm reinstall two days later
         again = await issue(manager, "release-2", ["app.helm.example.test"])
@@ -158,6 +163,34 @@ async def test_applied_again_under_a_new_name_the_stored_certificate_comes_back_
     assert isinstance(result, IssuedResult)
     assert result.certificate.serial == first.certificate.serial
     assert len(orders) == 1
+
+
+async def test_an_adoption_drops_the_finished_order_of_the_certificate_it_replaces(
+    pebble: PebbleServer, http01: Http01Server, tmp_path: Path
+) -> None:
+    """A finished order record is dead only while its certificate is stored: adopting a
+    retired certificate in its place deletes it, so that asking for the first
+    identifiers again orders anew instead of resuming that old, valid order."""
+    clock = FakeClock(START)
+    orders = Orders()
+    layout = KeyLayout(pebble.directory_url)
+    first_ids, other_ids = ["one.swap.example.test"], ["two.swap.example.test"]
+    async with FileStorage(tmp_path) as storage, client_for(pebble, clock, orders) as client:
+        manager = manager_for(client, http01, storage)
+        kept = await issue(manager, "old", other_ids)
+        await manager.unmanage("old")  # retired: adoptable for other_ids
+        first = await issue(manager, "cur", first_ids)
+        assert await storage.load(layout.order("cur")) is not None  # finished, kept
+        assert len(orders) == 2
+
+        adopted = await issue(manager, "cur", other_ids)  # stale: the retired one fits
+        assert adopted.certificate.serial == kept.certificate.serial
+        assert len(orders) == 2
+        assert await storage.load(layout.order("cur")) is None
+
+        back = await issue(manager, "cur", first_ids)
+    assert len(orders) == 3  # a new order, not the first one resumed
+    assert back.certificate.serial != first.certificate.serial
 
 
 @pytest.mark.timeout(60)
@@ -285,7 +318,7 @@ async def test_a_name_another_replica_manages_again_is_not_purged_by_the_one_tha
         assert replica_a._retired is not None
         await replica_a._retired.scan()
         assert await replica_a._retired.purge_due(clock.now()) == 0
-        assert len(files_of(tmp_path, "moved.example.test")) == 1
+        assert len(files_of(tmp_path, "moved.example.test")) == KEPT
     assert len(orders) == 1
 
 
@@ -415,7 +448,7 @@ async def test_a_certificate_a_managed_name_waits_for_is_not_purged_from_under_i
         clock.advance(120)  # the retention is over
         assert manager._retired is not None
         assert await manager._retired.purge_due(clock.now()) == 0  # postponed
-        assert len(files_of(tmp_path, "w-old")) == 1
+        assert len(files_of(tmp_path, "w-old")) == KEPT
         again = await issue(manager, "w-new", ["waits.example.test"])
         assert again.certificate.serial == first.certificate.serial
         assert await manager._retired.purge_due(clock.now()) == 1
@@ -449,7 +482,7 @@ async def test_retention_zero_forgets_at_once_and_none_keeps_forever(
         await forever._retired.scan()
         assert forever._retired.next_purge_at() is None
         assert await forever._retired.purge_due(clock.now()) == 0
-        assert len(files_of(tmp_path, "forever.example.test")) == 1
+        assert len(files_of(tmp_path, "forever.example.test")) == KEPT
         # still taken back, a year later, while it is valid (Pebble: 5 years)
         back = await issue(forever, "forever-2", ["forever.example.test"])
         assert back.certificate.not_after > clock.now()
@@ -542,7 +575,7 @@ async def test_an_owner_gone_retires_the_certificate(
         [result] = await restarted.issue_many([spec])
         assert isinstance(result, CancelledResult)
         assert len(retired_records(tmp_path)) == 1
-        assert len(files_of(tmp_path, "owned.example.test")) == 1  # kept for the retention
+        assert len(files_of(tmp_path, "owned.example.test")) == KEPT  # kept for the retention
         assert restarted._retired is not None
         await restarted._retired.scan()
         assert restarted._retired.next_purge_at() == clock.now() + dt.timedelta(hours=1)

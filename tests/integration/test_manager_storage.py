@@ -17,6 +17,7 @@ from waits import finish
 
 from acmecerts import AcmeClient, Http01Server
 from acmecerts.manager import CertificateLoaded, CertificateManager, IssuedResult
+from acmecerts.manager._persist import CertificateStore
 from acmecerts.storage import FileStorage, KeyLayout
 from acmecerts.testing import PebbleServer
 
@@ -158,8 +159,12 @@ async def test_kill_9_mid_order_then_restart_resumes_the_same_order(
         ) as client:
             manager = CertificateManager(client, solvers=[http01], storage=storage)
             [result] = await manager.issue_many([name])
-        assert await storage.load(layout.order(name)) is None  # done: forgotten
-    assert isinstance(result, IssuedResult)
+        assert isinstance(result, IssuedResult)
+        # done: the record stays, finished (it names the saved certificate's order)
+        stored = CertificateStore(storage, layout)
+        assert await stored.load_order(name) is not None
+        finished = result.certificate.order_url
+        assert await stored.load_order(name, finished=finished) is None
     assert_valid_chain(result.certificate, pebble, [name])
     assert _orders(pebble) - before == 1  # resumed: no second newOrder
     assert time.monotonic() - start < 60

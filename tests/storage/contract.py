@@ -29,6 +29,7 @@ from acmecerts.storage import (
     Storage,
     StoredValue,
     VersionConflict,
+    load_many,
 )
 
 
@@ -105,6 +106,26 @@ class StorageContract:
         assert loaded.version == version
         assert str(len(data)) in repr(loaded)
         assert "\\x00" not in repr(loaded)  # the repr never shows the value
+
+    async def test_load_many_reads_as_load_does(self, store_factory: StoreFactory) -> None:
+        store = await store_factory()
+        first = unique()
+        keys = [f"{first}/b.json", f"{first}/absent.json", f"{first}/a.json"]
+        await store.store(keys[0], b"b")
+        await store.store(keys[2], b"a", secret=True)
+
+        many = await load_many(store, keys)
+
+        singles = [await store.load(key) for key in keys]
+        assert [v and (v.data, v.version) for v in many] == [
+            v and (v.data, v.version) for v in singles
+        ]
+        assert many[1] is None
+        assert many[0] is not None
+        assert many[0].data == b"b"
+        assert await load_many(store, []) == []
+        with pytest.raises(InvalidInput):
+            await load_many(store, [keys[0], "a//b"])
 
     async def test_empty_and_secret_values(self, store_factory: StoreFactory) -> None:
         store = await store_factory()

@@ -16,13 +16,23 @@ import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import anyio
 import pytest
 from waits import within
 
 from acmecerts.errors import InvalidInput, StorageError
-from acmecerts.storage import FileStorage, LockTimeout, Storage, VersionConflict
+from acmecerts.storage import (
+    FileStorage,
+    LockTimeout,
+    Storage,
+    StoredValue,
+    VersionConflict,
+    filesystem,
+    load_each,
+    load_many,
+)
 from acmecerts.storage.filesystem import MAX_VALUE_SIZE
 from tests.storage.children import child, expect_line, finish
 
@@ -190,6 +200,86 @@ async def test_a_key_cannot_also_be_a_prefix(tmp_path: Path) -> None:
     assert await store.load("x") is None
     assert await store.delete("x") is False
     assert await store.list("") == ["a", "x/y"]
+
+
+# -- several keys at once ---------------------------------------------------------
+
+
+async def test_load_many_is_one_hop_to_the_worker_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = FileStorage(tmp_path)
+    keys = [f"ca/certificates/n{i}/certificate.json" for i in range(4)]
+    for key in keys[:3]:
+        await store.store(key, key.encode())
+    hops = 0
+    real_run = filesystem.run_sync
+
+    async def counting(func: Callable[..., object], *args: object) -> object:
+        nonlocal hops
+        hops += 1
+        return await real_run(func, *args)
+
+    monkeypatch.setattr(filesystem, "run_sync", counting)
+    values = await store.load_many(keys)
+    assert hops == 1
+    assert [v and v.data for v in values] == [k.encode() for k in keys[:3]] + [None]
+    with pytest.raises(InvalidInput):
+        await store.load_many([keys[0], "../x"])
+    assert hops == 1  # the keys are checked before any I/O
+    await load_many(store, keys)  # the public functions ask the store's own
+    await load_each(store, keys)
+    assert hops == 3
+
+
+async def test_load_many_of_a_store_without_it_loads_each_key(tmp_path: Path) -> None:
+    """A third-party store (here: one that only forwards ``load``) is read key by key."""
+
+    class OnlyLoad:
+        def __init__(self, inner: FileStorage) -> None:
+            self.inner, self.keys = inner, list[str]()
+
+        async def load(self, key: str) -> StoredValue | None:
+            self.keys.append(key)
+            return await self.inner.load(key)
+
+    inner = FileStorage(tmp_path)
+    await inner.store(KEY, b"key")
+    only = OnlyLoad(inner)
+    values = await load_many(cast(Storage, only), [KEY, "ca/none.json"])
+    assert [v and v.data for v in values] == [b"key", None]
+    assert only.keys == [KEY, "ca/none.json"]
+    each = await load_each(cast(Storage, only), ["ca/none.json", KEY])
+    assert [v and v.data for v in each] == [None, b"key"]
+    assert only.keys[-2:] == ["ca/none.json", KEY]
+
+
+async def test_a_corrupt_value_raises_in_load_many_and_stands_in_its_place_in_load_each(
+    tmp_path: Path,
+) -> None:
+    store = FileStorage(tmp_path)
+    await store.store(KEY, b"value")
+    await store.store("ca/ledger.json", b"{}")
+    path = tmp_path / KEY
+    path.write_bytes(path.read_bytes()[:-3])
+    with pytest.raises(StorageError) as caught:
+        await store.load_many(["ca/ledger.json", KEY])
+    assert caught.value.path == str(path)
+    ledger, damaged, absent = await load_each(store, ["ca/ledger.json", KEY, "ca/no.json"])
+    assert isinstance(ledger, StoredValue)
+    assert ledger.data == b"{}"
+    assert isinstance(damaged, StorageError)
+    assert damaged.path == str(path)
+    assert absent is None
+
+
+async def test_a_subclass_that_reads_its_own_way_is_read_with_its_load(tmp_path: Path) -> None:
+    class Down(FileStorage):
+        async def load(self, key: str) -> StoredValue | None:
+            raise StorageError(f"down (reading {key})")
+
+    found = await load_each(Down(tmp_path), [KEY, "ca/ledger.json"])
+    assert [str(e) for e in found] == [f"down (reading {k})" for k in (KEY, "ca/ledger.json")]
 
 
 # -- corruption ---------------------------------------------------------------------
