@@ -193,7 +193,7 @@ def layers(args: argparse.Namespace, profiler: _Profiler) -> list[Figure]:
                     clock,
                 )
             )
-            recheck = manager._plan_renewal
+            recheck = manager._renewals.plan
             figures.append(
                 await _timed("recheck", count, lambda i: recheck(entries[i % n]), profiler, clock)
             )

@@ -13,7 +13,6 @@ import contextlib
 import dataclasses
 import datetime as _dt
 import logging
-import random
 from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
@@ -53,9 +52,9 @@ from acmecerts.manager._events import (
     CertificateReplacesRefused,
     EventBus,
 )
-from acmecerts.manager._outage import HELD_REASON
+from acmecerts.manager._outage import HELD_REASON, CaOutage
 from acmecerts.manager._persist import CertificateStore
-from acmecerts.manager._renewals import Renewals
+from acmecerts.manager._renewals import RenewalPlanner
 from acmecerts.manager._scheduler import BudgetGate, Scheduler, replaces_id
 from acmecerts.manager._spec import (
     CancelledResult,
@@ -89,7 +88,7 @@ class Flight:
     scope: anyio.CancelScope | None = None
 
 
-class Attempts(Renewals):
+class Attempts:
     """The work for one certificate: single flight, budget gate, owner, lock, order, outcome.
 
     :class:`~acmecerts.manager.CertificateManager` is built on it; the attributes below
@@ -101,9 +100,7 @@ class Attempts(Renewals):
     solvers: list[Solver]
     schedule: AttemptSchedule
     error_backoff: AttemptSchedule
-    renewal_fraction: float | None
     clock: Clock
-    _rng: random.Random
     _limiter: anyio.CapacityLimiter
     _global_limiter: anyio.CapacityLimiter | None
     _core: FleetCore
@@ -116,6 +113,8 @@ class Attempts(Renewals):
     _stored: StoredEntries
     _scheduler: Scheduler
     _gate: BudgetGate
+    _outage: CaOutage
+    _renewals: RenewalPlanner
     _client_issue: Callable[
         [Entry, str | None, Sequence[Identifier] | None], Awaitable[IssuedCertificate]
     ]
@@ -125,7 +124,7 @@ class Attempts(Renewals):
         return solver_fingerprint(self.solvers)
 
     async def _cancelled(self, name: str, reason: str) -> None:
-        await self._publish(CertificateCancelled(name, self.clock.now(), reason=reason))
+        await self._events.publish(CertificateCancelled(name, self.clock.now(), reason=reason))
         for hook in list(self._cancellation_hooks):
             try:
                 result = hook(name, reason)
@@ -180,7 +179,7 @@ class Attempts(Renewals):
             log.warning(
                 "%s: storage failed (%s); next try at %s", name, exc, until, extra={"event": failed}
             )
-            await self._publish(failed)
+            await self._events.publish(failed)
             return FailedResult(name, exc, until)
 
     async def _attempt_once(
@@ -276,7 +275,9 @@ class Attempts(Renewals):
             return CancelledResult(name, _OWNER_GONE)
         until = self._hiccup(entry, "the owner guard failed")
         reason = "the owner guard failed"
-        await self._publish(CertificateDeferred(name, self.clock.now(), until=until, reason=reason))
+        await self._events.publish(
+            CertificateDeferred(name, self.clock.now(), until=until, reason=reason)
+        )
         return DeferredResult(name, until, reason)
 
     async def _issue(self, entry: Entry, *, renewal: bool, force: bool = False) -> IssueResult:
@@ -297,7 +298,7 @@ class Attempts(Renewals):
             if not force and retry_at is not None and retry_at > self.clock.now():
                 return DeferredResult(name, retry_at, "another process's attempt failed")
             renewal = renewal or (entry.certificate is not None and not entry.stale)
-        await self._publish(
+        await self._events.publish(
             CertificateObtaining(
                 name, self.clock.now(), renewal=renewal, attempt=entry.state.attempts + 1
             )
@@ -320,7 +321,7 @@ class Attempts(Renewals):
                 log.warning(
                     "%s: the CA refused replaces=%s (%s); ordering without it", name, replaces, exc
                 )
-                await self._publish(
+                await self._events.publish(
                     CertificateReplacesRefused(name, self.clock.now(), cert_id=replaces, error=exc)
                 )
                 if self._store is not None:
@@ -352,8 +353,8 @@ class Attempts(Renewals):
         self._core.issued(entry, certificate)
         if self._store is not None:
             await self._stored.save_state(entry)
-        await self._plan_renewal(entry)
-        await self._publish(
+        await self._renewals.plan(entry)
+        await self._events.publish(
             CertificateObtained(name, self.clock.now(), certificate=certificate, renewal=renewal)
         )
         return IssuedResult(name, certificate, renewed=renewal)
@@ -384,13 +385,13 @@ class Attempts(Renewals):
         )
         if failure.kind == "parked":
             log.warning("%s: invalid input, parked until its spec changes: %s", name, error)
-            await self._publish(CertificateFailed(name, self.clock.now(), error=error))
+            await self._events.publish(CertificateFailed(name, self.clock.now(), error=error))
             return FailedResult(name, error)
         if failure.kind == "held":
             # the ledger named no instant (a pause): held on our own backoff, never "now"
             assert failure.until is not None
             until = failure.until
-            await self._publish(
+            await self._events.publish(
                 CertificateDeferred(name, self.clock.now(), until=until, reason=str(error))
             )
             return DeferredResult(name, until, str(error))
@@ -405,7 +406,7 @@ class Attempts(Renewals):
                 event = CertificateDeferred(
                     name, self.clock.now(), until=next_at, reason=str(error)
                 )
-            await self._publish(event)
+            await self._events.publish(event)
             return DeferredResult(name, next_at, str(error))
         failed = CertificateFailed(
             name, self.clock.now(), error=error, next_attempt_at=next_at, attempt=attempts
@@ -413,7 +414,7 @@ class Attempts(Renewals):
         log.warning(
             "%s: attempt failed (%s), next at %s", name, error, next_at, extra={"event": failed}
         )
-        await self._publish(failed)
+        await self._events.publish(failed)
         return FailedResult(name, error, next_at)
 
     # -- what the scheduler starts (see _scheduler.py) -----------------------------------
@@ -449,7 +450,7 @@ class Attempts(Renewals):
             until = self._hiccup(entry, f"{type(exc).__name__}: {exc}")
             log.warning("%s: %s; next try at %s", entry.spec.name, exc, until)
             ended = True
-            await self._publish(
+            await self._events.publish(
                 CertificateFailed(
                     entry.spec.name, self.clock.now(), error=exc, next_attempt_at=until
                 )
@@ -493,7 +494,7 @@ class Attempts(Renewals):
             return
         if self._recheck_only(entry):
             # only the ARI re-check is due: ask the CA again, no order
-            await self._plan_renewal(entry)
+            await self._renewals.plan(entry)
             return
         renewal = entry.certificate is not None and not entry.stale
         await self._obtain(entry, renewal=renewal)

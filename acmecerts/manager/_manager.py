@@ -43,6 +43,7 @@ from acmecerts.manager._events import (
 from acmecerts.manager._outage import HELD_REASON, CaOutage
 from acmecerts.manager._persist import CertificateStore
 from acmecerts.manager._records import OrderRecord
+from acmecerts.manager._renewals import RenewalPlanner
 from acmecerts.manager._replicas import (
     DEFAULT_REPLICA_RECHECK_FACTOR,
     ReplicaRechecks,
@@ -58,7 +59,6 @@ from acmecerts.manager._spec import (
     OwnerGuard,
 )
 from acmecerts.manager._stored import StoredEntries
-from acmecerts.protocol.ari import ReplacementReason
 from acmecerts.protocol.identifiers import Identifier
 from acmecerts.protocol.keys import (
     KeyType,
@@ -159,19 +159,12 @@ class CertificateManager(Attempts):
         self.error_backoff = error_backoff or AttemptSchedule.exponential(
             base=5.0, multiplier=2.0, cap=300.0, jitter=0.2
         )
-        #: The fraction of the lifetime left at which a certificate is renewed without
-        #: ARI; ``None``: a third, or half under 10 days of lifetime.
-        self.renewal_fraction = renewal_fraction
         self.clock: Clock = clock or client.clock
         self._rng = rng or random.Random()
-        self._replicas = ReplicaRechecks(recheck_factor(replica_recheck_factor))
         #: Bounds this manager's attempts (``concurrency``); pass ``limiter`` to share one
         #: bound between the managers of several CAs (a global limit over per-CA ones).
         self._limiter = anyio.CapacityLimiter(concurrency)
         self._global_limiter = limiter
-        self._rechecking = set()
-        self._recheck_done = anyio.Event()
-        self._sweep_end = anyio.Event()
         #: The fleet core: the one owner of every certificate's state (see ``_core.py``);
         #: the manager, its scheduler and its store carry out what it says.
         self._core = FleetCore(
@@ -191,20 +184,7 @@ class CertificateManager(Attempts):
             self._store = CertificateStore(
                 storage, layout or KeyLayout(client.transport.directory_url)
             )
-        self._stored = StoredEntries(
-            self._store,
-            self._core,
-            self.clock,
-            self._plan_renewal,
-            self._publish,
-            self.retention,
-            solvers=self._solver_set,
-        )
-        #: Certificates no longer managed, kept for ``retention`` (see ``_retention.py``).
-        self._retired = self._stored.retired
-        stored = self._store is not None
         self._scheduler = Scheduler(self._core, clock=self.clock)
-        self._gate = BudgetGate(client, clock=self.clock, stored=stored)
         #: While the CA keeps failing, background work waits for one probe at a time.
         self._outage = CaOutage(
             clock_now=self.clock.now,
@@ -213,17 +193,45 @@ class CertificateManager(Attempts):
             check=lambda: client.transport.directory(refresh=True),
             rng=self._rng,
         )
+        #: ARI re-checks and the sweep after a replacement request (``_renewals.py``).
+        self._renewals = RenewalPlanner(
+            client,
+            core=self._core,
+            scheduler=self._scheduler,
+            clock=self.clock,
+            rng=self._rng,
+            fraction=renewal_fraction,
+            observe=self._outage.observe,
+            replicas=ReplicaRechecks(recheck_factor(replica_recheck_factor)),
+            publish=self._events.publish,
+        )
+        self._stored = StoredEntries(
+            self._store,
+            self._core,
+            self.clock,
+            self._renewals.plan,
+            self._events.publish,
+            self.retention,
+            solvers=self._solver_set,
+        )
+        #: Certificates no longer managed, kept for ``retention`` (see ``_retention.py``).
+        self._retired = self._stored.retired
+        self._gate = BudgetGate(client, clock=self.clock, stored=self._store is not None)
 
     def _unheld(self, entry: Entry) -> None:
         """The CA answers again: ``entry``, held for it, is planned again at once."""
         if self._core.ca_answers(entry, HELD_REASON):
             self._scheduler.changed(entry)
 
-    async def _ask_window(self, entry: Entry) -> ReplacementReason | None:
-        asked_at = self.clock.now()
-        reason = await super()._ask_window(entry)
-        self._replicas.stretch(self._core, entry, asked_at)  # another replica wrote it: it asks
-        return reason
+    @property
+    def renewal_fraction(self) -> float | None:
+        """The fraction of the lifetime left at which a certificate is renewed without
+        ARI; ``None``: a third, or half under 10 days of lifetime."""
+        return self._renewals.fraction
+
+    @renewal_fraction.setter
+    def renewal_fraction(self, fraction: float | None) -> None:
+        self._renewals.fraction = fraction
 
     # -- lifecycle ----------------------------------------------------------------------
 

@@ -1,28 +1,31 @@
 """The manager's renewal planning: ARI re-checks, and the sweep after a replacement request.
 
-:class:`Renewals` is a part of :class:`~acmecerts.manager._attempts.Attempts` (split out
-of it): it sets each certificate's renewal instant (:func:`plan_renewal`), tells the CA's
-health gate (:class:`~acmecerts.manager._outage.CaOutage`) what renewalInfo answered, and
-when the CA asks for a certificate to be replaced at once, re-checks every other one.
+:class:`RenewalPlanner` is a part :class:`~acmecerts.manager.CertificateManager` holds:
+it sets each certificate's renewal instant (:func:`plan_renewal`), tells the CA's health
+gate (:class:`~acmecerts.manager._outage.CaOutage`) what renewalInfo answered, stretches
+the re-check of a certificate another replica wrote
+(:class:`~acmecerts.manager._replicas.ReplicaRechecks`), and when the CA asks for a
+certificate to be replaced at once, re-checks every other one.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Awaitable, Callable
 
 import anyio
 
 from acmecerts._time import Clock
 from acmecerts.client import AcmeClient
+from acmecerts.errors import AcmeCertsError
 from acmecerts.manager._core import FleetCore
 from acmecerts.manager._entry import Entry
 from acmecerts.manager._events import (
     CertificateEvent,
     CertificateReplacementRequested,
-    EventBus,
 )
-from acmecerts.manager._outage import CaOutage
+from acmecerts.manager._replicas import ReplicaRechecks
 from acmecerts.manager._scheduler import Scheduler, plan_renewal
 from acmecerts.protocol.ari import ReplacementReason
 
@@ -33,62 +36,90 @@ _SWEEP_CONCURRENCY = 16
 log = logging.getLogger("acmecerts.manager")
 
 
-class Renewals:
-    """Renewal planning for :class:`~acmecerts.manager._attempts.Attempts`."""
+class RenewalPlanner:
+    """Renewal planning for the manager's certificates (ARI re-checks and the sweep).
 
-    client: AcmeClient
-    renewal_fraction: float | None
-    clock: Clock
-    _rng: random.Random
-    _core: FleetCore
-    _entries: dict[str, Entry]
-    _scheduler: Scheduler
-    _outage: CaOutage
-    _events: EventBus
-    #: Whether every certificate's ARI window is being re-checked now (:meth:`_sweep`).
-    _sweeping: bool = False
-    #: Set when the current sweep ends.
-    _sweep_end: anyio.Event
-    #: Certificates whose ARI window is being fetched now, and an event set after each.
-    _rechecking: set[Entry]
-    _recheck_done: anyio.Event
+    Args:
+        client: Asked for each certificate's ARI window.
+        core: The fleet core: the certificates, changed by its transitions only.
+        scheduler: Told which certificates changed once a sweep ends.
+        clock: Where "now" comes from.
+        rng: Picks the renewal instant in the ARI window.
+        fraction: The fraction of the lifetime left at which a certificate is renewed
+            without ARI (``None``: a third, or half under 10 days).
+        observe: Tells the CA's health gate what renewalInfo answered.
+        replicas: Stretches the re-check of a certificate another replica wrote.
+        publish: Sends a :class:`CertificateEvent` to the manager's subscribers.
+    """
 
-    async def _publish(self, event: CertificateEvent) -> None:
-        await self._events.publish(event)
+    def __init__(
+        self,
+        client: AcmeClient,
+        *,
+        core: FleetCore,
+        scheduler: Scheduler,
+        clock: Clock,
+        rng: random.Random,
+        fraction: float | None,
+        observe: Callable[[AcmeCertsError | None], None],
+        replicas: ReplicaRechecks,
+        publish: Callable[[CertificateEvent], Awaitable[None]],
+    ) -> None:
+        self.client = client
+        self.core = core
+        self.scheduler = scheduler
+        self.clock = clock
+        self.rng = rng
+        #: Read at each re-check (the manager's ``renewal_fraction`` sets it).
+        self.fraction = fraction
+        self.observe = observe
+        self.replicas = replicas
+        self.publish = publish
+        #: Whether every certificate's ARI window is being re-checked now (:meth:`sweep`).
+        self.sweeping = False
+        #: Set when the current sweep ends.
+        self.sweep_end = anyio.Event()
+        #: Certificates whose ARI window is being fetched now, and an event set after each.
+        self.rechecking: set[Entry] = set()
+        self.recheck_done = anyio.Event()
 
-    async def _ask_window(self, entry: Entry) -> ReplacementReason | None:
+    async def ask_window(self, entry: Entry) -> ReplacementReason | None:
         """Ask the CA for ``entry``'s ARI window and plan its renewal from the answer.
 
         Returns why the CA wants it replaced now, if it does.
         """
-        return await plan_renewal(
+        asked_at = self.clock.now()
+        reason = await plan_renewal(
             entry,
             self.client,
-            core=self._core,
-            fraction=self.renewal_fraction,
+            core=self.core,
+            fraction=self.fraction,
             clock=self.clock,
-            rng=self._rng,
-            observe=self._outage.observe,
+            rng=self.rng,
+            observe=self.observe,
         )
+        self.replicas.stretch(self.core, entry, asked_at)  # another replica wrote it: it asks
+        return reason
 
-    async def _plan_renewal(self, entry: Entry) -> None:
-        self._rechecking.add(entry)
+    async def plan(self, entry: Entry) -> None:
+        """Re-check ``entry``'s ARI window; the CA asking for a replacement starts a sweep."""
+        self.rechecking.add(entry)
         try:
-            reason = await self._ask_window(entry)
+            reason = await self.ask_window(entry)
         finally:
-            self._rechecking.discard(entry)
-            self._recheck_done.set()
+            self.rechecking.discard(entry)
+            self.recheck_done.set()
         if reason is not None:
-            await self._replacement_requested(entry, reason)
-            if not self._sweeping:
-                await self._sweep(entry)
+            await self.replacement_requested(entry, reason)
+            if not self.sweeping:
+                await self.sweep(entry)
                 return
-        if self._sweeping and entry.ari_replacement is not None:
+        if self.sweeping and entry.ari_replacement is not None:
             # found by its own re-check during a sweep: it starts with the others, in
             # priority order, when the sweep ends (not now, ahead of them)
-            await self._sweep_end.wait()
+            await self.sweep_end.wait()
 
-    async def _replacement_requested(self, entry: Entry, reason: ReplacementReason) -> None:
+    async def replacement_requested(self, entry: Entry, reason: ReplacementReason) -> None:
         answer = entry.ari_answer
         assert answer is not None
         log.warning(
@@ -99,7 +130,7 @@ class Renewals:
             answer.window_end.isoformat(),
             f"; see {answer.explanation_url}" if answer.explanation_url else "",
         )
-        await self._publish(
+        await self.publish(
             CertificateReplacementRequested(
                 entry.spec.name,
                 self.clock.now(),
@@ -111,7 +142,7 @@ class Renewals:
             )
         )
 
-    async def _sweep(self, first: Entry) -> None:
+    async def sweep(self, first: Entry) -> None:
         """The CA asked for ``first`` to be replaced: re-check every other certificate now.
 
         A mass revocation moves many windows at once, but each certificate would only
@@ -121,12 +152,12 @@ class Renewals:
         only then are they all handed to the scheduler together: the renewals due now
         start in one tick, highest priority first.
         """
-        self._sweeping = True
-        self._sweep_end = anyio.Event()
+        self.sweeping = True
+        self.sweep_end = anyio.Event()
         others = sorted(
             (
                 e
-                for e in self._entries.values()
+                for e in self.core.entries.values()
                 if e is not first
                 and e.cancelled is None
                 and e.flight is None
@@ -134,7 +165,7 @@ class Renewals:
                 and not e.stale
                 and e.ari_recheck_at is not None
                 and e.ari_replacement is None
-                and e not in self._rechecking  # asking already: waited for below
+                and e not in self.rechecking  # asking already: waited for below
             ),
             key=lambda e: (-e.spec.priority, e.seq),
         )
@@ -144,9 +175,9 @@ class Renewals:
         async def recheck(other: Entry) -> None:
             async with limiter:
                 try:
-                    reason = await self._ask_window(other)
+                    reason = await self.ask_window(other)
                     if reason is not None:
-                        await self._replacement_requested(other, reason)
+                        await self.replacement_requested(other, reason)
                 except Exception:  # one certificate's bug must not stop the others
                     log.exception("%s: re-checking the ARI window failed", other.spec.name)
 
@@ -155,14 +186,14 @@ class Renewals:
             async with anyio.create_task_group() as tg:
                 for other in others:
                     tg.start_soon(recheck, other)
-            while self._rechecking - {first}:  # their own re-checks, under way before
-                self._recheck_done = anyio.Event()
-                await self._recheck_done.wait()
+            while self.rechecking - {first}:  # their own re-checks, under way before
+                self.recheck_done = anyio.Event()
+                await self.recheck_done.wait()
         finally:
-            self._sweeping = False
-            self._sweep_end.set()
+            self.sweeping = False
+            self.sweep_end.set()
             # every certificate due now is planned in the same scheduler tick
-            for other in self._entries.values():
+            for other in self.core.entries.values():
                 if other in swept or other.ari_replacement is not None:
-                    self._scheduler.changed(other, wake=False)
-            self._scheduler.wake_up()
+                    self.scheduler.changed(other, wake=False)
+            self.scheduler.wake_up()
