@@ -20,7 +20,6 @@ import anyio.abc
 
 from acmecerts._issued import IssuedCertificate
 from acmecerts._time import Clock
-from acmecerts.client import AcmeClient
 from acmecerts.errors import (
     AcmeCertsError,
     AcmeProblem,
@@ -33,16 +32,13 @@ from acmecerts.errors import (
 from acmecerts.manager._core import FleetCore
 from acmecerts.manager._entry import (
     Entry,
-    HandedOut,
     current,
     due_at,
     for_name,
     parked,
     progress_mark,
-    solver_fingerprint,
 )
 from acmecerts.manager._events import (
-    CertificateCancelled,
     CertificateDeferred,
     CertificateEvent,
     CertificateFailed,
@@ -50,7 +46,6 @@ from acmecerts.manager._events import (
     CertificateObtaining,
     CertificateRateLimited,
     CertificateReplacesRefused,
-    EventBus,
 )
 from acmecerts.manager._outage import HELD_REASON, CaOutage
 from acmecerts.manager._persist import CertificateStore
@@ -67,8 +62,8 @@ from acmecerts.manager._spec import (
 from acmecerts.manager._stored import StoredEntries
 from acmecerts.protocol.ari import replaces_refused
 from acmecerts.protocol.identifiers import Identifier
+from acmecerts.protocol.resources import Directory
 from acmecerts.retry import AttemptSchedule
-from acmecerts.solvers._base import Solver
 
 #: Called with ``(name, reason)`` whenever work for a certificate is cancelled.
 CancellationHook = Callable[[str, str], Awaitable[None] | None]
@@ -88,73 +83,96 @@ class Flight:
     scope: anyio.CancelScope | None = None
 
 
-class Attempts:
+class AttemptRunner:
     """The work for one certificate: single flight, budget gate, owner, lock, order, outcome.
 
-    :class:`~acmecerts.manager.CertificateManager` is built on it; the attributes below
-    are set by its ``__init__``, and ``_client_issue`` (one call of the client for an
-    order, with the order journal) is defined there.
+    :class:`~acmecerts.manager.CertificateManager` holds one and hands it what it uses.
+
+    Args:
+        core: The fleet core: the certificates, changed by its transitions only.
+        clock: Where "now" comes from.
+        schedule: Spacing of attempts after the CA's failures.
+        limiter: This manager's concurrency bound.
+        global_limiter: A bound shared with other managers, if any.
+        store: The certificate store (its lock, the certificate, the order intent);
+            ``None`` for a manager without one.
+        lock_lease: The lease of a certificate's lock in the store, seconds.
+        stored: Reads and saves the entries' stored state.
+        scheduler: Told when an entry changed (plans what comes next).
+        gate: The budget gate (priority, the ledger's deferrals).
+        outage: The CA's health gate (holds background work while the CA fails).
+        renewals: Plans a certificate's renewal (its ARI re-check).
+        client_issue: One call of the client for an order, with the order journal
+            (``CertificateManager._client_issue``).
+        directory: The CA's directory (to tell a refused ``replaces``).
+        solver_set: The fingerprint of the manager's solvers now.
+        cancelled: Publishes a cancellation and calls the cancellation hooks.
+        publish: Sends a :class:`CertificateEvent` to the manager's subscribers.
     """
 
-    client: AcmeClient
-    solvers: list[Solver]
-    schedule: AttemptSchedule
-    error_backoff: AttemptSchedule
-    clock: Clock
-    _limiter: anyio.CapacityLimiter
-    _global_limiter: anyio.CapacityLimiter | None
-    _core: FleetCore
-    _entries: dict[str, Entry]
-    _handed_out: HandedOut
-    _events: EventBus
-    _cancellation_hooks: list[CancellationHook]
-    _store: CertificateStore | None
-    _lock_lease: float
-    _stored: StoredEntries
-    _scheduler: Scheduler
-    _gate: BudgetGate
-    _outage: CaOutage
-    _renewals: RenewalPlanner
-    _client_issue: Callable[
-        [Entry, str | None, Sequence[Identifier] | None], Awaitable[IssuedCertificate]
-    ]
+    def __init__(
+        self,
+        *,
+        core: FleetCore,
+        clock: Clock,
+        schedule: AttemptSchedule,
+        limiter: anyio.CapacityLimiter,
+        global_limiter: anyio.CapacityLimiter | None,
+        store: CertificateStore | None,
+        lock_lease: float,
+        stored: StoredEntries,
+        scheduler: Scheduler,
+        gate: BudgetGate,
+        outage: CaOutage,
+        renewals: RenewalPlanner,
+        client_issue: Callable[
+            [Entry, str | None, Sequence[Identifier] | None], Awaitable[IssuedCertificate]
+        ],
+        directory: Callable[[], Awaitable[Directory]],
+        solver_set: Callable[[], str],
+        cancelled: Callable[[str, str], Awaitable[None]],
+        publish: Callable[[CertificateEvent], Awaitable[None]],
+    ) -> None:
+        self.core = core
+        self.clock = clock
+        self.schedule = schedule
+        self.limiter = limiter
+        self.global_limiter = global_limiter
+        self.store = store
+        self.lock_lease = lock_lease
+        self.stored = stored
+        self.scheduler = scheduler
+        self.gate = gate
+        self.outage = outage
+        self.renewals = renewals
+        self.client_issue = client_issue
+        self.directory = directory
+        self.solver_set = solver_set
+        self.cancelled = cancelled
+        self.publish = publish
 
-    def _solver_set(self) -> str:
-        """The fingerprint of the solvers now (a failure is recorded with it)."""
-        return solver_fingerprint(self.solvers)
-
-    async def _cancelled(self, name: str, reason: str) -> None:
-        await self._events.publish(CertificateCancelled(name, self.clock.now(), reason=reason))
-        for hook in list(self._cancellation_hooks):
-            try:
-                result = hook(name, reason)
-                if result is not None:
-                    await result
-            except Exception:
-                log.exception("cancellation hook failed for %s", name)
-
-    async def _obtain(
+    async def obtain(
         self, entry: Entry, *, renewal: bool = False, force: bool = False
     ) -> IssueResult:
         """Run (or join) the single flight for ``entry``."""
         if entry.cancelled is not None:
             return CancelledResult(entry.spec.name, entry.cancelled)
         flight = Flight()
-        existing = self._core.attempt_started(entry, flight)
+        existing = self.core.attempt_started(entry, flight)
         if existing is not None:
             await existing.done.wait()
             assert existing.result is not None
             return for_name(existing.result, entry.spec.name)
-        self._gate.enter(entry)
+        self.gate.enter(entry)
         result: IssueResult = CancelledResult(entry.spec.name, "interrupted")
         try:
             result = await self._attempt(entry, flight, renewal=renewal, force=force)
         finally:
-            self._gate.leave(entry)
+            self.gate.leave(entry)
             flight.result = result
-            self._core.attempt_ended(entry, flight)
+            self.core.attempt_ended(entry, flight)
             flight.done.set()
-            self._scheduler.changed(entry)  # the scheduler plans what comes next (renewal, retry)
+            self.scheduler.changed(entry)  # the scheduler plans what comes next (renewal, retry)
         return result
 
     async def _owner_present(self, spec: CertificateSpec) -> bool | None:
@@ -179,7 +197,7 @@ class Attempts:
             log.warning(
                 "%s: storage failed (%s); next try at %s", name, exc, until, extra={"event": failed}
             )
-            await self._events.publish(failed)
+            await self.publish(failed)
             return FailedResult(name, exc, until)
 
     async def _attempt_once(
@@ -188,9 +206,9 @@ class Attempts:
         spec = entry.spec
         name = spec.name
         generation = entry.generation
-        await self._stored.load(entry)
-        # a failure under other solvers (``self.solvers`` changed) imposes no wait on these
-        self._core.solvers_now(entry, self._solver_set())
+        await self.stored.load(entry)
+        # a failure under other solvers (the manager's ``solvers`` changed) imposes no wait on these
+        self.core.solvers_now(entry, self.solver_set())
         if parked(entry) and not force:
             assert entry.state.last_error is not None
             return FailedResult(name, InvalidInput(entry.state.last_error))
@@ -198,7 +216,7 @@ class Attempts:
         if not self.schedule.ready(entry.state, now) and entry.state.next_attempt_at is not None:
             return DeferredResult(name, entry.state.next_attempt_at, "backoff after a failure")
         # before taking a slot: an entry waiting here must not keep others from theirs
-        fits_at = None if force else await self._gate.turn(entry)
+        fits_at = None if force else await self.gate.turn(entry)
         if fits_at is not None:
             deferred = RateLimitDeferred(
                 "certificates of higher priority take the rate-limit budget until then",
@@ -206,25 +224,25 @@ class Attempts:
                 limit=None,
             )
             result = await self._failed(entry, deferred)
-            await self._stored.save_state(entry)
+            await self.stored.save_state(entry)
             return result
         with anyio.CancelScope() as scope:
             flight.scope = scope
             if entry.cancelled is not None:
                 scope.cancel()
-            async with self._limiter, self._global_limiter or _NO_LIMIT:
+            async with self.limiter, self.global_limiter or _NO_LIMIT:
                 refused = await self._refused_by_ledger(entry)
                 if refused is not None:
                     return refused
-                if self._store is None:
+                if self.store is None:
                     result = await self._owned_issue(entry, generation, renewal, force)
                 else:
                     # the owner is asked under the lock: a deletion seen while another
                     # replica held it still stops this order
-                    async with self._store.lock(name, lease=self._lock_lease):
+                    async with self.store.lock(name, lease=self.lock_lease):
                         result = await self._owned_issue(entry, generation, renewal, force)
                 if isinstance(result, CancelledResult) and result.reason == _OWNER_GONE:
-                    await self._stored.retire(name, entry)  # (outside the lock: a purge takes it)
+                    await self.stored.retire(name, entry)  # (outside the lock: a purge takes it)
                 return result
         return CancelledResult(name, entry.cancelled or "cancelled")
 
@@ -236,16 +254,16 @@ class Attempts:
         intent. A stored order of an earlier attempt is resumed without a new order:
         that one goes on to the lock.
         """
-        deferred = await self._gate.ledger_deferral(entry)
+        deferred = await self.gate.ledger_deferral(entry)
         if deferred is None:
             return None
-        if self._store is not None:
-            finished = self._stored.finished_order(entry)
-            record = await self._store.load_order(entry.spec.name, finished=finished)
+        if self.store is not None:
+            finished = self.stored.finished_order(entry)
+            record = await self.store.load_order(entry.spec.name, finished=finished)
             if record is not None and set(record.identifiers) == entry.spec.identifier_set:
                 return None
         result = await self._failed(entry, deferred)
-        await self._stored.save_state(entry)
+        await self.stored.save_state(entry)
         return result
 
     async def _owned_issue(
@@ -270,27 +288,25 @@ class Attempts:
         if owner is True:
             return None
         if owner is False:
-            self._core.owner_gone(entry, _OWNER_GONE)
-            await self._cancelled(name, _OWNER_GONE)
+            self.core.owner_gone(entry, _OWNER_GONE)
+            await self.cancelled(name, _OWNER_GONE)
             return CancelledResult(name, _OWNER_GONE)
         until = self._hiccup(entry, "the owner guard failed")
         reason = "the owner guard failed"
-        await self._events.publish(
-            CertificateDeferred(name, self.clock.now(), until=until, reason=reason)
-        )
+        await self.publish(CertificateDeferred(name, self.clock.now(), until=until, reason=reason))
         return DeferredResult(name, until, reason)
 
     async def _issue(self, entry: Entry, *, renewal: bool, force: bool = False) -> IssueResult:
         spec = entry.spec
         name = spec.name
-        if self._store is not None:
+        if self.store is not None:
             # under the store's lock: another process may have issued it meanwhile, or
             # failed with it (its attempt state says when to try again, or that the
             # input is invalid)
-            await self._stored.load_locked(entry)
+            await self.stored.load_locked(entry)
             if not force and current(entry, self.clock.now()):
                 assert entry.certificate is not None
-                return IssuedResult(name, self._handed_out.issued(entry.certificate))
+                return IssuedResult(name, self.core.handed_out.issued(entry.certificate))
             if not force and parked(entry):
                 assert entry.state.last_error is not None
                 return FailedResult(name, InvalidInput(entry.state.last_error))
@@ -298,7 +314,7 @@ class Attempts:
             if not force and retry_at is not None and retry_at > self.clock.now():
                 return DeferredResult(name, retry_at, "another process's attempt failed")
             renewal = renewal or (entry.certificate is not None and not entry.stale)
-        await self._events.publish(
+        await self.publish(
             CertificateObtaining(
                 name, self.clock.now(), renewal=renewal, attempt=entry.state.attempts + 1
             )
@@ -309,8 +325,8 @@ class Attempts:
         )
         try:
             try:
-                certificate = await self._client_issue(entry, replaces, renewal_of)
-                self._outage.observe(None)
+                certificate = await self.client_issue(entry, replaces, renewal_of)
+                self.outage.observe(None)
             except AcmeProblem as exc:
                 if replaces is None or not await self._refused_replaces(exc):
                     raise
@@ -321,40 +337,40 @@ class Attempts:
                 log.warning(
                     "%s: the CA refused replaces=%s (%s); ordering without it", name, replaces, exc
                 )
-                await self._events.publish(
+                await self.publish(
                     CertificateReplacesRefused(name, self.clock.now(), cert_id=replaces, error=exc)
                 )
-                if self._store is not None:
+                if self.store is not None:
                     # the refused newOrder created no order: its intent must not send the
                     # next one looking for an unrecorded order
-                    await self._store.delete_order(name)
+                    await self.store.delete_order(name)
                 # a new order: the owner may have gone meanwhile, so ask before it again
                 refused = await self._ask_owner(entry)
                 if refused is not None:
                     return refused
-                certificate = await self._client_issue(entry, None, renewal_of)
-                self._outage.observe(None)
+                certificate = await self.client_issue(entry, None, renewal_of)
+                self.outage.observe(None)
         except StorageError:
             raise  # our store, not the CA: the error backoff (see _attempt), not the schedule
         except AcmeCertsError as exc:
-            self._core.steady(entry)
-            self._outage.observe(exc)  # the CA failing holds the others' work (_work)
+            self.core.steady(entry)
+            self.outage.observe(exc)  # the CA failing holds the others' work (work)
             result = await self._failed(entry, exc)
-            await self._stored.save_state(entry)
+            await self.stored.save_state(entry)
             return result
-        self._core.steady(entry)
-        if self._store is not None:
+        self.core.steady(entry)
+        if self.store is not None:
             # saved before it counts as held: if the store fails here, the attempt is
             # retried on the error backoff and resumes the order (recorded) instead of
             # keeping an unsaved certificate that nobody would ever publish
-            await self._store.save_certificate(name, certificate)
+            await self.store.save_certificate(name, certificate)
             # its order record stays: it names this certificate's order, finished by
             # rule (see _persist.py); the next order's intent overwrites it
-        self._core.issued(entry, certificate)
-        if self._store is not None:
-            await self._stored.save_state(entry)
-        await self._renewals.plan(entry)
-        await self._events.publish(
+        self.core.issued(entry, certificate)
+        if self.store is not None:
+            await self.stored.save_state(entry)
+        await self.renewals.plan(entry)
+        await self.publish(
             CertificateObtained(name, self.clock.now(), certificate=certificate, renewal=renewal)
         )
         return IssuedResult(name, certificate, renewed=renewal)
@@ -366,32 +382,32 @@ class Attempts:
         doubling to 5 min by default, jittered). Only progress (an attempt that reached
         an outcome, a successful read) resets the count (:meth:`FleetCore.steady`).
         """
-        return self._core.hiccup(entry, reason, self.clock.now())
+        return self.core.hiccup(entry, reason, self.clock.now())
 
     async def _failed(self, entry: Entry, error: AcmeCertsError) -> IssueResult:
         name = entry.spec.name
         # the ledger's deferral: one token behind the others it deferred on its bucket
         deferred_until = (
-            self._gate.deferred_until(error)
+            self.gate.deferred_until(error)
             if isinstance(error, RateLimitDeferred) and error.retry_after is not None
             else None
         )
-        failure = self._core.attempt_failed(
+        failure = self.core.attempt_failed(
             entry,
             error,
             now=self.clock.now(),
-            solvers=self._solver_set(),
+            solvers=self.solver_set(),
             deferred_until=deferred_until,
         )
         if failure.kind == "parked":
             log.warning("%s: invalid input, parked until its spec changes: %s", name, error)
-            await self._events.publish(CertificateFailed(name, self.clock.now(), error=error))
+            await self.publish(CertificateFailed(name, self.clock.now(), error=error))
             return FailedResult(name, error)
         if failure.kind == "held":
             # the ledger named no instant (a pause): held on our own backoff, never "now"
             assert failure.until is not None
             until = failure.until
-            await self._events.publish(
+            await self.publish(
                 CertificateDeferred(name, self.clock.now(), until=until, reason=str(error))
             )
             return DeferredResult(name, until, str(error))
@@ -406,7 +422,7 @@ class Attempts:
                 event = CertificateDeferred(
                     name, self.clock.now(), until=next_at, reason=str(error)
                 )
-            await self._events.publish(event)
+            await self.publish(event)
             return DeferredResult(name, next_at, str(error))
         failed = CertificateFailed(
             name, self.clock.now(), error=error, next_attempt_at=next_at, attempt=attempts
@@ -414,7 +430,7 @@ class Attempts:
         log.warning(
             "%s: attempt failed (%s), next at %s", name, error, next_at, extra={"event": failed}
         )
-        await self._events.publish(failed)
+        await self.publish(failed)
         return FailedResult(name, error, next_at)
 
     # -- what the scheduler starts (see _scheduler.py) -----------------------------------
@@ -422,35 +438,35 @@ class Attempts:
     async def _refused_replaces(self, error: AcmeProblem) -> bool:
         """Whether ``error`` is the CA refusing a ``newOrder`` because of ``replaces``."""
         try:
-            new_order_url = (await self.client.directory()).new_order
+            new_order_url = (await self.directory()).new_order
         except AcmeCertsError:
             return False
         return replaces_refused(error, new_order_url=new_order_url)
 
-    async def _background(self, entry: Entry) -> None:
+    async def background(self, entry: Entry) -> None:
         before = progress_mark(entry)
         ended = False  # not cancelled (the manager stopping is no reason to hold)
         try:
-            if self._core.loading(entry):
-                self._gate.enter(entry)
+            if self.core.loading(entry):
+                self.gate.enter(entry)
                 try:
-                    await self._stored.load(entry)
-                    self._core.steady(entry)
+                    await self.stored.load(entry)
+                    self.core.steady(entry)
                 finally:
-                    self._core.load_ended(entry)
-                    self._gate.leave(entry)
+                    self.core.load_ended(entry)
+                    self.gate.leave(entry)
                 due = due_at(entry, self.schedule, self.clock.now())
                 if due is None or due > self.clock.now():
                     ended = True
                     return  # a stored certificate that is current: nothing to do yet
-            await self._work(entry)
+            await self.work(entry)
             ended = True
         except AcmeCertsError as exc:
             # reading the store (or the ARI re-check) failed outside an attempt
             until = self._hiccup(entry, f"{type(exc).__name__}: {exc}")
             log.warning("%s: %s; next try at %s", entry.spec.name, exc, until)
             ended = True
-            await self._events.publish(
+            await self.publish(
                 CertificateFailed(
                     entry.spec.name, self.clock.now(), error=exc, next_attempt_at=until
                 )
@@ -462,7 +478,7 @@ class Attempts:
         finally:
             if (
                 ended
-                and self._entries.get(entry.spec.name) is entry
+                and self.core.entries.get(entry.spec.name) is entry
                 and entry.flight is None
                 and progress_mark(entry) == before
             ):
@@ -470,9 +486,9 @@ class Attempts:
                 if due is not None and due <= self.clock.now():
                     # nothing moved and it would start again at once: never a hot loop
                     self._hiccup(entry, "no progress")
-            self._scheduler.changed(entry)
+            self.scheduler.changed(entry)
 
-    def _recheck_only(self, entry: Entry) -> bool:
+    def recheck_only(self, entry: Entry) -> bool:
         """Whether ``entry``'s work now is only its ARI re-check (no order, no load)."""
         renew_at = entry.renew_at
         return (
@@ -480,21 +496,21 @@ class Attempts:
             and not entry.stale
             and entry.ari_recheck_at is not None
             and renew_at is not None
-            and not self._core.loading(entry)
+            and not self.core.loading(entry)
             and self.clock.now() < renew_at
         )
 
-    async def _work(self, entry: Entry) -> None:
+    async def work(self, entry: Entry) -> None:
         if entry.flight is not None:
             return
-        held_until = await self._outage.admit(entry)
+        held_until = await self.outage.admit(entry)
         if held_until is not None:
             # the CA is failing: no request, no store operation until it answers again
-            self._core.ca_held(entry, held_until, HELD_REASON)
+            self.core.ca_held(entry, held_until, HELD_REASON)
             return
-        if self._recheck_only(entry):
+        if self.recheck_only(entry):
             # only the ARI re-check is due: ask the CA again, no order
-            await self._renewals.plan(entry)
+            await self.renewals.plan(entry)
             return
         renewal = entry.certificate is not None and not entry.stale
-        await self._obtain(entry, renewal=renewal)
+        await self.obtain(entry, renewal=renewal)

@@ -29,14 +29,16 @@ from acmecerts.errors import (
     AcmeCertsError,
     InvalidInput,
 )
-from acmecerts.manager._attempts import Attempts, CancellationHook
+from acmecerts.manager._attempts import AttemptRunner, CancellationHook
 from acmecerts.manager._core import FleetCore
 from acmecerts.manager._entry import (
     Entry,
     due_at,
+    solver_fingerprint,
     status_of,
 )
 from acmecerts.manager._events import (
+    CertificateCancelled,
     EventBus,
     Subscriber,
 )
@@ -76,7 +78,7 @@ __all__ = ["CancellationHook", "CertificateManager"]
 log = logging.getLogger("acmecerts.manager")
 
 
-class CertificateManager(Attempts):
+class CertificateManager:
     """Keeps many certificates issued and renewed, in parallel, and cancellable.
 
     Args:
@@ -161,10 +163,6 @@ class CertificateManager(Attempts):
         )
         self.clock: Clock = clock or client.clock
         self._rng = rng or random.Random()
-        #: Bounds this manager's attempts (``concurrency``); pass ``limiter`` to share one
-        #: bound between the managers of several CAs (a global limit over per-CA ones).
-        self._limiter = anyio.CapacityLimiter(concurrency)
-        self._global_limiter = limiter
         #: The fleet core: the one owner of every certificate's state (see ``_core.py``);
         #: the manager, its scheduler and its store carry out what it says.
         self._core = FleetCore(
@@ -179,7 +177,7 @@ class CertificateManager(Attempts):
         self._cancellation_hooks: list[CancellationHook] = []
         self._task_group: anyio.abc.TaskGroup | None = None
         self._store: CertificateStore | None = None
-        self._lock_lease = duration_seconds(lock_lease, "lock_lease", positive=True)
+        lease = duration_seconds(lock_lease, "lock_lease", positive=True)
         if storage is not None:
             self._store = CertificateStore(
                 storage, layout or KeyLayout(client.transport.directory_url)
@@ -217,6 +215,43 @@ class CertificateManager(Attempts):
         #: Certificates no longer managed, kept for ``retention`` (see ``_retention.py``).
         self._retired = self._stored.retired
         self._gate = BudgetGate(client, clock=self.clock, stored=self._store is not None)
+        #: The work for one certificate, from its turn to its outcome (``_attempts.py``).
+        self._attempts = AttemptRunner(
+            core=self._core,
+            clock=self.clock,
+            schedule=self.schedule,
+            # bounds this manager's attempts (``concurrency``); ``limiter`` shares one
+            # bound between the managers of several CAs (a global limit over per-CA ones)
+            limiter=anyio.CapacityLimiter(concurrency),
+            global_limiter=limiter,
+            store=self._store,
+            lock_lease=lease,
+            stored=self._stored,
+            scheduler=self._scheduler,
+            gate=self._gate,
+            outage=self._outage,
+            renewals=self._renewals,
+            client_issue=self._client_issue,
+            directory=client.directory,
+            solver_set=self._solver_set,
+            cancelled=self._cancelled,
+            publish=self._events.publish,
+        )
+
+    def _solver_set(self) -> str:
+        """The fingerprint of the solvers now (a failure is recorded with it)."""
+        return solver_fingerprint(self.solvers)
+
+    async def _cancelled(self, name: str, reason: str) -> None:
+        """Publish the cancellation of ``name`` and call the cancellation hooks."""
+        await self._events.publish(CertificateCancelled(name, self.clock.now(), reason=reason))
+        for hook in list(self._cancellation_hooks):
+            try:
+                result = hook(name, reason)
+                if result is not None:
+                    await result
+            except Exception:
+                log.exception("cancellation hook failed for %s", name)
 
     def _unheld(self, entry: Entry) -> None:
         """The CA answers again: ``entry``, held for it, is planned again at once."""
@@ -241,9 +276,9 @@ class CertificateManager(Attempts):
         self._task_group.start_soon(
             self._scheduler.run,
             self._task_group,
-            self._background,
+            self._attempts.background,
             self._retired,
-            self._recheck_only,
+            self._attempts.recheck_only,
         )
         return self
 
@@ -386,7 +421,7 @@ class CertificateManager(Attempts):
                     entry.spec.name, self._handed_out.issued(entry.certificate)
                 )
                 return
-            results[i] = await self._obtain(entry, force=force)
+            results[i] = await self._attempts.obtain(entry, force=force)
 
         async with anyio.create_task_group() as tg:
             for i in order:

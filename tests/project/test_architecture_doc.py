@@ -50,7 +50,7 @@ _DIAGRAM_CALL = re.compile(r"(?<![\w.])(?:[a-z_]\w*\.)?([a-z_]\w*)\(")
 #: Single-hump names the diagrams use for actions and classes (checked like the others).
 _DIAGRAM_WORDS = re.compile(
     r"\b(?:Authorize|Present|Answer|Poll|Finalize|Diagnose|Download|Finish|Fail|Entry|"
-    r"Scheduler|Attempts|Renewals|Storage)\b"
+    r"Scheduler|Storage)\b"
 )
 
 
