@@ -20,10 +20,12 @@ transition                          what it returns (the driver's next action)
 ==================================  ===================================================
 
 The async manager (:class:`~acmecerts.manager.CertificateManager` with its
-:class:`~acmecerts.manager._scheduler.Scheduler`, :class:`StoredEntries` and the
-attempts) does the I/O and calls the transitions with what it found; nothing else
-assigns a field of an entry. No I/O, no anyio, no clock: every instant comes in as an
-argument, so a test drives it with no event loop (``tests/manager/test_fleet_core.py``).
+:class:`~acmecerts.manager._scheduler.Scheduler`, :class:`StoredEntries`, the
+:class:`~acmecerts.manager._attempts.AttemptRunner` and the
+:class:`~acmecerts.manager._renewals.RenewalPlanner`) does the I/O and calls the
+transitions with what it found; nothing else assigns a field of an entry. No I/O, no
+anyio, no clock: every instant comes in as an argument, so a test drives it with no event
+loop (``tests/manager/test_fleet_core.py``).
 Retired certificates are the store's (:class:`RetiredCertificates`): they ask the core
 which names are managed and which identifiers wait for a certificate.
 """

@@ -179,7 +179,7 @@ class FleetCoreMachine(RuleBasedStateMachine):
         self.core.renewal_planned(entry, None)
 
     def load(self, entry: Entry) -> None:
-        """The scheduler started ``entry`` to read its stored state (``_background``)."""
+        """The tick started ``entry`` to read its stored state (``AttemptRunner.background``)."""
         read = self.core.loaded(entry, self.stored.get(entry.spec.name))
         if read in (Read.TAKEN, Read.WRITTEN_ELSEWHERE):
             self.plan_renewal(entry)
@@ -271,7 +271,7 @@ class FleetCoreMachine(RuleBasedStateMachine):
             self.work(entry)
 
     def work(self, entry: Entry) -> None:
-        """What ``_background`` does with a certificate the tick started."""
+        """What ``AttemptRunner.background`` does with a certificate the tick started."""
         if self.core.loading(entry):
             self.load(entry)
             due = due_at(entry, self.schedule, self.now)
