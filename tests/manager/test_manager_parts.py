@@ -17,11 +17,12 @@ import inspect
 import pkgutil
 from pathlib import Path
 
+import anyio
 import pytest
 
 import acmecerts.manager
 from acmecerts import AcmeClient, Http01Server
-from acmecerts.manager import CertificateManager
+from acmecerts.manager import CertificateManager, IssuedResult
 from acmecerts.manager._attempts import AttemptRunner
 from acmecerts.manager._events import CertificateEvent
 from acmecerts.manager._renewals import RenewalPlanner
@@ -151,3 +152,48 @@ async def test_the_parts_hold_what_they_were_given_and_not_the_manager(
     manager.renewal_fraction = 0.25
     assert planner.fraction == 0.25
     await client.aclose()
+
+
+# -- the parts driven by themselves ---------------------------------------------------------
+
+
+@pytest.mark.timeout(180)
+async def test_the_runner_and_the_planner_driven_alone(pebble: PebbleServer) -> None:
+    """One flight for two callers, its outcome through the callables, then the ARI window."""
+    name = "runner.parts.example.test"
+    async with (
+        AcmeClient(pebble.directory_url, ca_bundle=pebble.ca_bundle) as client,
+        Http01Server(host="127.0.0.1", port=pebble.http_port) as solver,
+    ):
+        manager = CertificateManager(client, solvers=[solver])
+        events: list[CertificateEvent] = []
+        manager.subscribe(events.append)
+        manager.manage(name, [name])
+        entry = manager._core.entries[name]
+        runner, planner = manager._attempts, manager._renewals
+        seen = len(pebble.requests_seen())
+        results = []
+
+        async def obtain() -> None:
+            results.append(await runner.obtain(entry))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(obtain)
+            tg.start_soon(obtain)
+        assert pebble.requests_seen()[seen:].count(("POST", "/order-plz")) == 1
+        first, second = results
+        assert isinstance(first, IssuedResult)
+        assert isinstance(second, IssuedResult)
+        assert first.certificate.certificate_pem == second.certificate.certificate_pem
+        assert entry.flight is None
+        assert entry.certificate is not None
+        assert [type(e).__name__ for e in events] == ["CertificateObtaining", "CertificateObtained"]
+        # the runner planned the renewal through the planner: the CA's ARI window
+        assert entry.renew_at is not None
+        assert entry.ari_answer is not None
+        answered = entry.ari_answer
+        await planner.plan(entry)
+        assert entry.ari_answer is not answered  # asked again
+        assert planner.rechecking == set()
+        assert planner.sweeping is False
+        assert runner.recheck_only(entry) is (entry.ari_recheck_at is not None)
