@@ -157,11 +157,11 @@ class CertificateManager:
         self.retention = retention_seconds(retention)
         self.client = client
         self.solvers = list(solvers)
-        self.schedule = schedule or AttemptSchedule()
-        self.error_backoff = error_backoff or AttemptSchedule.exponential(
+        self._schedule = schedule or AttemptSchedule()
+        self._error_backoff = error_backoff or AttemptSchedule.exponential(
             base=5.0, multiplier=2.0, cap=300.0, jitter=0.2
         )
-        self.clock: Clock = clock or client.clock
+        self._clock: Clock = clock or client.clock
         self._rng = rng or random.Random()
         #: The fleet core: the one owner of every certificate's state (see ``_core.py``);
         #: the manager, its scheduler and its store carry out what it says.
@@ -257,6 +257,23 @@ class CertificateManager:
         """The CA answers again: ``entry``, held for it, is planned again at once."""
         if self._core.ca_answers(entry, HELD_REASON):
             self._scheduler.changed(entry)
+
+    @property
+    def schedule(self) -> AttemptSchedule:
+        """The attempt schedule after failures (read-only: the fleet core and the attempt
+        runner were built with it)."""
+        return self._schedule
+
+    @property
+    def error_backoff(self) -> AttemptSchedule:
+        """The schedule after errors that are not the CA's answer (read-only, as
+        :attr:`schedule`)."""
+        return self._error_backoff
+
+    @property
+    def clock(self) -> Clock:
+        """The manager's clock (read-only, as :attr:`schedule`)."""
+        return self._clock
 
     @property
     def renewal_fraction(self) -> float | None:

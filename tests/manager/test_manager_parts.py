@@ -151,6 +151,12 @@ async def test_the_parts_hold_what_they_were_given_and_not_the_manager(
     assert planner.fraction == manager.renewal_fraction == 0.5
     manager.renewal_fraction = 0.25
     assert planner.fraction == 0.25
+    # what the core and the runner were built with cannot be swapped behind their backs
+    assert runner.schedule is manager.schedule
+    assert runner.clock is manager.clock
+    for setting in ("schedule", "error_backoff", "clock"):
+        with pytest.raises(AttributeError):
+            setattr(manager, setting, getattr(manager, setting))
     await client.aclose()
 
 
