@@ -52,13 +52,7 @@ class StoreBase(abc.ABC):
     ) -> builtins.list[StoredValue | StorageError | None]:
         """Read every key of ``keys``, in order, a key's error in its place (by default
         one ``_load`` each)."""
-        found: builtins.list[StoredValue | StorageError | None] = []
-        for key in keys:
-            try:
-                found.append(await self._load(key))
-            except StorageError as exc:
-                found.append(exc)
-        return found
+        return await load_each_of(self._load, keys)
 
     @abc.abstractmethod
     async def _store(

@@ -10,9 +10,6 @@ another.
 from __future__ import annotations
 
 import datetime as _dt
-import importlib
-import inspect
-import pkgutil
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -30,6 +27,7 @@ from acmecerts.protocol.ari import cert_id
 from acmecerts.protocol.keys import AccountKey
 from acmecerts.testing import PebbleServer
 from acmecerts.transport import AcmeTransport
+from tests.package_classes import classes_defined_in
 
 pytestmark = pytest.mark.anyio
 
@@ -52,12 +50,7 @@ def posts(pebble: PebbleServer, path: str, since: int) -> int:
 
 
 def test_no_class_of_the_client_inherits_from_another() -> None:
-    classes = []
-    for info in pkgutil.iter_modules(acmecerts.client.__path__):
-        module = importlib.import_module(f"acmecerts.client.{info.name}")
-        for _, cls in inspect.getmembers(module, inspect.isclass):
-            if cls.__module__ == module.__name__:
-                classes.append(cls)
+    classes = classes_defined_in(acmecerts.client)
     assert {c.__name__ for c in classes} >= {"AcmeClient", "Issuer", "SignedRequests"}
     inherited = {
         f"{cls.__name__}({base.__name__})"

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import importlib
 import inspect
-import pkgutil
 from pathlib import Path
 
 import anyio
@@ -28,6 +26,7 @@ from acmecerts.manager._events import CertificateEvent
 from acmecerts.manager._renewals import RenewalPlanner
 from acmecerts.storage import FileStorage
 from acmecerts.testing import PebbleServer
+from tests.package_classes import classes_defined_in
 
 pytestmark = pytest.mark.anyio
 
@@ -38,13 +37,7 @@ _FIELD_BASES = {"TypedDict", "NamedTuple", "Enum", "StrEnum", "IntEnum", "Protoc
 
 
 def manager_classes() -> list[type]:
-    classes = []
-    for info in pkgutil.iter_modules(acmecerts.manager.__path__):
-        module = importlib.import_module(f"acmecerts.manager.{info.name}")
-        for _, cls in inspect.getmembers(module, inspect.isclass):
-            if cls.__module__ == module.__name__:
-                classes.append(cls)
-    return classes
+    return classes_defined_in(acmecerts.manager)
 
 
 def test_no_class_of_the_manager_inherits_from_another_but_the_events() -> None:
