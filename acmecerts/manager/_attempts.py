@@ -444,6 +444,9 @@ class AttemptRunner:
         return replaces_refused(error, new_order_url=new_order_url)
 
     async def background(self, entry: Entry) -> None:
+        """The scheduler's task for ``entry``'s turn: load it if it is not yet, then
+        :meth:`work`; a failure outside an attempt is held on the error backoff, and a
+        turn that changed nothing never starts again at once."""
         before = progress_mark(entry)
         ended = False  # not cancelled (the manager stopping is no reason to hold)
         try:
@@ -501,6 +504,8 @@ class AttemptRunner:
         )
 
     async def work(self, entry: Entry) -> None:
+        """Do what ``entry``'s turn asks: nothing while the CA is held (outage), only
+        the ARI re-check when that alone is due, else an attempt (:meth:`obtain`)."""
         if entry.flight is not None:
             return
         held_until = await self.outage.admit(entry)

@@ -120,6 +120,8 @@ class RenewalPlanner:
             await self.sweep_end.wait()
 
     async def replacement_requested(self, entry: Entry, reason: ReplacementReason) -> None:
+        """The CA asks for ``entry``'s replacement now: log it and publish
+        :class:`CertificateReplacementRequested` with the window it named."""
         answer = entry.ari_answer
         assert answer is not None
         log.warning(

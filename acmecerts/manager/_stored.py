@@ -150,6 +150,7 @@ class StoredEntries:
         return None if entry.certificate is None else entry.certificate.order_url
 
     async def save_state(self, entry: Entry) -> None:
+        """Store ``entry``'s attempt state (with a store) and tell the core it is saved."""
         if self.store is not None:
             await self.store.save_attempt_state(entry.spec.name, entry.state)
         self.core.state_saved(entry)
