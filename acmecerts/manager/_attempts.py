@@ -369,7 +369,7 @@ class AttemptRunner:
         self.core.issued(entry, certificate)
         if self.store is not None:
             await self.stored.save_state(entry)
-        await self.renewals.plan(entry)
+        await self.renewals.plan_obtained(entry)
         await self.publish(
             CertificateObtained(name, self.clock.now(), certificate=certificate, renewal=renewal)
         )

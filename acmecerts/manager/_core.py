@@ -51,6 +51,7 @@ from acmecerts.manager._entry import (
 from acmecerts.manager._held import HeldCertificate, ari_cert_id
 from acmecerts.manager._spec import CertificateSpec
 from acmecerts.protocol.ari import (
+    ARI_MIN_RETRY,
     RenewalInfoResult,
     ReplacementReason,
     choose_renewal_time,
@@ -63,7 +64,15 @@ from acmecerts.retry import AttemptSchedule, AttemptState
 if TYPE_CHECKING:
     from acmecerts.manager._attempts import Flight
 
-__all__ = ["RECHECK_GRID", "Failure", "FleetCore", "Read", "Tick", "on_recheck_grid"]
+__all__ = [
+    "FIRST_ARI_CHECK",
+    "RECHECK_GRID",
+    "Failure",
+    "FleetCore",
+    "Read",
+    "Tick",
+    "on_recheck_grid",
+]
 
 #: ARI re-checks are asked on a grid of this many seconds (the CA's ``Retry-After``
 #: rounded up to it): the re-checks of a fleet share their scheduler ticks (at
@@ -72,6 +81,11 @@ RECHECK_GRID = 60.0
 
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_dt.UTC)
 _MICROSECOND = _dt.timedelta(microseconds=1)
+
+
+#: The longest wait for the first ARI check of a certificate just obtained
+#: (:meth:`FleetCore.first_check_planned`): the CA's usual ``Retry-After`` for renewalInfo.
+FIRST_ARI_CHECK = _dt.timedelta(hours=6)
 
 
 def on_recheck_grid(instant: _dt.datetime) -> _dt.datetime:
@@ -396,6 +410,42 @@ class FleetCore:
             entry.renew_at = certificate.not_after
         entry.ari_recheck_at = None
         return kept
+
+    def first_check_planned(
+        self,
+        entry: Entry,
+        fraction: float | None,
+        now: _dt.datetime,
+        longest: _dt.timedelta = FIRST_ARI_CHECK,
+    ) -> bool:
+        """A certificate just obtained: renew at the lifetime ``fraction`` until the CA is
+        first asked for its ARI window, a while later (``longest`` at most).
+
+        The window of a certificate the CA has just issued is its default one, which the
+        lifetime fraction approximates; asking at once was one request per certificate
+        more than issuing it (RFC 9773 asks for periodic checks, not one at issuance).
+        The first check comes after the shorter of ``longest`` (by default the CA's usual
+        ``Retry-After``, so the checks keep the cadence they had when the first came at
+        issuance, and a fleet issued together shares its re-check ticks) and half the
+        time until that fraction (each check well before the renewal it may move).
+        Returns ``False`` (nothing changed) when there is no such time: ``longest`` is
+        zero, or the certificate is due within minutes; its window is asked for now.
+        """
+        certificate = entry.certificate
+        assert certificate is not None
+        if longest <= _dt.timedelta(0) or certificate.not_after <= certificate.not_before:
+            return False
+        renew_at = fallback_renewal_time(
+            certificate.not_before, certificate.not_after, fraction=fraction
+        )
+        room = renew_at - now
+        if room <= 2 * ARI_MIN_RETRY:
+            return False
+        delay = min(longest, room / 2)
+        entry.renew_at = renew_at
+        entry.ari_replacement = None  # the request was about the certificate replaced
+        entry.ari_recheck_at = on_recheck_grid(now + max(delay, ARI_MIN_RETRY))
+        return True
 
     def window_unknown(self, entry: Entry, kept: _dt.datetime, recheck_at: _dt.datetime) -> None:
         """Asking for the window failed for a reason the CA may lift: the window the CA

@@ -30,7 +30,7 @@ from acmecerts.errors import (
     InvalidInput,
 )
 from acmecerts.manager._attempts import AttemptRunner, CancellationHook
-from acmecerts.manager._core import FleetCore
+from acmecerts.manager._core import FIRST_ARI_CHECK, FleetCore
 from acmecerts.manager._entry import (
     Entry,
     due_at,
@@ -119,6 +119,11 @@ class CertificateManager:
             times as rarely as the CA's ``Retry-After`` says (4 by default, every 24 h at
             Let's Encrypt); its writer asks at the CA's rate. ``1``: every replica asks
             at the CA's rate. See the operator guide ("Several replicas, one store").
+        first_ari_check: The longest wait, seconds or a ``timedelta``, before the CA is
+            first asked for the ARI window of a certificate this manager just obtained
+            (6 hours by default, or half the time until its lifetime-fraction renewal
+            if that is shorter; it is planned at that fraction meanwhile). ``0``: ask at
+            once, one request per new certificate more.
 
     Every managed certificate always has an explicit next instant (see
     :meth:`status`): its renewal, its next attempt, the end of a hold, or none at all
@@ -146,6 +151,7 @@ class CertificateManager:
         error_backoff: AttemptSchedule | None = None,
         retention: float | _dt.timedelta | None = DEFAULT_RETENTION,
         replica_recheck_factor: float = DEFAULT_REPLICA_RECHECK_FACTOR,
+        first_ari_check: float | _dt.timedelta = FIRST_ARI_CHECK,
     ) -> None:
         if not solvers:
             raise InvalidInput("the manager needs at least one solver")
@@ -199,6 +205,7 @@ class CertificateManager:
             clock=self.clock,
             rng=self._rng,
             fraction=renewal_fraction,
+            first_check=_dt.timedelta(seconds=duration_seconds(first_ari_check, "first_ari_check")),
             observe=self._outage.observe,
             replicas=ReplicaRechecks(recheck_factor(replica_recheck_factor)),
             publish=self._events.publish,

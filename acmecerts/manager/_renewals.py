@@ -10,6 +10,7 @@ certificate to be replaced at once, re-checks every other one.
 
 from __future__ import annotations
 
+import datetime as _dt
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -47,6 +48,8 @@ class RenewalPlanner:
         rng: Picks the renewal instant in the ARI window.
         fraction: The fraction of the lifetime left at which a certificate is renewed
             without ARI (``None``: a third, or half under 10 days).
+        first_check: The longest wait before the first ARI check of a certificate just
+            obtained (:meth:`FleetCore.first_check_planned`; zero: at once).
         observe: Tells the CA's health gate what renewalInfo answered.
         replicas: Stretches the re-check of a certificate another replica wrote.
         publish: Sends a :class:`CertificateEvent` to the manager's subscribers.
@@ -61,6 +64,7 @@ class RenewalPlanner:
         clock: Clock,
         rng: random.Random,
         fraction: float | None,
+        first_check: _dt.timedelta,
         observe: Callable[[AcmeCertsError | None], None],
         replicas: ReplicaRechecks,
         publish: Callable[[CertificateEvent], Awaitable[None]],
@@ -72,6 +76,7 @@ class RenewalPlanner:
         self.rng = rng
         #: Read at each re-check (the manager's ``renewal_fraction`` sets it).
         self.fraction = fraction
+        self.first_check = first_check
         self.observe = observe
         self.replicas = replicas
         self.publish = publish
@@ -100,6 +105,16 @@ class RenewalPlanner:
         )
         self.replicas.stretch(self.core, entry, asked_at)  # another replica wrote it: it asks
         return reason
+
+    async def plan_obtained(self, entry: Entry) -> None:
+        """``entry``'s certificate was just obtained: when the CA has ARI, its window is
+        asked for later (:meth:`FleetCore.first_check_planned`), else it is planned now."""
+        directory = await self.client.directory()  # fetched before the order: no request
+        if directory.renewal_info is not None and self.core.first_check_planned(
+            entry, self.fraction, self.clock.now(), self.first_check
+        ):
+            return
+        await self.plan(entry)
 
     async def plan(self, entry: Entry) -> None:
         """Re-check ``entry``'s ARI window; the CA asking for a replacement starts a sweep."""

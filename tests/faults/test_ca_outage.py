@@ -119,7 +119,10 @@ async def test_renewal_info_failing_keeps_the_window_the_ca_named(
     async with AcmeClient(
         proxy.directory_url, ca_bundle=pebble.ca_bundle, clock=clock, request_retry=RETRY
     ) as client:
-        manager = CertificateManager(client, solvers=[http01], clock=clock, rng=random.Random(9))
+        # the window asked for at issuance: it is known before renewalInfo starts failing
+        manager = CertificateManager(
+            client, solvers=[http01], clock=clock, rng=random.Random(9), first_ari_check=0
+        )
         manager.subscribe(on_event)
         manager.manage(name, [name], profile="classic")
         async with manager:

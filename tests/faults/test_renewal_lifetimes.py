@@ -71,7 +71,8 @@ async def test_without_ari_shortlived_renews_at_half_and_classic_at_two_thirds(
 ) -> None:
     without_ari(proxy)
     async with AcmeClient(proxy.directory_url, ca_bundle=pebble.ca_bundle) as client:
-        manager = CertificateManager(client, solvers=[http01])
+        # first_ari_check=0: the window is asked for at issuance (and refused), not hours later
+        manager = CertificateManager(client, solvers=[http01], first_ari_check=0)
         short, classic = await manager.issue_many(
             [
                 CertificateSpec.of("short.lifetimes.example.test", profile="shortlived"),
@@ -121,8 +122,12 @@ async def test_with_ari_the_cas_window_wins(pebble: PebbleServer, http01: Http01
     """Pebble's window is around a third of the lifetime left, ±24 h: later than half."""
     async with AcmeClient(pebble.directory_url, ca_bundle=pebble.ca_bundle) as client:
         for fraction in (None, 0.9):
-            manager = CertificateManager(
-                client, solvers=[http01], renewal_fraction=fraction, rng=random.Random(5)
+            manager = CertificateManager(  # the window asked for at issuance
+                client,
+                solvers=[http01],
+                renewal_fraction=fraction,
+                rng=random.Random(5),
+                first_ari_check=0,
             )
             name = f"ari-{fraction}.lifetimes.example.test".replace(".", "-", 1)
             [result] = await manager.issue_many([CertificateSpec.of(name, profile="shortlived")])

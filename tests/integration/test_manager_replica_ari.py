@@ -136,7 +136,9 @@ async def test_a_replica_asks_for_the_window_of_a_certificate_another_one_wrote_
     spec_b = CertificateSpec.of(NAME, profile="shortlived")
     async with (
         FileStorage(tmp_path) as storage,
-        replica(pebble, storage, http01, start) as (a, clock_a, seen_a),
+        # A, the writer, asks for the window at issuance (by default hours later): both
+        # replicas' re-checks then count from the same instant
+        replica(pebble, storage, http01, start, first_ari_check=0) as (a, clock_a, seen_a),
         replica(pebble, storage, http01, start, **options) as (b, clock_b, seen_b),
     ):
         results: dict[str, IssuedResult] = {}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import urllib.parse
 from pathlib import Path
 
 import anyio
@@ -187,12 +188,23 @@ async def test_the_runner_and_the_planner_driven_alone(pebble: PebbleServer) -> 
         assert entry.flight is None
         assert entry.certificate is not None
         assert [type(e).__name__ for e in events] == ["CertificateObtaining", "CertificateObtained"]
-        # the runner planned the renewal through the planner: the CA's ARI window
+        # the runner planned the renewal through the planner: at the lifetime fraction,
+        # the CA's ARI window asked for later (no renewalInfo request yet)
         assert entry.renew_at is not None
-        assert entry.ari_answer is not None
-        answered = entry.ari_answer
+        assert entry.ari_answer is None
+        assert entry.ari_recheck_at is not None
+        assert entry.ari_recheck_at < entry.renew_at
+        renewal_info = (await client.directory()).renewal_info
+        assert renewal_info is not None
+        ari_path = urllib.parse.urlsplit(renewal_info).path
+
+        def ari_requests() -> int:
+            return sum(path.startswith(ari_path) for _, path in pebble.requests_seen()[seen:])
+
+        assert ari_requests() == 0
         await planner.plan(entry)
-        assert entry.ari_answer is not answered  # asked again
+        assert entry.ari_answer is not None  # asked now
+        assert ari_requests() == 1
         assert planner.rechecking == set()
         assert planner.sweeping is False
         assert runner.recheck_only(entry) is (entry.ari_recheck_at is not None)
