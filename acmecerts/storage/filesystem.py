@@ -93,6 +93,7 @@ from acmecerts.storage._base import StoredValue, _AnyVersion
 from acmecerts.storage._file_lease import FileLeases
 from acmecerts.storage._files import MAX_VALUE_SIZE, os_error
 from acmecerts.storage._lease import LeaseLocks
+from acmecerts.storage._read_batches import ReadBatches
 from acmecerts.storage._workers import run_sync
 from acmecerts.storage.keys import validate_key
 
@@ -124,6 +125,8 @@ class FileStorage(StoreBase):
         self._dirs = _files.DirLocks()
         self._leases = FileLeases(self._root, self._dirs, self._run)
         self._locks = LeaseLocks(self._leases, self._clock)
+        # concurrent reads share a worker job (see _read_batches.py)
+        self._reads = ReadBatches(self._load_each_sync)
 
     @property
     def root(self) -> str:
@@ -218,13 +221,19 @@ class FileStorage(StoreBase):
         return sorted(found)
 
     async def _load(self, key: str) -> StoredValue | None:
-        return await self._run(self._load_sync, key)
+        [found] = await self._load_each([key])
+        if isinstance(found, StorageError):
+            raise found
+        return found
 
     async def _load_each(
         self, keys: Sequence[str]
     ) -> builtins.list[StoredValue | StorageError | None]:
-        # one hop to the worker thread for them all (each hop costs more than a small read)
-        return await self._run(self._load_each_sync, keys)
+        # one hop to the worker thread for them all (each hop costs more than a small
+        # read), shared with the reads of other tasks asked for meanwhile
+        if self._closed:
+            raise StorageError(f"{self!r} is closed", path=self._root)
+        return await self._reads.read(keys)
 
     def _load_each_sync(
         self, keys: Sequence[str]

@@ -29,7 +29,7 @@ from acmecerts.storage import (
     Storage,
     StoredValue,
     VersionConflict,
-    filesystem,
+    _read_batches,
     load_each,
     load_many,
 )
@@ -213,14 +213,14 @@ async def test_load_many_is_one_hop_to_the_worker_thread(
     for key in keys[:3]:
         await store.store(key, key.encode())
     hops = 0
-    real_run = filesystem.run_sync
+    real_in_worker = _read_batches.in_worker
 
-    async def counting(func: Callable[..., object], *args: object) -> object:
+    async def counting(func: Callable[[], object]) -> object:
         nonlocal hops
         hops += 1
-        return await real_run(func, *args)
+        return await real_in_worker(func)
 
-    monkeypatch.setattr(filesystem, "run_sync", counting)
+    monkeypatch.setattr(_read_batches, "in_worker", counting)
     values = await store.load_many(keys)
     assert hops == 1
     assert [v and v.data for v in values] == [k.encode() for k in keys[:3]] + [None]
@@ -230,6 +230,88 @@ async def test_load_many_is_one_hop_to_the_worker_thread(
     await load_many(store, keys)  # the public functions ask the store's own
     await load_each(store, keys)
     assert hops == 3
+
+
+async def test_reads_asked_for_together_share_one_hop_and_each_gets_its_own_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reads asked for while a read job waits for a worker join it (see _read_batches.py)."""
+    store = FileStorage(tmp_path)
+    for i in range(40):
+        await store.store(f"ca/v/{i}", f"value {i}".encode())
+    hops = 0
+    real_in_worker = _read_batches.in_worker
+    go = anyio.Event()
+
+    async def counting(func: Callable[[], object]) -> object:
+        nonlocal hops
+        hops += 1
+        await go.wait()  # every worker busy: the job waits, others join it
+        return await real_in_worker(func)
+
+    monkeypatch.setattr(_read_batches, "in_worker", counting)
+    found: dict[int, object] = {}
+
+    async def read(i: int) -> None:
+        if i % 2:
+            value = await store.load(f"ca/v/{i}")
+            found[i] = value and value.data
+        else:
+            values = await store.load_many([f"ca/v/{i}", "ca/v/none", f"ca/v/{i + 1}"])
+            found[i] = [v and v.data for v in values]
+
+    async with anyio.create_task_group() as tg:
+        for i in range(30):
+            tg.start_soon(read, i)
+        await anyio.wait_all_tasks_blocked()
+        go.set()
+    assert hops == 1
+    for i in range(30):
+        if i % 2:
+            assert found[i] == f"value {i}".encode()
+        else:
+            assert found[i] == [f"value {i}".encode(), None, f"value {i + 1}".encode()]
+    # a read asked for after the job started makes a job of its own
+    assert (await store.load("ca/v/39")) is not None
+    assert hops == 2
+
+
+async def test_a_cancelled_reader_leaves_the_others_of_its_job_their_values(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = FileStorage(tmp_path)
+    await store.store("ca/a", b"a")
+    await store.store("ca/b", b"b")
+    real_in_worker = _read_batches.in_worker
+    go = anyio.Event()
+
+    async def slow(func: Callable[[], object]) -> object:
+        await go.wait()
+        return await real_in_worker(func)
+
+    monkeypatch.setattr(_read_batches, "in_worker", slow)
+    got: list[object] = []
+
+    async def second() -> None:
+        value = await store.load("ca/b")
+        got.append(value and value.data)
+
+    async with anyio.create_task_group() as tg:
+        first = anyio.CancelScope()
+
+        async def first_reader() -> None:
+            with first:
+                await store.load("ca/a")
+                got.append("first finished")
+
+        tg.start_soon(first_reader)
+        await anyio.wait_all_tasks_blocked()
+        tg.start_soon(second)
+        await anyio.wait_all_tasks_blocked()
+        first.cancel()  # the job's starter goes; the job still ends, for the second
+        await anyio.wait_all_tasks_blocked()
+        go.set()
+    assert got == [b"b"]
 
 
 async def test_load_many_of_a_store_without_it_loads_each_key(tmp_path: Path) -> None:
