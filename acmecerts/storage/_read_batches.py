@@ -24,7 +24,7 @@ import anyio.lowlevel
 
 from acmecerts.errors import StorageError
 from acmecerts.storage._base import StoredValue
-from acmecerts.storage._workers import in_worker
+from acmecerts.storage._workers import run_sync
 
 __all__ = ["ReadBatches"]
 
@@ -83,7 +83,7 @@ class ReadBatches:
             assert first is not None
             try:
                 with anyio.CancelScope(shield=True):  # the others wait for it too
-                    await in_worker(lambda: batch.run(self._read))
+                    await run_sync(batch.run, self._read)
             except BaseException as exc:
                 batch.error = exc
                 raise

@@ -64,7 +64,9 @@ Design:
   started yet is skipped, and a job waiting for a directory lock sees the cancellation
   within milliseconds and gives up, so every method honours cancellation within
   milliseconds and no write continues behind a caller's back. These threads do not
-  count against anyio's default thread limiter. On a
+  count against anyio's default thread limiter. Reads asked for while a read job still
+  waits for a worker join that job (:mod:`acmecerts.storage._read_batches`): a fleet's
+  concurrent loads cost one hop, not one each. On a
   :class:`~acmecerts.VirtualClock`'s loop (simulated time), a call runs on the loop's
   own thread when the loop has nothing else to run (it would only wait for the thread),
   unless it would have to wait for a directory lock: then a worker thread takes it.

@@ -213,14 +213,14 @@ async def test_load_many_is_one_hop_to_the_worker_thread(
     for key in keys[:3]:
         await store.store(key, key.encode())
     hops = 0
-    real_in_worker = _read_batches.in_worker
+    real_run = _read_batches.run_sync
 
-    async def counting(func: Callable[[], object]) -> object:
+    async def counting(func: Callable[..., object], *args: object) -> object:
         nonlocal hops
         hops += 1
-        return await real_in_worker(func)
+        return await real_run(func, *args)
 
-    monkeypatch.setattr(_read_batches, "in_worker", counting)
+    monkeypatch.setattr(_read_batches, "run_sync", counting)
     values = await store.load_many(keys)
     assert hops == 1
     assert [v and v.data for v in values] == [k.encode() for k in keys[:3]] + [None]
@@ -240,16 +240,16 @@ async def test_reads_asked_for_together_share_one_hop_and_each_gets_its_own_valu
     for i in range(40):
         await store.store(f"ca/v/{i}", f"value {i}".encode())
     hops = 0
-    real_in_worker = _read_batches.in_worker
+    real_run = _read_batches.run_sync
     go = anyio.Event()
 
-    async def counting(func: Callable[[], object]) -> object:
+    async def counting(func: Callable[..., object], *args: object) -> object:
         nonlocal hops
         hops += 1
         await go.wait()  # every worker busy: the job waits, others join it
-        return await real_in_worker(func)
+        return await real_run(func, *args)
 
-    monkeypatch.setattr(_read_batches, "in_worker", counting)
+    monkeypatch.setattr(_read_batches, "run_sync", counting)
     found: dict[int, object] = {}
 
     async def read(i: int) -> None:
@@ -282,14 +282,14 @@ async def test_a_cancelled_reader_leaves_the_others_of_its_job_their_values(
     store = FileStorage(tmp_path)
     await store.store("ca/a", b"a")
     await store.store("ca/b", b"b")
-    real_in_worker = _read_batches.in_worker
+    real_run = _read_batches.run_sync
     go = anyio.Event()
 
-    async def slow(func: Callable[[], object]) -> object:
+    async def slow(func: Callable[..., object], *args: object) -> object:
         await go.wait()
-        return await real_in_worker(func)
+        return await real_run(func, *args)
 
-    monkeypatch.setattr(_read_batches, "in_worker", slow)
+    monkeypatch.setattr(_read_batches, "run_sync", slow)
     got: list[object] = []
 
     async def second() -> None:
