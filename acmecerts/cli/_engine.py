@@ -403,6 +403,9 @@ async def execute(
         layout=state.layout,
         concurrency=concurrency,
         schedule=CLI_SCHEDULE,
+        # a one-off run ends after issuing: the renewal instant it prints and stores is
+        # the CA's window, asked for at once (a long-running manager asks hours later)
+        first_ari_check=0,
     )
     manager.subscribe(board.on_event)
     # Remember every certificate before ordering it: one that ends deferred or failed is

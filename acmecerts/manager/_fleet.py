@@ -52,7 +52,8 @@ class ManagerOptions(TypedDict, total=False):
 
     Each means what it means to the manager (``concurrency``, ``schedule``,
     ``renewal_fraction``, ``rng``, ``limiter``, ``error_backoff``, ``retention``,
-    ``lock_lease``, ``replica_recheck_factor``); its clock is the client's.
+    ``lock_lease``, ``replica_recheck_factor``, ``first_ari_check``); its clock is the
+    client's.
     ``renewal_fraction`` ``None`` (or absent) is the lifetime-aware default: a third,
     half under 10 days of lifetime.
     """
@@ -66,6 +67,7 @@ class ManagerOptions(TypedDict, total=False):
     retention: float | _dt.timedelta | None
     lock_lease: float | _dt.timedelta
     replica_recheck_factor: float
+    first_ari_check: float | _dt.timedelta
 
 
 class OpenOptions(ClientOptions, ManagerOptions, total=False):
