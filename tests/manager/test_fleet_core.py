@@ -315,7 +315,15 @@ class FleetCoreMachine(RuleBasedStateMachine):
             assert not entry.stale
             assert entry.certificate.serial == issued.serial
             self.save_state(entry)
-            self.plan_renewal(entry)
+            # as RenewalPlanner.plan_obtained: the first ARI check later, if there is a
+            # later (a 10-day certificate: in 6 hours); else the window asked for now
+            if self.core.first_check_planned(entry, None, now):
+                assert entry.ari_recheck_at is not None
+                assert entry.renew_at is not None
+                assert now < entry.ari_recheck_at < entry.renew_at
+                assert entry.ari_replacement is None
+            else:
+                self.plan_renewal(entry)
             self.failed_at.pop(entry, None)
         elif outcome == "store_failed":
             until = self.core.hiccup(entry, "StorageError: the store is down", now)
@@ -522,6 +530,50 @@ def test_a_new_certificate_is_read_from_the_store_then_started() -> None:
     assert failure.until is not None
     assert failure.until >= entry.renew_at + MIN_RETRY
     assert core.time_passed(entry.renew_at).wake == failure.until
+
+
+@pytest.mark.parametrize(
+    ("days", "longest", "first_check", "renew_after"),
+    [
+        # 90 days: renewal on day 60; the first check after the 6 hours asked for
+        (90, dt.timedelta(hours=6), dt.timedelta(hours=6), dt.timedelta(days=60)),
+        # 6 days: renewal at half (72 h); half of that (36 h) comes before 4 days
+        (6, dt.timedelta(days=4), dt.timedelta(hours=36), dt.timedelta(hours=72)),
+    ],
+)
+def test_a_certificate_just_obtained_is_first_checked_later(
+    days: int, longest: dt.timedelta, first_check: dt.timedelta, renew_after: dt.timedelta
+) -> None:
+    core = FleetCore(
+        schedule=AttemptSchedule(),
+        error_backoff=AttemptSchedule.exponential(base=5.0, multiplier=2.0, cap=300.0),
+        rng=random.Random(1),
+        stored=False,
+    )
+    entry = core.managed(CertificateSpec.of("one", ["one.test"]))
+    entry.ari_replacement = "window-passed"  # asked of the certificate it replaces
+    core.issued(entry, certificate(["one.test"], START, days=days))
+    assert core.first_check_planned(entry, None, START, longest)
+    assert entry.renew_at == START + renew_after
+    assert entry.ari_recheck_at == START + first_check  # on the 1-minute grid already
+    assert entry.ari_replacement is None
+    assert core.time_passed(START).wake == entry.ari_recheck_at
+
+
+def test_a_certificate_due_within_minutes_or_asked_at_once_has_no_later_check() -> None:
+    core = FleetCore(
+        schedule=AttemptSchedule(),
+        error_backoff=AttemptSchedule.exponential(base=5.0, multiplier=2.0, cap=300.0),
+        rng=random.Random(1),
+        stored=False,
+    )
+    entry = core.managed(CertificateSpec.of("one", ["one.test"]))
+    core.issued(entry, certificate(["one.test"], START, days=90))
+    assert not core.first_check_planned(entry, None, START, dt.timedelta(0))
+    # its lifetime-fraction renewal a minute away: the window is asked for now
+    almost = START + dt.timedelta(days=60) - dt.timedelta(minutes=1)
+    assert not core.first_check_planned(entry, None, almost)
+    assert entry.ari_recheck_at is None
 
 
 def test_a_state_read_while_the_spec_changed_keeps_the_fresh_state() -> None:
