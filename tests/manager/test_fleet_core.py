@@ -488,15 +488,20 @@ FleetCoreMachine.TestCase.settings = settings(
 test_fleet_core = FleetCoreMachine.TestCase
 
 
-def test_a_new_certificate_is_read_from_the_store_then_started() -> None:
-    """The plain path, step by step: managed, due at once, read, started, issued, due
-    at its renewal; a failure after that is due later, never at once."""
-    core = FleetCore(
+def new_core(*, stored: bool) -> FleetCore:
+    """A core with Let's Encrypt's schedule and the manager's default error backoff."""
+    return FleetCore(
         schedule=AttemptSchedule(),
         error_backoff=AttemptSchedule.exponential(base=5.0, multiplier=2.0, cap=300.0),
         rng=random.Random(1),
-        stored=True,
+        stored=stored,
     )
+
+
+def test_a_new_certificate_is_read_from_the_store_then_started() -> None:
+    """The plain path, step by step: managed, due at once, read, started, issued, due
+    at its renewal; a failure after that is due later, never at once."""
+    core = new_core(stored=True)
     entry = core.managed(CertificateSpec.of("one", ["one.test"]))
     tick = core.time_passed(START)
     assert tick.start == [entry]
@@ -544,12 +549,7 @@ def test_a_new_certificate_is_read_from_the_store_then_started() -> None:
 def test_a_certificate_just_obtained_is_first_checked_later(
     days: int, longest: dt.timedelta, first_check: dt.timedelta, renew_after: dt.timedelta
 ) -> None:
-    core = FleetCore(
-        schedule=AttemptSchedule(),
-        error_backoff=AttemptSchedule.exponential(base=5.0, multiplier=2.0, cap=300.0),
-        rng=random.Random(1),
-        stored=False,
-    )
+    core = new_core(stored=False)
     entry = core.managed(CertificateSpec.of("one", ["one.test"]))
     entry.ari_replacement = "window-passed"  # asked of the certificate it replaces
     core.issued(entry, certificate(["one.test"], START, days=days))
@@ -561,12 +561,7 @@ def test_a_certificate_just_obtained_is_first_checked_later(
 
 
 def test_a_certificate_due_within_minutes_or_asked_at_once_has_no_later_check() -> None:
-    core = FleetCore(
-        schedule=AttemptSchedule(),
-        error_backoff=AttemptSchedule.exponential(base=5.0, multiplier=2.0, cap=300.0),
-        rng=random.Random(1),
-        stored=False,
-    )
+    core = new_core(stored=False)
     entry = core.managed(CertificateSpec.of("one", ["one.test"]))
     core.issued(entry, certificate(["one.test"], START, days=90))
     assert not core.first_check_planned(entry, None, START, dt.timedelta(0))
@@ -579,12 +574,7 @@ def test_a_certificate_due_within_minutes_or_asked_at_once_has_no_later_check() 
 def test_a_state_read_while_the_spec_changed_keeps_the_fresh_state() -> None:
     """A spec changed while the stored state was read: the stored (older) state is not
     taken over the reset one (the read began before the change)."""
-    core = FleetCore(
-        schedule=AttemptSchedule(),
-        error_backoff=AttemptSchedule.exponential(base=5.0, multiplier=2.0, cap=300.0),
-        rng=random.Random(1),
-        stored=True,
-    )
+    core = new_core(stored=True)
     entry = core.managed(CertificateSpec.of("one", ["one.test"]))
     old = AttemptState(attempts=3, next_attempt_at=START + dt.timedelta(hours=5))
     core.managed(CertificateSpec.of("one", ["one.test", "two.test"]))  # during the read
