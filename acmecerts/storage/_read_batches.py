@@ -8,6 +8,9 @@ started yet, or starts the next one. Each caller gets the values of its own keys
 after it asked (the job reads every key when it starts), so a joined read is as fresh
 as one of its own would have been.
 
+A job gathers the reads of one thread's event loop only (a store may serve loops in
+several threads; each waits on events of its own loop).
+
 The job runs to its end even when the caller that started it is cancelled (a read takes
 no lock and is soon over): the others that joined it still wait for its values; that
 caller then raises its cancellation. A cancelled caller that joined stops waiting at
@@ -71,14 +74,16 @@ class ReadBatches:
 
     def __init__(self, read: ReadKeys) -> None:
         self._read = read
-        self._waiting: _Batch | None = None
+        # per thread (one event loop each): the job not started yet that reads may join
+        self._waiting: dict[int, _Batch] = {}
 
     async def read(self, keys: Sequence[str]) -> list[Found]:
         """The values of ``keys`` (each ``None`` if absent, or the key's StorageError)."""
-        batch = self._waiting
+        thread = threading.get_ident()
+        batch = self._waiting.get(thread)
         first = None if batch is None else batch.join(keys)
         if batch is None or first is None:
-            batch = self._waiting = _Batch()
+            batch = self._waiting[thread] = _Batch()
             first = batch.join(keys)
             assert first is not None
             try:
@@ -88,8 +93,8 @@ class ReadBatches:
                 batch.error = exc
                 raise
             finally:
-                if self._waiting is batch:
-                    self._waiting = None
+                if self._waiting.get(thread) is batch:
+                    del self._waiting[thread]
                 batch.done.set()
             await anyio.lowlevel.checkpoint_if_cancelled()  # cancelled meanwhile: raise now
         else:

@@ -743,11 +743,22 @@ def test_one_store_serves_event_loops_in_several_threads(tmp_path: Path) -> None
     store = FileStorage(tmp_path)
     errors: list[BaseException] = []
 
+    read: dict[int, list[bytes | None]] = {}
+
     def loop(n: int) -> None:
+        async def load(i: int) -> None:
+            value = await store.load(f"t{n}/v{i}")
+            read[n][i] = value and value.data
+
         async def main() -> None:
             async with anyio.create_task_group() as tg:
                 for i in range(30):
                     tg.start_soon(store.store, f"t{n}/v{i}", b"%d" % i)
+            # reads of all three loops at once: each loop's reads share jobs of its own
+            read[n] = [None] * 30
+            async with anyio.create_task_group() as tg:
+                for i in range(30):
+                    tg.start_soon(load, i)
 
         try:
             anyio.run(main)
@@ -764,3 +775,4 @@ def test_one_store_serves_event_loops_in_several_threads(tmp_path: Path) -> None
     for n in range(3):
         found = anyio.run(store.list, f"t{n}/")
         assert len(found) == 30
+        assert read[n] == [b"%d" % i for i in range(30)]
