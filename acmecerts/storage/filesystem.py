@@ -91,7 +91,7 @@ from acmecerts._time import Clock, SystemClock
 from acmecerts.errors import InvalidInput, StorageError
 from acmecerts.storage import _files
 from acmecerts.storage._backend import StoreBase
-from acmecerts.storage._base import StoredValue, _AnyVersion
+from acmecerts.storage._base import StoredValue, _AnyVersion, values_of
 from acmecerts.storage._file_lease import FileLeases
 from acmecerts.storage._files import MAX_VALUE_SIZE, os_error
 from acmecerts.storage._lease import LeaseLocks
@@ -145,9 +145,13 @@ class FileStorage(StoreBase):
     # -- plumbing ---------------------------------------------------------------------
 
     async def _run(self, func: Callable[..., _T], *args: Any, check_open: bool = True) -> _T:
-        if check_open and self._closed:
-            raise StorageError(f"{self!r} is closed", path=self._root)
+        if check_open:
+            self._check_open()
         return await run_sync(func, *args)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StorageError(f"{self!r} is closed", path=self._root)
 
     # -- values -----------------------------------------------------------------------
 
@@ -223,9 +227,7 @@ class FileStorage(StoreBase):
         return sorted(found)
 
     async def _load(self, key: str) -> StoredValue | None:
-        [found] = await self._load_each([key])
-        if isinstance(found, StorageError):
-            raise found
+        [found] = values_of(await self._load_each([key]))
         return found
 
     async def _load_each(
@@ -233,8 +235,7 @@ class FileStorage(StoreBase):
     ) -> builtins.list[StoredValue | StorageError | None]:
         # one hop to the worker thread for them all (each hop costs more than a small
         # read), shared with the reads of other tasks asked for meanwhile
-        if self._closed:
-            raise StorageError(f"{self!r} is closed", path=self._root)
+        self._check_open()
         return await self._reads.read(keys)
 
     def _load_each_sync(
