@@ -167,7 +167,9 @@ class FileLeases:
         path = self.path(name)
         releasing = record.holder is None
         try:
-            with self._dirs.locked(os.path.dirname(path), create=not releasing) as locked:
+            with self._dirs.locked(
+                os.path.dirname(path), create=not releasing, durable=False
+            ) as locked:
                 try:
                     current = self._read_sync(name, path)
                 except StorageError:

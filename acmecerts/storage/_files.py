@@ -135,8 +135,14 @@ class LockedDir:
         self.sync = False
 
 
-def ensure_dir(dirpath: str) -> None:
-    """Create ``dirpath`` and missing parents up to ``root`` with mode 0700."""
+def ensure_dir(dirpath: str, *, durable: bool = True) -> None:
+    """Create ``dirpath`` and missing parents with mode 0700.
+
+    ``durable``: the parent of every directory created is fsynced before this returns
+    (deepest first), so that the new directory's entry survives a machine crash with
+    the file the caller then writes in it (an fsync of the file and of its own
+    directory does not cover the entry in the parent). Lease directories need not be.
+    """
     missing: list[str] = []
     current = dirpath
     while not os.path.isdir(current):
@@ -145,6 +151,7 @@ def ensure_dir(dirpath: str) -> None:
         if parent == current:
             break
         current = parent
+    created: list[str] = []
     for path in reversed(missing):
         try:
             os.mkdir(path, _DIR_MODE)
@@ -155,11 +162,28 @@ def ensure_dir(dirpath: str) -> None:
                     "(a key cannot also be the prefix of another key)",
                     path=path,
                 ) from None
+            created.append(path)  # another writer's, maybe not durable yet
             continue
         except OSError as exc:
             raise os_error("create directory", path, exc) from exc
         with contextlib.suppress(OSError):
             os.chmod(path, _DIR_MODE)  # mkdir's mode is filtered by the umask
+        created.append(path)
+    if durable:
+        for path in reversed(created):
+            _sync_dir(os.path.dirname(path))
+
+
+def _sync_dir(dirpath: str) -> None:
+    """fsync the directory ``dirpath`` (a new entry in it becomes durable)."""
+    try:
+        fd = os.open(dirpath, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise os_error("sync directory", dirpath, exc) from exc
 
 
 class DirLocks:
@@ -170,11 +194,14 @@ class DirLocks:
         self._mutexes_lock = threading.Lock()
 
     @contextlib.contextmanager
-    def locked(self, dirpath: str, *, create: bool = False) -> Iterator[LockedDir]:
+    def locked(
+        self, dirpath: str, *, create: bool = False, durable: bool = True
+    ) -> Iterator[LockedDir]:
         """Hold ``dirpath``'s lock: first against this process's threads, then others.
 
         ``create``: make ``dirpath`` (and missing parents, 0700) if it does not exist;
-        only then, so the usual case costs no ``stat`` before the ``open``.
+        only then, so the usual case costs no ``stat`` before the ``open``; ``durable``:
+        a directory created is made durable (see :func:`ensure_dir`).
 
         Threads of this process queue on a mutex per directory (no polling, first come
         first served); the holder then takes the exclusive ``flock`` that other processes
@@ -195,7 +222,7 @@ class DirLocks:
                     _give_up_at(deadline, dirpath, "by this process (is a write stuck?)")
             change = 0
             try:
-                locked = LockedDir(_open_dir(dirpath, create))
+                locked = LockedDir(_open_dir(dirpath, create, durable))
                 try:
                     _flock(locked.fd, dirpath, deadline)
                     try:
@@ -224,14 +251,14 @@ class DirLocks:
                     del self._mutexes[dirpath]
 
 
-def _open_dir(dirpath: str, create: bool) -> int:
+def _open_dir(dirpath: str, create: bool, durable: bool) -> int:
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
     try:
         return os.open(dirpath, flags)
     except FileNotFoundError:
         if not create:
             raise
-    ensure_dir(dirpath)
+    ensure_dir(dirpath, durable=durable)
     return os.open(dirpath, flags)
 
 

@@ -25,7 +25,9 @@ Design:
 * **Atomic writes.** A value is written to ``.<segment>.tmp`` in the same directory
   (``O_CREAT|O_EXCL|O_NOFOLLOW``, mode 0600), fsynced, renamed over the key's file with
   ``os.replace`` and the directory is fsynced before the call returns: a crash at any
-  instant leaves the old value or the new one.
+  instant leaves the old value or the new one. A directory the write had to create is
+  made durable in its parent first (the parent is fsynced), so that a machine crash
+  cannot lose the directory of a value whose write has returned.
 * **Every file is 0600, every directory 0700**, not only ``secret`` values: the ledger
   and order state are nobody else's business either, and one rule is harder to get wrong.
 * **Compare-and-swap across processes.** Writers and deleters hold an exclusive

@@ -175,8 +175,11 @@ HOPS = {"load": 2, "store": 3}
 EXPECTED_FILES = 2  # certificate.json and the finished order record
 #: fsyncs made by FileStorage meanwhile (the previous layout: 14; 10 while lease files
 #: were fsynced: the claim and the release; 7 while the finished order record was
-#: deleted); a bound, since the store's own group commit may merge some
-MAX_FSYNCS = 6
+#: deleted); a bound, since the store's own group commit may merge some. Each of the
+#: 3 stores fsyncs its file and its directory; the certificate's new directory
+#: (certificates/<name>/) also has its parent fsynced, or a machine crash could lose
+#: the directory with the record (6 until that was found).
+MAX_FSYNCS = 7
 #: Lease compare-and-swaps (each one hop to a worker thread, none fsynced): the claim and
 #: the release. An attempt shorter than a third of the lease renews nothing.
 LEASE_SWAPS = 2

@@ -625,6 +625,36 @@ async def test_sigkill_at_a_random_moment_never_corrupts(tmp_path: Path) -> None
         assert loaded.data in values
 
 
+async def test_a_new_directory_is_durable_in_its_parent_before_the_write_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An fsync of a file and of its directory does not make the directory's own entry
+    durable: every directory a write creates has its parent fsynced, once."""
+    import acmecerts.storage._files as files
+
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(files.os, "fsync", recording_fsync)
+    root = tmp_path / "store"  # created by the first write too
+    store = FileStorage(root)
+    await store.store("ca/certificates/a/certificate.json", b"a")
+    made = [root, root / "ca", root / "ca" / "certificates", root / "ca/certificates/a"]
+    # deepest first, then the directory of the rename itself
+    assert synced == [str(p.parent) for p in reversed(made)] + [str(made[-1])]
+    synced.clear()
+    await store.store("ca/certificates/a/other.json", b"b")  # no directory created
+    assert synced == [str(made[-1])]
+    synced.clear()
+    await store.store("ca/certificates/b/certificate.json", b"c")
+    assert synced == [str(made[2]), str(made[2] / "b")]
+
+
 async def test_writers_of_one_process_queue_without_polling_and_every_write_is_synced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

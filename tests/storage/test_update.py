@@ -212,11 +212,11 @@ async def test_a_change_that_raises_writes_nothing(tmp_path: Path) -> None:
 async def test_lease_files_are_not_fsynced_but_values_are(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    synced: list[int] = []
+    synced: list[str] = []
     real = os.fsync
 
     def counting(fd: int) -> None:
-        synced.append(fd)
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
         real(fd)
 
     monkeypatch.setattr(_files.os, "fsync", counting)
@@ -228,6 +228,9 @@ async def test_lease_files_are_not_fsynced_but_values_are(
     assert not lease_file.exists()
     assert synced == []
     await store.store(KEY, b"1")
-    assert len(synced) == 2  # the value's file, then its directory
+    # the root (the entry of counters/, created for the value), the value's file, then
+    # counters/ (the rename); none of the lease's (.locks/a was created without one)
+    root, counters = str(tmp_path), str(tmp_path / "counters")
+    assert synced == [root, f"{counters}/.x.tmp", counters]
     await store.delete(KEY)
-    assert len(synced) == 3  # the directory
+    assert synced[3:] == [counters]
