@@ -26,6 +26,7 @@ transition                           what it returns (the driver's next action)
 
 The actions (``_actions.py``) are carried out in the order returned by
 :meth:`~acmecerts.manager._attempts.AttemptRunner.carry_out`, which decides nothing.
+
 The async manager (:class:`~acmecerts.manager.CertificateManager` with its
 :class:`~acmecerts.manager._scheduler.Scheduler`, :class:`StoredEntries`, the
 :class:`~acmecerts.manager._attempts.AttemptRunner` and the
