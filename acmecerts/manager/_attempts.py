@@ -13,7 +13,8 @@ import contextlib
 import dataclasses
 import datetime as _dt
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import assert_never
 
 import anyio
 import anyio.abc
@@ -29,7 +30,15 @@ from acmecerts.errors import (
     RateLimited,
     StorageError,
 )
-from acmecerts.manager._core import FleetCore
+from acmecerts.manager._actions import (
+    Action,
+    PlanFirstCheck,
+    Replan,
+    Retire,
+    SaveCertificate,
+    SaveState,
+)
+from acmecerts.manager._core import Failure, FleetCore
 from acmecerts.manager._entry import (
     Entry,
     current,
@@ -81,6 +90,8 @@ class Flight:
     done: anyio.Event = dataclasses.field(default_factory=anyio.Event)
     result: IssueResult | None = None
     scope: anyio.CancelScope | None = None
+    #: What the core returned that waits for the store's lock to be released (a retirement).
+    after_lock: list[Action] = dataclasses.field(default_factory=list)
 
 
 class AttemptRunner:
@@ -170,10 +181,35 @@ class AttemptRunner:
         finally:
             self.gate.leave(entry)
             flight.result = result
-            self.core.attempt_ended(entry, flight)
+            replan = self.core.attempt_ended(entry, flight)
             flight.done.set()
-            self.scheduler.changed(entry)  # the scheduler plans what comes next (renewal, retry)
+            self.carry_out_now(replan)  # the scheduler plans what comes next (renewal, retry)
         return result
+
+    async def carry_out(self, actions: Iterable[Action]) -> None:
+        """Do what the core returned, in its order (see ``_actions.py``); decide nothing."""
+        for action in actions:
+            match action:
+                case SaveCertificate(name, certificate):
+                    assert self.store is not None
+                    await self.store.save_certificate(name, certificate)
+                case SaveState(entry):
+                    await self.stored.save_state(entry)
+                case PlanFirstCheck(entry):
+                    await self.renewals.plan_obtained(entry)
+                case Retire(name, identifiers):
+                    await self.stored.retire(name, identifiers)
+                case Replan():
+                    self.carry_out_now((action,))
+                case _:
+                    assert_never(action)
+
+    def carry_out_now(self, actions: Iterable[Action]) -> None:
+        """Do what the core returned that needs no I/O (:class:`Replan`): at once, even in
+        a ``finally`` while being cancelled."""
+        for action in actions:
+            assert isinstance(action, Replan), action
+            self.scheduler.changed(action.entry)
 
     async def _owner_present(self, spec: CertificateSpec) -> bool | None:
         if spec.owner is None:
@@ -223,9 +259,7 @@ class AttemptRunner:
                 retry_after=fits_at,
                 limit=None,
             )
-            result = await self._failed(entry, deferred)
-            await self.stored.save_state(entry)
-            return result
+            return await self._failed(entry, deferred)
         with anyio.CancelScope() as scope:
             flight.scope = scope
             if entry.cancelled is not None:
@@ -235,14 +269,14 @@ class AttemptRunner:
                 if refused is not None:
                     return refused
                 if self.store is None:
-                    result = await self._owned_issue(entry, generation, renewal, force)
+                    result = await self._owned_issue(entry, flight, generation, renewal, force)
                 else:
                     # the owner is asked under the lock: a deletion seen while another
                     # replica held it still stops this order
                     async with self.store.lock(name, lease=self.lock_lease):
-                        result = await self._owned_issue(entry, generation, renewal, force)
-                if isinstance(result, CancelledResult) and result.reason == _OWNER_GONE:
-                    await self.stored.retire(name, entry)  # (outside the lock: a purge takes it)
+                        result = await self._owned_issue(entry, flight, generation, renewal, force)
+                # (outside the lock: a purge takes it)
+                await self.carry_out(flight.after_lock)
                 return result
         return CancelledResult(name, entry.cancelled or "cancelled")
 
@@ -262,33 +296,32 @@ class AttemptRunner:
             record = await self.store.load_order(entry.spec.name, finished=finished)
             if record is not None and set(record.identifiers) == entry.spec.identifier_set:
                 return None
-        result = await self._failed(entry, deferred)
-        await self.stored.save_state(entry)
-        return result
+        return await self._failed(entry, deferred)
 
     async def _owned_issue(
-        self, entry: Entry, generation: int, renewal: bool, force: bool
+        self, entry: Entry, flight: Flight, generation: int, renewal: bool, force: bool
     ) -> IssueResult:
         """Ask the owner, then issue (under the store's lock when there is a store)."""
-        refused = await self._ask_owner(entry)
+        refused = await self._ask_owner(entry, flight)
         if refused is not None:
             return refused
         if entry.cancelled is not None or entry.generation != generation:
             return CancelledResult(entry.spec.name, entry.cancelled or "cancelled")
-        return await self._issue(entry, renewal=renewal, force=force)
+        return await self._issue(entry, flight, renewal=renewal, force=force)
 
-    async def _ask_owner(self, entry: Entry) -> IssueResult | None:
+    async def _ask_owner(self, entry: Entry, flight: Flight) -> IssueResult | None:
         """Ask the owner guard before an order: ``None`` to go on, else the outcome.
 
-        Gone: the certificate is cancelled (nothing more is sent). Unknown (the guard
-        raised): held on the error backoff, then asked again; never taken for "gone".
+        Gone: the certificate is cancelled (nothing more is sent) and retired once the
+        lock is released (``flight.after_lock``). Unknown (the guard raised): held on the
+        error backoff, then asked again; never taken for "gone".
         """
         name = entry.spec.name
         owner = await self._owner_present(entry.spec)
         if owner is True:
             return None
         if owner is False:
-            self.core.owner_gone(entry, _OWNER_GONE)
+            flight.after_lock.extend(self.core.owner_gone(entry, _OWNER_GONE))
             await self.cancelled(name, _OWNER_GONE)
             return CancelledResult(name, _OWNER_GONE)
         until = self._hiccup(entry, "the owner guard failed")
@@ -296,7 +329,9 @@ class AttemptRunner:
         await self.publish(CertificateDeferred(name, self.clock.now(), until=until, reason=reason))
         return DeferredResult(name, until, reason)
 
-    async def _issue(self, entry: Entry, *, renewal: bool, force: bool = False) -> IssueResult:
+    async def _issue(
+        self, entry: Entry, flight: Flight, *, renewal: bool, force: bool = False
+    ) -> IssueResult:
         spec = entry.spec
         name = spec.name
         if self.store is not None:
@@ -345,7 +380,7 @@ class AttemptRunner:
                     # next one looking for an unrecorded order
                     await self.store.delete_order(name)
                 # a new order: the owner may have gone meanwhile, so ask before it again
-                refused = await self._ask_owner(entry)
+                refused = await self._ask_owner(entry, flight)
                 if refused is not None:
                     return refused
                 certificate = await self.client_issue(entry, None, renewal_of)
@@ -355,21 +390,11 @@ class AttemptRunner:
         except AcmeCertsError as exc:
             self.core.steady(entry)
             self.outage.observe(exc)  # the CA failing holds the others' work (work)
-            result = await self._failed(entry, exc)
-            await self.stored.save_state(entry)
-            return result
-        self.core.steady(entry)
-        if self.store is not None:
-            # saved before it counts as held: if the store fails here, the attempt is
-            # retried on the error backoff and resumes the order (recorded) instead of
-            # keeping an unsaved certificate that nobody would ever publish
-            await self.store.save_certificate(name, certificate)
-            # its order record stays: it names this certificate's order, finished by
-            # rule (see _persist.py); the next order's intent overwrites it
-        self.core.issued(entry, certificate)
-        if self.store is not None:
-            await self.stored.save_state(entry)
-        await self.renewals.plan_obtained(entry)
+            return await self._failed(entry, exc)
+        # saved before it counts as held (SaveCertificate says why), then its state and
+        # its renewal
+        await self.carry_out(self.core.obtained(entry, certificate))
+        await self.carry_out(self.core.issued(entry, certificate))
         await self.publish(
             CertificateObtained(name, self.clock.now(), certificate=certificate, renewal=renewal)
         )
@@ -385,7 +410,7 @@ class AttemptRunner:
         return self.core.hiccup(entry, reason, self.clock.now())
 
     async def _failed(self, entry: Entry, error: AcmeCertsError) -> IssueResult:
-        name = entry.spec.name
+        """The core records the failure; the subscribers are told, then its actions done."""
         # the ledger's deferral: one token behind the others it deferred on its bucket
         deferred_until = (
             self.gate.deferred_until(error)
@@ -399,6 +424,15 @@ class AttemptRunner:
             solvers=self.solver_set(),
             deferred_until=deferred_until,
         )
+        result = await self._tell_failure(entry, error, failure)
+        await self.carry_out(failure.actions)
+        return result
+
+    async def _tell_failure(
+        self, entry: Entry, error: AcmeCertsError, failure: Failure
+    ) -> IssueResult:
+        """Publish ``failure`` (and log it); returns the attempt's outcome."""
+        name = entry.spec.name
         if failure.kind == "parked":
             log.warning("%s: invalid input, parked until its spec changes: %s", name, error)
             await self.publish(CertificateFailed(name, self.clock.now(), error=error))

@@ -5,19 +5,27 @@ flight (single flight per name and per identifier set), the certificates held, a
 due-queue (:class:`~acmecerts.manager._due.DueQueue`). It changes them only through its
 named transitions, in the style of :class:`~acmecerts.protocol._flow.IssuanceFlow`:
 
-==================================  ===================================================
-transition                          what it returns (the driver's next action)
-==================================  ===================================================
-:meth:`~FleetCore.managed`          the entry to plan (start when due)
-:meth:`~FleetCore.loaded`           :class:`Read`: plan the renewal of a certificate read
-:meth:`~FleetCore.state_loaded`     nothing: the entry is loaded
-:meth:`~FleetCore.attempt_started`  the flight to join, or ``None``: the attempt goes
-:meth:`~FleetCore.attempt_failed`   :class:`Failure`: save the state, publish, when next
-:meth:`~FleetCore.issued`           save the state, plan the renewal
-:meth:`~FleetCore.owner_gone`       retire the certificate
-:meth:`~FleetCore.unmanaged`        retire the certificate
-:meth:`~FleetCore.time_passed`      :class:`Tick`: the work to start now, when to wake
-==================================  ===================================================
+===================================  ==================================================
+transition                           what it returns (the driver's next action)
+===================================  ==================================================
+:meth:`~FleetCore.managed`           the entry to plan (start when due)
+:meth:`~FleetCore.loaded`            :class:`Read`: plan the renewal of a certificate read
+:meth:`~FleetCore.state_loaded`      nothing: the entry is loaded
+:meth:`~FleetCore.attempt_started`   the flight to join, or ``None``: the attempt goes
+:meth:`~FleetCore.attempt_failed`    :class:`Failure`: when next; after publishing, its
+                                     ``actions``: :class:`SaveState` (with a store)
+:meth:`~FleetCore.obtained`          :class:`SaveCertificate` (with a store), before
+                                     the certificate counts as held
+:meth:`~FleetCore.issued`            :class:`SaveState` (with a store), then
+                                     :class:`PlanFirstCheck`
+:meth:`~FleetCore.attempt_ended`     :class:`Replan` (once the joined are told)
+:meth:`~FleetCore.owner_gone`        :class:`Retire` (with a store; outside the lock)
+:meth:`~FleetCore.unmanaged`         :class:`Retire` (with a store)
+:meth:`~FleetCore.time_passed`       :class:`Tick`: the work to start now, when to wake
+===================================  ==================================================
+
+The actions (``_actions.py``) are carried out in the order returned by
+:meth:`~acmecerts.manager._attempts.AttemptRunner.carry_out`, which decides nothing.
 
 The async manager (:class:`~acmecerts.manager.CertificateManager` with its
 :class:`~acmecerts.manager._scheduler.Scheduler`, :class:`StoredEntries`, the
@@ -41,6 +49,14 @@ from typing import TYPE_CHECKING
 
 from acmecerts._issued import IssuedCertificate
 from acmecerts.errors import AcmeCertsError, InvalidInput, RateLimitDeferred
+from acmecerts.manager._actions import (
+    Action,
+    PlanFirstCheck,
+    Replan,
+    Retire,
+    SaveCertificate,
+    SaveState,
+)
 from acmecerts.manager._due import DueQueue
 from acmecerts.manager._entry import (
     Entry,
@@ -117,6 +133,8 @@ class Failure:
     #: the attempt schedule's next attempt).
     kind: str
     until: _dt.datetime | None
+    #: What the driver does after telling the subscribers (with a store: save the state).
+    actions: tuple[Action, ...]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -153,6 +171,8 @@ class FleetCore:
         self.schedule = schedule
         self.error_backoff = error_backoff
         self._rng = rng
+        #: Whether there is a store (what is saved, retired).
+        self.stored = stored
         #: The certificates by name (read anywhere; changed only here).
         self.entries: dict[str, Entry] = {}
         self._seqs = itertools.count()
@@ -193,14 +213,23 @@ class FleetCore:
         self.due.changed(entry)
         return already
 
-    def owner_gone(self, entry: Entry, reason: str) -> None:
-        """The owner guard said the owner is gone: cancelled (then retired by the driver)."""
+    def owner_gone(self, entry: Entry, reason: str) -> tuple[Action, ...]:
+        """The owner guard said the owner is gone: cancelled, and (with a store) retired
+        once the certificate's store lock is released."""
         self.cancelled(entry, reason)
+        return self._retire(entry.spec.name, entry)
 
-    def unmanaged(self, name: str, entry: Entry | None) -> None:
-        """``name`` is no longer managed (unless a new ``entry`` took its place)."""
+    def unmanaged(self, name: str, entry: Entry | None) -> tuple[Action, ...]:
+        """``name`` is no longer managed (unless a new ``entry`` took its place): with a
+        store, retired (a name managed again by then keeps its files)."""
         if entry is not None and self.entries.get(name) is entry:
             del self.entries[name]
+        return self._retire(name, entry)
+
+    def _retire(self, name: str, entry: Entry | None) -> tuple[Action, ...]:
+        if not self.stored:
+            return ()
+        return (Retire(name, entry.spec.identifiers if entry is not None else None),)
 
     # -- questions the store's retired certificates ask ----------------------------------
 
@@ -277,6 +306,14 @@ class FleetCore:
         """``entry``'s attempt state is in the store: the stored one is the truth again."""
         entry.state_changed = False
 
+    def _save_state(self, entry: Entry) -> tuple[Action, ...]:
+        """After an outcome: with a store, save ``entry``'s state (without one, the state
+        in memory is the only one)."""
+        if not self.stored:
+            self.state_saved(entry)
+            return ()
+        return (SaveState(entry),)
+
     # -- attempts ---------------------------------------------------------------------------
 
     def attempt_started(self, entry: Entry, flight: Flight) -> Flight | None:
@@ -290,24 +327,36 @@ class FleetCore:
         self._flights_by_ids[ids] = flight
         return None
 
-    def attempt_ended(self, entry: Entry, flight: Flight) -> None:
-        """``flight`` (``entry``'s) ended: the entry is planned again (renewal, retry)."""
+    def attempt_ended(self, entry: Entry, flight: Flight) -> tuple[Action, ...]:
+        """``flight`` (``entry``'s) ended: the entry is planned again (renewal, retry),
+        and the scheduler woken if it is due sooner (once the joined ones are told)."""
         entry.flight = None
         # the identifiers it started with (the spec may have changed since)
         ids = self._flight_ids.pop(flight, entry.spec.identifier_set)
         if self._flights_by_ids.get(ids) is flight:
             del self._flights_by_ids[ids]
         self.due.changed(entry)
+        return (Replan(entry),)
 
     def solvers_now(self, entry: Entry, solvers: str) -> None:
         """The solvers of the attempt starting: a failure under others imposes no wait."""
         entry.state = for_solvers(entry.state, solvers)
 
-    def issued(self, entry: Entry, certificate: IssuedCertificate) -> None:
-        """An attempt ended with ``certificate`` (saved, when there is a store)."""
+    def obtained(self, entry: Entry, certificate: IssuedCertificate) -> tuple[Action, ...]:
+        """The CA issued ``certificate`` for ``entry`` (progress: its hiccups are
+        forgotten). With a store it is saved first; only then is it :meth:`issued`."""
+        self.steady(entry)
+        if not self.stored:
+            return ()
+        return (SaveCertificate(entry.spec.name, certificate),)
+
+    def issued(self, entry: Entry, certificate: IssuedCertificate) -> tuple[Action, ...]:
+        """``certificate`` (:meth:`obtained`, saved when there is a store) is
+        ``entry``'s: save the attempt state it resets, then plan its renewal."""
         entry.certificate = self.handed_out.hold(certificate)
         entry.stale = False
         entry.state = self.schedule.after_success(entry.state)
+        return (*self._save_state(entry), PlanFirstCheck(entry))
 
     def attempt_failed(
         self,
@@ -336,9 +385,10 @@ class FleetCore:
                 parked=entry.spec.fingerprint,
                 solvers=solvers,
             )
-            return Failure("parked", None)
+            return Failure("parked", None, self._save_state(entry))
         if isinstance(error, RateLimitDeferred) and error.retry_after is None:
-            return Failure("held", self.hiccup(entry, f"{type(error).__name__}: {error}", now))
+            until = self.hiccup(entry, f"{type(error).__name__}: {error}", now)
+            return Failure("held", until, self._save_state(entry))
         if isinstance(error, RateLimitDeferred):
             # predicted by the ledger, nothing sent: no escalation
             entry.state = dataclasses.replace(
@@ -358,7 +408,7 @@ class FleetCore:
             )
         # another solver set is another attempt: this failure's wait is not its (for_solvers)
         entry.state = dataclasses.replace(entry.state, solvers=solvers)
-        return Failure("retry", entry.state.next_attempt_at)
+        return Failure("retry", entry.state.next_attempt_at, self._save_state(entry))
 
     # -- holds --------------------------------------------------------------------------
 

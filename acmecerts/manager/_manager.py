@@ -369,8 +369,8 @@ class CertificateManager:
         """
         entry = self._entries.get(name)
         await self.cancel(name, reason="unmanaged")
-        self._core.unmanaged(name, entry)  # (not a new entry managed while cancelling)
-        await self._stored.retire(name, entry)
+        # (not a new entry managed while cancelling)
+        await self._attempts.carry_out(self._core.unmanaged(name, entry))
 
     async def cancel(self, name: str, *, reason: str = "cancelled") -> None:
         """Cancel in-flight and future work for ``name``.

@@ -23,6 +23,7 @@ from acmecerts.manager._entry import Entry
 from acmecerts.manager._events import CertificateEvent, CertificateLoaded
 from acmecerts.manager._persist import CertificateStore
 from acmecerts.manager._retention import RetiredCertificates
+from acmecerts.protocol.identifiers import Identifier
 
 log = logging.getLogger("acmecerts.manager")
 
@@ -155,11 +156,13 @@ class StoredEntries:
             await self.store.save_attempt_state(entry.spec.name, entry.state)
         self.core.state_saved(entry)
 
-    async def retire(self, name: str, entry: Entry | None) -> None:
-        """``name`` is no longer managed: keep its stored certificate for the retention."""
+    async def retire(self, name: str, identifiers: tuple[Identifier, ...] | None) -> None:
+        """``name`` is no longer managed: keep its stored certificate for the retention.
+
+        ``identifiers``: its last spec's (used when nothing stored says which).
+        """
         if self.retired is None:
             return
-        identifiers = entry.spec.identifiers if entry is not None else None
         # recorded even when the caller is being cancelled: else the files stay forever
         with anyio.CancelScope(shield=True), anyio.move_on_after(_RETIRE_TIMEOUT):
             await self._after_retirements(name)

@@ -15,7 +15,12 @@ manager), and checks after every step that:
 * a tick starts exactly the idle certificates due, highest priority first, and wakes at
   the earliest instant of the others (none is forgotten, none started early);
 * at most one attempt is in the air per name and per identifier set;
-* what the core tells the store's retired certificates (managed, waiting) is so.
+* what the core tells the store's retired certificates (managed, waiting) is so;
+* the actions the core returns are the ones the driver must carry out: an issued
+  certificate is saved (``SaveCertificate``) before anything else and before it counts
+  as held, then its state is saved and its renewal planned; every failure saves the
+  state; the owner gone and unmanage retire it, and no attempt starts for it afterwards;
+  an ended attempt is planned again.
 """
 
 from __future__ import annotations
@@ -42,6 +47,14 @@ from acmecerts.errors import (
     RateLimited,
 )
 from acmecerts.manager import CertificateSpec
+from acmecerts.manager._actions import (
+    Action,
+    PlanFirstCheck,
+    Replan,
+    Retire,
+    SaveCertificate,
+    SaveState,
+)
 from acmecerts.manager._attempts import Flight
 from acmecerts.manager._core import FleetCore, Read
 from acmecerts.manager._entry import AT_ONCE, Entry, due_at, parked, queue_time
@@ -171,6 +184,10 @@ class FleetCoreMachine(RuleBasedStateMachine):
         self.flight_ids: dict[Flight, frozenset[Identifier]] = {}
         #: The CA's health gate: closed until this instant (``None``: open).
         self.gate: dt.datetime | None = None
+        #: The names retired (``Retire`` carried out), with the identifiers it named.
+        self.retired: dict[str, tuple[Identifier, ...] | None] = {}
+        #: The entries whose owner is gone: no attempt may start for them again.
+        self.gone: set[Entry] = set()
 
     # -- what the driver does with the core's answers -------------------------------------
 
@@ -194,6 +211,34 @@ class FleetCoreMachine(RuleBasedStateMachine):
     def save_state(self, entry: Entry) -> None:
         self.states[entry.spec.name] = entry.state
         self.core.state_saved(entry)
+
+    def carry_out(self, actions: Sequence[Action]) -> None:
+        """What ``AttemptRunner.carry_out`` does, against this machine's store."""
+        for action in actions:
+            match action:
+                case SaveCertificate(name, issued):
+                    self.stored[name] = issued
+                case SaveState(entry):
+                    self.save_state(entry)
+                case PlanFirstCheck(entry):
+                    self.plan_obtained(entry)
+                case Retire(name, identifiers):
+                    # retired only while no certificate of that name is managed
+                    assert not self.core.is_managed(name)
+                    self.retired[name] = identifiers
+                case Replan(entry):
+                    self.core.due.changed(entry)
+
+    def plan_obtained(self, entry: Entry) -> None:
+        """As ``RenewalPlanner.plan_obtained``: the first ARI check later, if there is a
+        later (a 10-day certificate: in 6 hours); else the window asked for now."""
+        if self.core.first_check_planned(entry, None, self.now):
+            assert entry.ari_recheck_at is not None
+            assert entry.renew_at is not None
+            assert self.now < entry.ari_recheck_at < entry.renew_at
+            assert entry.ari_replacement is None
+        else:
+            self.plan_renewal(entry)
 
     # -- rules ----------------------------------------------------------------------------
 
@@ -232,10 +277,12 @@ class FleetCoreMachine(RuleBasedStateMachine):
         flight = self.flights.pop(entry, None)
         if flight is not None:  # its scope is cancelled; cancel() returns once it ended
             assert entry.flight is flight
-            self.core.attempt_ended(entry, flight)
+            self.carry_out(self.core.attempt_ended(entry, flight))
         if unmanage:
-            self.core.unmanaged(name, entry)
+            actions = self.core.unmanaged(name, entry)
+            assert actions == (Retire(name, entry.spec.identifiers),)
             assert name not in self.core.entries
+            self.carry_out(actions)
 
     @rule(seconds=st.sampled_from([0.0, 1.0, 30.0, 61.0, 600.0, 3600.0, 6 * 3600.0, 86400.0]))
     def tick(self, seconds: float) -> None:
@@ -248,6 +295,7 @@ class FleetCoreMachine(RuleBasedStateMachine):
         for entry in tick.start:
             assert entry.flight is None
             assert entry.cancelled is None
+            assert entry not in self.gone
             assert self.core.entries.get(entry.spec.name) is entry
             when = queue_time(entry, self.schedule, now)
             assert when is not None
@@ -284,6 +332,7 @@ class FleetCoreMachine(RuleBasedStateMachine):
             return
         flight = Flight()
         existing = self.core.attempt_started(entry, flight)
+        assert entry not in self.gone
         if existing is not None:
             self.joined += 1
             # the identifier set is in the air under another name: joined, planned again
@@ -307,32 +356,34 @@ class FleetCoreMachine(RuleBasedStateMachine):
         name = entry.spec.name
         now = self.now
         if outcome == "issued":
-            self.core.steady(entry)
             issued = certificate([i.value for i in entry.spec.identifiers], now)
-            self.stored[name] = issued
-            self.core.issued(entry, issued)
+            actions = self.core.obtained(entry, issued)
+            # saved before anything else, and before it counts as held
+            assert actions == (SaveCertificate(name, issued),)
+            assert entry.hiccups == 0
+            held = entry.certificate
+            assert held is None or held.serial != issued.serial
+            self.carry_out(actions)
+            actions = self.core.issued(entry, issued)
             assert entry.certificate is not None
             assert not entry.stale
             assert entry.certificate.serial == issued.serial
-            self.save_state(entry)
-            # as RenewalPlanner.plan_obtained: the first ARI check later, if there is a
-            # later (a 10-day certificate: in 6 hours); else the window asked for now
-            if self.core.first_check_planned(entry, None, now):
-                assert entry.ari_recheck_at is not None
-                assert entry.renew_at is not None
-                assert now < entry.ari_recheck_at < entry.renew_at
-                assert entry.ari_replacement is None
-            else:
-                self.plan_renewal(entry)
+            assert actions == (SaveState(entry), PlanFirstCheck(entry))
+            self.carry_out(actions)
+            assert self.states[name] == entry.state
+            assert not entry.state_changed
             self.failed_at.pop(entry, None)
         elif outcome == "store_failed":
             until = self.core.hiccup(entry, "StorageError: the store is down", now)
             assert until >= now + MIN_HOLD
             self.failed_at[entry] = now
         elif outcome == "owner_gone":
-            self.core.owner_gone(entry, "owner gone")
+            actions = self.core.owner_gone(entry, "owner gone")
             assert entry.cancelled == "owner gone"
             assert not self.core.is_managed(name)
+            assert actions == (Retire(name, entry.spec.identifiers),)
+            self.gone.add(entry)
+            self.carry_out(actions)  # (the driver: once the store's lock is released)
         else:
             self.core.steady(entry)
             error = error_for(outcome, now, wait)
@@ -351,9 +402,15 @@ class FleetCoreMachine(RuleBasedStateMachine):
                     least = min(least, dt.timedelta(seconds=wait))
                 assert failure.until >= now + least, (outcome, failure, now)
                 self.failed_at[entry] = now
-            self.save_state(entry)
+            # every failure saves the state (its next instant, or parked), nothing else
+            assert failure.actions == (SaveState(entry),)
+            self.carry_out(failure.actions)
+            assert self.states[name] == entry.state
+            assert entry.state.next_attempt_at == failure.until or failure.kind == "held"
         flight.result = None
-        self.core.attempt_ended(entry, flight)
+        actions = self.core.attempt_ended(entry, flight)
+        assert actions == (Replan(entry),)
+        self.carry_out(actions)
         assert entry.flight is None
 
     @precondition(lambda self: any(self.rechecked()))
@@ -582,3 +639,99 @@ def test_a_state_read_while_the_spec_changed_keeps_the_fresh_state() -> None:
     assert entry.loaded
     assert entry.state == AttemptState()
     assert entry.state != old
+
+
+def started(core: FleetCore, name: str = "one") -> tuple[Entry, Flight]:
+    """A certificate managed, read from the store (nothing there) and started."""
+    entry = core.managed(CertificateSpec.of(name, [f"{name}.test"]))
+    core.time_passed(START)
+    core.loaded(entry, None)
+    core.state_loaded(entry, None, None)
+    core.load_ended(entry)
+    flight = Flight()
+    assert core.attempt_started(entry, flight) is None
+    return entry, flight
+
+
+def test_an_issued_certificate_is_saved_before_it_counts_as_held() -> None:
+    core = new_core(stored=True)
+    entry, _ = started(core)
+    core.hiccup(entry, "the store failed", START)
+    issued = certificate(["one.test"], START, days=90)
+    assert core.obtained(entry, issued) == (SaveCertificate("one", issued),)
+    assert entry.certificate is None  # not held until the driver saved it
+    assert entry.hiccups == 0  # progress
+    assert core.issued(entry, issued) == (SaveState(entry), PlanFirstCheck(entry))
+    assert entry.certificate is not None
+    assert entry.certificate.serial == issued.serial
+
+
+def test_without_a_store_an_issued_certificate_is_only_planned() -> None:
+    core = new_core(stored=False)
+    entry = core.managed(CertificateSpec.of("one", ["one.test"]))
+    issued = certificate(["one.test"], START, days=90)
+    assert core.obtained(entry, issued) == ()
+    assert core.issued(entry, issued) == (PlanFirstCheck(entry),)
+
+
+@pytest.mark.parametrize(
+    ("outcome", "kind"),
+    [
+        ("invalid", "parked"),
+        ("ca_error", "retry"),
+        ("rate_limited", "retry"),
+        ("deferred", "retry"),
+        ("deferred_no_instant", "held"),
+    ],
+)
+@pytest.mark.parametrize("stored", [True, False])
+def test_every_failure_saves_the_state_with_a_store(outcome: str, kind: str, stored: bool) -> None:
+    core = new_core(stored=stored)
+    entry, _ = started(core)
+    error = error_for(outcome, START, 120.0)
+    deferred = error.retry_after if outcome == "deferred" else None
+    failure = core.attempt_failed(entry, error, now=START, solvers="s", deferred_until=deferred)
+    assert failure.kind == kind
+    assert (failure.until is None) == (kind == "parked")
+    assert failure.actions == ((SaveState(entry),) if stored else ())
+    if kind == "retry":
+        assert failure.until == entry.state.next_attempt_at
+        assert failure.until is not None
+        assert failure.until > START
+
+
+def test_the_owner_gone_retires_the_certificate_and_starts_nothing_more() -> None:
+    core = new_core(stored=True)
+    entry, flight = started(core)
+    identifiers = entry.spec.identifiers
+    assert core.owner_gone(entry, "owner gone") == (Retire("one", identifiers),)
+    assert entry.cancelled == "owner gone"
+    assert core.attempt_ended(entry, flight) == (Replan(entry),)
+    for hours in (0, 1, 24 * 90):
+        assert core.time_passed(START + dt.timedelta(hours=hours)).start == []
+    assert new_core(stored=False).owner_gone(entry, "owner gone") == ()
+
+
+def test_unmanaged_retires_the_certificate_with_its_last_identifiers() -> None:
+    core = new_core(stored=True)
+    entry = core.managed(CertificateSpec.of("one", ["one.test", "www.one.test"]))
+    assert core.unmanaged("one", entry) == (Retire("one", entry.spec.identifiers),)
+    assert "one" not in core.entries
+    # a name never managed here: retired with what its stored files say
+    assert core.unmanaged("other", None) == (Retire("other", None),)
+    # managed again while being cancelled: the new entry stays (the driver's retirement
+    # then skips a name managed again)
+    old = core.managed(CertificateSpec.of("two", ["two.test"]))
+    core.cancelled(old, "unmanaged")
+    new = core.managed(CertificateSpec.of("two", ["two.test"]))
+    assert core.unmanaged("two", old) == (Retire("two", old.spec.identifiers),)
+    assert core.entries["two"] is new
+    assert new_core(stored=False).unmanaged("one", entry) == ()
+
+
+def test_an_ended_attempt_is_planned_again() -> None:
+    core = new_core(stored=False)
+    entry, flight = started(core)
+    assert core.attempt_ended(entry, flight) == (Replan(entry),)
+    assert entry.flight is None
+    assert core.attempt_started(entry, Flight()) is None  # the next one may go

@@ -15,6 +15,10 @@ client that answers each ``issue()`` as scripted (with a real certificate) and a
 memory that can be told to fail; the real ones are exercised against Pebble, FileStorage
 and a real kube-apiserver in ``tests/integration/test_manager_schedule.py`` and
 ``tests/storage/``.
+
+Two plain tests at the end check that the driver carries out the fleet core's actions in
+the order returned: the certificate saved before it is held, then its state; a
+certificate whose owner is gone retired after the store's lock is released.
 """
 
 from __future__ import annotations
@@ -517,3 +521,138 @@ def test_the_stepped_clock_wakes_sleepers_in_deadline_order() -> None:
         assert clock.now() == START + dt.timedelta(seconds=115)
 
     anyio.run(main)
+
+
+class RecordingStorage(MemoryStorage):
+    """A :class:`MemoryStorage` that records each write and lock, and what the manager
+    held for ``name`` at each write; its first write of a key containing ``fail_once``
+    fails."""
+
+    def __init__(self, held: Any) -> None:
+        super().__init__()
+        self.held = held
+        self.fail_once: str | None = None
+        self.ops: list[tuple[str, str, bool]] = []
+
+    async def store(
+        self, key: str, data: bytes, *, secret: bool = False, expect_version: Any = ANY_VERSION
+    ) -> str:
+        if self.fail_once is not None and self.fail_once in key:
+            self.fail_once = None
+            self.ops.append(("failed", key, self.held() is not None))
+            raise StorageError(f"the store is down ({key})", path=key)
+        self.ops.append(("store", key, self.held() is not None))
+        return await super().store(key, data, secret=secret, expect_version=expect_version)
+
+    async def delete(self, key: str, *, expect_version: Any = ANY_VERSION) -> bool:
+        self.ops.append(("delete", key, self.held() is not None))
+        return await super().delete(key, expect_version=expect_version)
+
+    @asynccontextmanager
+    async def lock(
+        self,
+        name: str,
+        *,
+        lease: Any = 60.0,
+        timeout: Any = None,  # noqa: ASYNC109
+    ) -> AsyncIterator[Any]:
+        async with super().lock(name, lease=lease, timeout=timeout) as held:
+            self.ops.append(("lock", name, False))
+            yield held
+        self.ops.append(("unlock", name, False))
+
+
+class _Solver:
+    """Stands for an HTTP-01 solver (the scripted client never asks it to solve)."""
+
+    challenge_type = "http-01"
+
+
+def _driven(
+    scenario: Any, *, retention: float | None = None
+) -> tuple[RecordingStorage, list[Any], KeyLayout]:
+    """Run ``scenario(manager, clock, client, storage, owner)`` against a manager over a
+    :class:`RecordingStorage`; returns the store, the events published and the layout."""
+    clock = SteppedClock(START)
+    client = ScriptedClient(clock)
+    owner = Owner("one", clock)
+    layout = KeyLayout(DIRECTORY)
+    events: list[Any] = []
+    box: list[CertificateManager] = []
+    storage = RecordingStorage(lambda: box[0].get("one") if box else None)
+
+    async def main() -> None:
+        manager = CertificateManager(
+            client,  # type: ignore[arg-type]
+            solvers=[_Solver()],  # type: ignore[list-item]
+            clock=clock,
+            storage=storage,  # type: ignore[arg-type]
+            layout=layout,
+            retention=retention,
+        )
+        box.append(manager)
+        manager.subscribe(events.append)
+        async with manager:
+            await scenario(manager, clock, client, storage, owner)
+
+    anyio.run(main)
+    return storage, events, layout
+
+
+def test_the_driver_saves_the_certificate_before_it_is_held_then_its_state() -> None:
+    """The core's actions, carried out in order: a certificate whose save failed is not
+    held (the attempt is retried on the error backoff); saved, it is held, and only then
+    is its attempt state saved (here: the failure's state deleted) and the event sent."""
+
+    async def scenario(manager: Any, clock: Any, client: Any, storage: Any, owner: Any) -> None:
+        client.outcome["one.sm.test"] = ("ca_error", 0.0)
+        manager.manage(CertificateSpec.of("one", ["one.sm.test"], owner=owner))
+        await settle()
+        client.outcome["one.sm.test"] = ("issued", 0.0)
+        storage.fail_once = "certificate"
+        await clock.advance(3600)
+        assert manager.get("one") is not None
+
+    storage, events, layout = _driven(scenario)
+    state = layout.attempt_state("one")
+    record = layout.certificate("one").record
+    writes = [(op, key, held) for op, key, held in storage.ops if key in (state, record)]
+    assert writes == [
+        ("store", state, False),  # the CA's failure: its next instant
+        ("failed", record, False),  # the certificate's save failed: not held
+        ("store", record, False),  # saved before it counts as held
+        ("delete", state, True),  # then the state after the success
+    ]
+    kinds = [type(e).__name__ for e in events if type(e).__name__ != "CertificateObtaining"]
+    assert kinds == ["CertificateFailed", "CertificateFailed", "CertificateObtained"]
+    assert isinstance(events[-1].certificate, IssuedCertificate)
+    assert isinstance(next(e for e in events if "Failed" in type(e).__name__).error, OrderFailed)
+
+
+def test_the_driver_retires_a_certificate_whose_owner_is_gone_after_the_lock() -> None:
+    """The owner gone: cancelled, no order, and retired once the store's lock is released
+    (a purge takes that lock)."""
+
+    async def scenario(manager: Any, clock: Any, client: Any, storage: Any, owner: Any) -> None:
+        manager.manage(CertificateSpec.of("one", ["one.sm.test"], owner=owner))
+        await settle()
+        assert manager.get("one") is not None
+        owner.mode = "gone"
+        storage.ops.clear()
+        await clock.advance(61 * 86400)  # past its renewal
+
+    storage, events, _ = _driven(scenario, retention=86400.0)
+    retired = [
+        i for i, (op, key, _) in enumerate(storage.ops) if op == "store" and "/retired/" in key
+    ]
+    ops = [op for op, _, _ in storage.ops]
+    retired = [i for i, (op, key, _) in enumerate(storage.ops) if "/retired/" in key]
+    # the renewal's turn: the lock, the owner asked (gone), the lock released; then the
+    # retirement recorded, and a day later the purge (under the lock again)
+    assert ops[:3] == ["lock", "unlock", "store"], storage.ops
+    assert retired[0] == 2
+    assert ops[3] == "lock"
+    assert ops[-1] == "unlock"
+    assert storage.ops[-2][0:2] == ("delete", storage.ops[retired[0]][1])
+    assert [type(e).__name__ for e in events].count("CertificateObtained") == 1
+    assert [type(e).__name__ for e in events][-1] == "CertificateCancelled"
