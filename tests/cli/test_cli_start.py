@@ -233,7 +233,8 @@ def modules_at_exit(*args: str) -> tuple[subprocess.CompletedProcess[str], set[s
 def test_http01_issue_imports_neither_dnspython_nor_tls_alpn(
     pebble: PebbleServer, tmp_path: Path
 ) -> None:
-    """A whole ``issue`` answered by http-01 (a certificate issued) never imports dns-01."""
+    """A whole ``issue`` answered by http-01 (a certificate issued) never imports dns-01,
+    nor certbot's ``acme``."""
     result, modules = modules_at_exit(
         "issue",
         *ca_args(pebble, tmp_path / "state"),
@@ -245,6 +246,9 @@ def test_http01_issue_imports_neither_dnspython_nor_tls_alpn(
     assert (tmp_path / "out" / "fullchain.pem").is_file()
     assert "acmecerts.solvers.http01" in modules
     assert unneeded_for_http_01(modules) == []
+    # nor certbot's acme, which imports requests and urllib3 (~60 ms of the start): the
+    # directory, the account and the renewalInfo answer are read without it
+    assert {"acme", "requests", "urllib3"} & modules == set()
 
 
 @pytest.mark.timeout(120)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -391,6 +392,102 @@ def test_directory_meta_of_the_wrong_types() -> None:
     for caa in (True, "ca.example", [1]):
         with pytest.raises(BadServerResponse, match="caaIdentities"):
             parse_directory({**DIRECTORY, "meta": {"caaIdentities": caa}}, url="https://ca/dir")
+
+
+def test_directory_meta_must_be_an_object_when_present() -> None:
+    for meta in (None, [], "meta", 5):
+        with pytest.raises(BadServerResponse, match="'meta' is not an object"):
+            parse_directory({**DIRECTORY, "meta": meta}, url="https://ca/dir")
+    d = parse_directory({**DIRECTORY, "meta": {}})
+    assert d.terms_of_service is None
+    assert d.profiles == {}
+    assert d.external_account_required is False
+
+
+# -- the directory and the account are read directly (no acme.messages, which imports
+# requests at the start of every run): they give what acme.messages gave ---------------
+
+_ANY_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=6,
+)
+_META_VALUE = st.one_of(
+    _ANY_JSON,
+    st.sampled_from(["https://ca/tos", ["ca.example"], {"classic": "90 days"}, True]),
+)
+_META = st.fixed_dictionaries(
+    {},
+    optional={
+        "termsOfService": _META_VALUE,
+        "website": _META_VALUE,
+        "caaIdentities": _META_VALUE,
+        "externalAccountRequired": _META_VALUE,
+        "profiles": _META_VALUE,
+    },
+)
+
+
+def _directory_through_acme_messages(doc: dict[str, Any]) -> tuple[object, ...]:
+    """What parse_directory read from acme.messages before (its fields as it kept them)."""
+    meta = messages.Directory.from_json(dict(doc)).meta
+    profiles = meta.profiles if isinstance(meta.profiles, Mapping) else {}
+    tos, website = meta.terms_of_service, meta.website
+    return (
+        tos if isinstance(tos, str) else None,
+        website if isinstance(website, str) else None,
+        bool(meta.external_account_required),
+        {str(k): str(v) for k, v in profiles.items()},
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(_META, st.booleans())
+def test_directory_direct_path_agrees_with_acme_messages(
+    meta: dict[str, Any], with_meta: bool
+) -> None:
+    doc: dict[str, Any] = {k: DIRECTORY[k] for k in ("newNonce", "newAccount", "newOrder")}
+    if with_meta:
+        doc["meta"] = meta
+    expected = _directory_through_acme_messages(doc)
+    caa = meta.get("caaIdentities") if with_meta else None
+    if caa is not None and (not isinstance(caa, list) or not all(isinstance(c, str) for c in caa)):
+        with pytest.raises(BadServerResponse, match="caaIdentities"):
+            parse_directory(doc, url="https://ca/dir")
+        return
+    d = parse_directory(doc, url="https://ca/dir")
+    assert (d.terms_of_service, d.website, d.external_account_required, dict(d.profiles)) == (
+        expected
+    )
+    assert d.caa_identities == tuple(caa or ())
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "status": st.sampled_from(["valid", "deactivated", "revoked", "sleeping", 5]),
+            "contact": st.one_of(_ANY_JSON, st.just(["mailto:a@example.org"])),
+            "termsOfServiceAgreed": _ANY_JSON,
+            "orders": st.one_of(_ANY_JSON, st.just("https://ca/orders/1")),
+        },
+    )
+)
+def test_account_direct_path_agrees_with_acme_messages(doc: dict[str, Any]) -> None:
+    reg = messages.Registration.from_json(dict(doc))
+    contact = reg.contact or ()
+    agreed = reg.terms_of_service_agreed
+    contact_ok = isinstance(contact, list | tuple) and all(isinstance(c, str) for c in contact)
+    if not contact_ok or doc.get("status", "valid") not in ("valid", "deactivated", "revoked"):
+        with pytest.raises(BadServerResponse):
+            parse_account(doc, url="https://ca/acct/1")
+        return
+    account = parse_account(doc, url="https://ca/acct/1")
+    assert account.contact == tuple(contact)
+    assert account.terms_of_service_agreed == (agreed if isinstance(agreed, bool) else None)
+    orders = doc.get("orders")
+    assert account.orders == (orders if isinstance(orders, str) else None)
 
 
 # -- renewalInfo's direct path (issue #26: a fleet parses it tens of thousands of times a
