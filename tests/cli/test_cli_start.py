@@ -246,7 +246,7 @@ def test_http01_issue_imports_neither_dnspython_nor_tls_alpn(
     assert (tmp_path / "out" / "fullchain.pem").is_file()
     assert "acmecerts.solvers.http01" in modules
     assert unneeded_for_http_01(modules) == []
-    # nor certbot's acme, which imports requests and urllib3 (~60 ms of the start): the
+    # nor certbot's acme, which imports requests and urllib3 (~45 ms of the start): the
     # directory, the account and the renewalInfo answer are read without it
     assert {"acme", "requests", "urllib3"} & modules == set()
 
