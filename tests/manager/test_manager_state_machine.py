@@ -642,9 +642,6 @@ def test_the_driver_retires_a_certificate_whose_owner_is_gone_after_the_lock() -
         await clock.advance(61 * 86400)  # past its renewal
 
     storage, events, _ = _driven(scenario, retention=86400.0)
-    retired = [
-        i for i, (op, key, _) in enumerate(storage.ops) if op == "store" and "/retired/" in key
-    ]
     ops = [op for op, _, _ in storage.ops]
     retired = [i for i, (op, key, _) in enumerate(storage.ops) if "/retired/" in key]
     # the renewal's turn: the lock, the owner asked (gone), the lock released; then the
