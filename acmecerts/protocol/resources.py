@@ -154,8 +154,9 @@ def parse_directory(data: object, *, url: str | None = None) -> Directory:
     """Parse a directory document.
 
     The endpoints acmecerts needs must be strings; ``meta``, when present, an object.
-    Optional members of another type read as absent (a CA's ``"website": 5``), except
-    ``caaIdentities``, which must be a list of strings (found by the fuzz tests).
+    Optional members of another type read as absent (a CA's ``"website": 5``; a profile
+    description that is not a string as empty), except ``caaIdentities``, which must be a
+    list of strings (found by the fuzz tests).
     """
     obj = _require_mapping(data, "directory", url)
     for required in ("newNonce", "newAccount", "newOrder"):
@@ -190,7 +191,8 @@ def parse_directory(data: object, *, url: str | None = None) -> Directory:
         website=website if isinstance(website, str) else None,
         caa_identities=tuple(caa or ()),
         external_account_required=bool(meta.get("externalAccountRequired")),
-        profiles={str(k): str(v) for k, v in profiles.items()},
+        # a description that is not a string reads as empty (the name is what counts)
+        profiles={str(k): v if isinstance(v, str) else "" for k, v in profiles.items()},
     )
 
 

@@ -437,7 +437,9 @@ def _directory_through_acme_messages(doc: dict[str, Any]) -> tuple[object, ...]:
         tos if isinstance(tos, str) else None,
         website if isinstance(website, str) else None,
         bool(meta.external_account_required),
-        {str(k): str(v) for k, v in profiles.items()},
+        # the profile names; a description only where it is a string (acme.messages
+        # kept any JSON value there: a list came out as a tuple)
+        {str(k): v if isinstance(v, str) else "" for k, v in profiles.items()},
     )
 
 
