@@ -45,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -110,11 +111,17 @@ _MAX_VALID_KEYS = 4096
 _V = TypeVar("_V")
 
 
+#: One store may serve event loops in several threads: evicting the oldest entry is a
+#: read then a delete, which two threads must not do at once (both would pick the same key).
+_MEMO_LOCK = threading.Lock()
+
+
 def _remember(memo: dict[str, _V], key: str, value: _V) -> None:
     """Remember ``key`` in ``memo``, forgetting the oldest entry when it is full."""
-    if len(memo) >= _MAX_VALID_KEYS:
-        del memo[next(iter(memo))]
-    memo[key] = value
+    with _MEMO_LOCK:
+        if len(memo) >= _MAX_VALID_KEYS:
+            del memo[next(iter(memo))]
+        memo[key] = value
 
 
 def validate_key(key: str) -> str:

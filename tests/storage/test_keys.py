@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -280,3 +282,39 @@ def test_validation_remembers_only_valid_keys_and_stays_bounded() -> None:
     assert f"many/k{keys_module._MAX_VALID_KEYS + 9}" in keys_module._VALID_KEYS
     assert "n9.example" not in keys_module._SLUGS
     assert f"n{keys_module._MAX_VALID_KEYS + 9}.example" in keys_module._SLUGS
+
+
+def test_a_full_memo_of_valid_keys_is_shared_safely_by_threads() -> None:
+    """Evicting from the full memo is a read then a delete: two threads must not both
+    pick the same oldest key (a KeyError in whichever deletes second, seen in CI when the
+    memo was full and three event loops in threads shared one FileStorage)."""
+    import threading
+
+    from acmecerts.storage import keys as keys_module
+
+    for i in range(keys_module._MAX_VALID_KEYS):
+        validate_key(f"full/k{i}")
+    assert len(keys_module._VALID_KEYS) == keys_module._MAX_VALID_KEYS
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def insert(n: int) -> None:
+        start.wait()
+        try:
+            for i in range(20_000):
+                validate_key(f"t{n}/k{i}")
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible
+    try:
+        threads = [threading.Thread(target=insert, args=(n,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == []
+    assert len(keys_module._VALID_KEYS) == keys_module._MAX_VALID_KEYS
