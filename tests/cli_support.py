@@ -9,6 +9,7 @@ Pebble, with a clean environment: no ``ACMECERTS_*`` variables and an empty
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pty
@@ -67,7 +68,33 @@ def without_root() -> list[str]:
         return []
     setpriv = shutil.which("setpriv")
     assert setpriv, "setpriv (util-linux) is needed to test file permissions as root"
-    return [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+    prefix = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"]
+    unreachable = _unreachable_as_nobody(tuple(prefix))
+    if unreachable:
+        pytest.skip(
+            "nobody (uid 65534) cannot run this checkout's Python, so the CLI cannot be run "
+            f"without root here: {unreachable} (a checkout or interpreter under a directory "
+            "that others may not enter, such as a 0700 `mktemp -d`)"
+        )
+    return prefix
+
+
+@functools.cache
+def _unreachable_as_nobody(prefix: tuple[str, ...]) -> str:
+    """Why ``prefix`` cannot run ``import acmecerts`` with this interpreter, or ``""``."""
+    probe = subprocess.run(
+        [*prefix, sys.executable, "-c", "import acmecerts"],
+        cwd="/",
+        env=unmeasured(dict(os.environ)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if probe.returncode == 0:
+        return ""
+    lines = probe.stderr.strip().splitlines()
+    return lines[-1] if lines else f"exit status {probe.returncode}"
 
 
 def unmeasured(env: dict[str, str]) -> dict[str, str]:
