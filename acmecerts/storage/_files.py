@@ -30,6 +30,7 @@ __all__ = [
     "check_version",
     "decode",
     "encode",
+    "fsync_directory",
     "os_error",
     "read",
     "write",
@@ -174,14 +175,19 @@ def ensure_dir(dirpath: str, *, durable: bool = True) -> None:
             _sync_dir(os.path.dirname(path))
 
 
-def _sync_dir(dirpath: str) -> None:
-    """fsync the directory ``dirpath`` (a new entry in it becomes durable)."""
+def fsync_directory(dirpath: str | os.PathLike[str]) -> None:
+    """fsync the directory ``dirpath`` (a new entry in it becomes durable); OSError as is."""
+    fd = os.open(dirpath, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        fd = os.open(dirpath, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _sync_dir(dirpath: str) -> None:
+    """:func:`fsync_directory`, its failure a :class:`~acmecerts.errors.StorageError`."""
+    try:
+        fsync_directory(dirpath)
     except OSError as exc:
         raise os_error("sync directory", dirpath, exc) from exc
 

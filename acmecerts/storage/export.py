@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from acmecerts.errors import InvalidInput, StorageError
+from acmecerts.storage._files import fsync_directory
 
 if TYPE_CHECKING:
     from acmecerts._issued import IssuedCertificate
@@ -168,14 +169,6 @@ def _try_create(path: Path) -> str | None:
     return None
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_new(path: Path, data: bytes, mode: int) -> None:
     """Create ``path`` (it must not exist) with exactly ``mode`` and ``data``, durable."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
@@ -249,7 +242,7 @@ def _write_plain(out: Path, contents: dict[str, bytes]) -> dict[str, Path]:
         for kind, name, mode in CERTIFICATE_FILES:
             if kind in contents:
                 _write_new(generation / name, contents[kind], mode)
-        _fsync_dir(generation)
+        fsync_directory(generation)
     except BaseException:
         for _, name, _ in CERTIFICATE_FILES:
             with contextlib.suppress(OSError):
@@ -264,7 +257,7 @@ def _write_plain(out: Path, contents: dict[str, bytes]) -> dict[str, Path]:
             _link(f"{_LIVE}/{name}", out / name)
         elif (out / name).is_symlink() and os.readlink(out / name) == f"{_LIVE}/{name}":
             (out / name).unlink()  # a key of an earlier set: no longer this set's
-    _fsync_dir(out)
+    fsync_directory(out)
     for old in known:  # keep the previous generation for readers still in it
         if f".v{old}" != previous:
             _remove_generation(out / f".v{old}")
@@ -296,7 +289,7 @@ def _write_certbot(root: Path, name: str, contents: dict[str, bytes]) -> dict[st
     for kind, filename, mode in CERTIFICATE_FILES:
         stem = filename.removesuffix(".pem")
         _write_new(archive / f"{stem}{number}.pem", contents[kind], mode)
-    _fsync_dir(archive)
+    fsync_directory(archive)
     pattern = re.compile(re.escape(f".{name}.v") + r"([0-9]+)")
     known = _generations(live, pattern)
     generation = live / f".{name}.v{number}"
@@ -306,13 +299,13 @@ def _write_certbot(root: Path, name: str, contents: dict[str, bytes]) -> dict[st
     for _, filename, _ in CERTIFICATE_FILES:
         stem = filename.removesuffix(".pem")
         os.symlink(f"../../archive/{name}/{stem}{number}.pem", generation / filename)
-    _fsync_dir(generation)
+    fsync_directory(generation)
     previous = os.readlink(current) if current.is_symlink() else None
     if current.is_dir() and not current.is_symlink():
         # certbot's own live/NAME directory: moved aside once (see the module docstring)
         os.replace(current, live / f".{name}.certbot-{secrets.token_hex(4)}")
     _link(generation.name, current)  # the switch: one rename
-    _fsync_dir(live)
+    fsync_directory(live)
     for old in known:  # keep the previous generation for readers still in it
         if f".{name}.v{old}" not in (previous, generation.name):
             _remove_generation(live / f".{name}.v{old}")
