@@ -259,9 +259,23 @@ def test_ctrl_c_ends_the_cli_within_its_grace_when_the_ca_stops_answering(
 
     assert proc.returncode == 130, stderr
     assert "Traceback" not in stderr
-    # Either the client's own cleanup bound or the CLI's grace ended it: both say so.
-    assert stderr.splitlines()[-1].startswith("acmecerts: error: interrupted"), stderr
-    assert stdout == ""
+    # Either the client's own clean-up bound or the CLI's grace ended it: both are 15 s,
+    # the grace counted from the signal and the bound from when the cancellation reached
+    # the flow, so the grace usually ends it first, but a loaded machine may let the bound
+    # win by a few milliseconds. Each says so in its own words.
+    name = "slow.cli-dns.example.test"
+    last = stderr.splitlines()[-1]
+    if stdout:  # the bound: the stalled requests given up, the usual summary
+        assert stdout.splitlines() == [
+            "Interrupted: 0 of 1 certificates finished",
+            f"  not finished  {name}",
+            CLEANED_UP,
+        ]
+        assert last == "acmecerts: error: interrupted", stderr
+    else:  # the grace: an exit on the spot, the list on stderr
+        assert f"  not finished  {name}" in stderr.splitlines()
+        within = f"clean-up did not finish within {INTERRUPT_GRACE:g} s"
+        assert last == f"acmecerts: error: interrupted; {within}", stderr
     # The challenge response was removed before the CA was asked anything.
     assert hook_calls(log) == ["present", "cleanup"]
     # The deactivation was tried (the POST-as-GET of the authorization never came back).

@@ -35,6 +35,7 @@ from cli_support import (
     unmeasured,
     without_root,
 )
+from pebble_quirks import pebble_refuses_replaces_of
 from waits import within
 
 from acmecerts.cli import _app, _renew
@@ -113,6 +114,14 @@ def orders_through(proxy: FaultProxy) -> int:
     return len(proxy.requests_to("/order-plz", "POST"))
 
 
+def orders_told(proxy: FaultProxy) -> str:
+    """The new-order requests the proxy saw, with their answers: what a failed count needs."""
+    return "\n".join(
+        f"#{r.connection} {r.status} {r.payload} -> {r.response_body[:400]!r}"
+        for r in proxy.requests_to("/order-plz", "POST")
+    )
+
+
 # -- every CA -----------------------------------------------------------------------------------
 
 
@@ -147,7 +156,11 @@ def test_renew_without_directory_renews_at_every_ca_and_directory_narrows(
         "renew-a.example.test": ("renewed", pebble.directory_url),
         "renew-b.example.test": ("renewed", proxy.directory_url),
     }
-    assert orders_through(proxy) == before + 1  # b's order went to the second CA
+    # b's order went to the second CA: one, two when Pebble cannot find the certificate
+    # its replaces names (its serial-encoding bug, tests/pebble_quirks.py) and the client
+    # falls back to an order without it
+    refused = int(pebble_refuses_replaces_of(serials["b"]))
+    assert orders_through(proxy) == before + 1 + refused, f"{orders_told(proxy)}\n{both.stderr}"
     for n in ("a", "b"):
         assert serial_of(tmp_path / n) != serials[n]
     serials = {n: serial_of(tmp_path / n) for n in ("a", "b")}
@@ -161,7 +174,8 @@ def test_renew_without_directory_renews_at_every_ca_and_directory_narrows(
     assert only_b.returncode == 0, only_b.stderr
     (cert,) = one_json(only_b)["certificates"]
     assert (cert["name"], cert["status"]) == ("renew-b.example.test", "renewed")
-    assert orders_through(proxy) == before + 2
+    refused += pebble_refuses_replaces_of(serials["b"])
+    assert orders_through(proxy) == before + 2 + refused, f"{orders_told(proxy)}\n{only_b.stderr}"
     assert serial_of(tmp_path / "a") == serials["a"]
     assert serial_of(tmp_path / "b") != serials["b"]
     assert sleeps.calls == []  # no --random-delay: no sleep at all
