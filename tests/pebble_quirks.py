@@ -13,6 +13,9 @@ as it must: one more ``newOrder`` than a test of a renewal would count.
 
 from __future__ import annotations
 
+#: The start of the ``detail`` of Pebble's 500 answer to such a ``replaces``.
+REFUSAL_DETAIL = "could not find an order for the given certificate"
+
 
 def pebble_refuses_replaces_of(serial_hex: str) -> bool:
     """Whether Pebble answers a ``replaces`` naming the certificate with this serial

@@ -48,6 +48,7 @@ from cli_support import (
     serial_of,
     stored_account,
 )
+from pebble_quirks import pebble_refuses_replaces_of
 
 from acmecerts.cli._firstcontact import LETS_ENCRYPT_STAGING
 from acmecerts.cli._state import State
@@ -619,6 +620,7 @@ def test_renew_fails_a_certificate_whose_out_became_unusable_without_ordering_it
     assert pebble.requests_seen()[seen:] == []
 
     # Both: the good one is renewed (one order), the bad one fails unordered: exit 1.
+    good_serial = serial_of(good)
     seen = len(pebble.requests_seen())
     both = run_main(
         capsys, "renew", "--force", "--json", *http01_args(pebble), *ca_args(pebble, state)
@@ -629,5 +631,8 @@ def test_renew_fails_a_certificate_whose_out_became_unusable_without_ordering_it
         "good.renew-out.example.test": "renewed",
         "bad.renew-out.example.test": "failed",
     }
-    assert count(pebble, seen, NEW_ORDER) == 1
+    # one order; two when Pebble cannot find the certificate the renewal's replaces names
+    # (its serial-encoding bug, tests/pebble_quirks.py) and the client falls back
+    extra = int(pebble_refuses_replaces_of(good_serial))
+    assert count(pebble, seen, NEW_ORDER) == 1 + extra
     assert bad.read_text() == "the directory was replaced by a file"
