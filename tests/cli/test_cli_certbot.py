@@ -22,7 +22,7 @@ from acmecerts.protocol.ari import cert_id
 from acmecerts.protocol.certificate import certificate_info, parse_pem_chain
 from acmecerts.testing import PebbleServer
 from tests.cli_support import cli_env, run_cli
-from tests.faults.proxy import FaultProxy
+from tests.faults.proxy import FaultProxy, told
 from tests.pebble_quirks import REFUSAL_DETAIL, pebble_refuses_replaces_of
 from tests.servers.certbot import ensure_certbot_venv, run_certbot
 
@@ -120,9 +120,9 @@ def test_certbot_lineages_are_imported_and_renewed_with_replaces(
     results = {**by_webroot, **by_standalone}
     assert results == {standalone: "renewed", with_root: "renewed"}
     sent = [r for r in proxy.requests[seen:] if r.method == "POST" and r.path == "/order-plz"]
-    told = [(r.status, r.payload, r.response_body[:300]) for r in sent]
+    answers = told(sent)
     orders = [r.payload for r in sent if r.status == 201]
-    assert len(orders) == 2, told
+    assert len(orders) == 2, answers
     # each renewal named the certbot certificate it replaces (the same account ordered it),
     # accepted; except a certificate whose serial Pebble cannot find (its serial-encoding
     # bug, tests/pebble_quirks.py): that replaces is refused with Pebble's 500, and the
@@ -134,13 +134,13 @@ def test_certbot_lineages_are_imported_and_renewed_with_replaces(
     unfound = sorted(n for n in ids if pebble_refuses_replaces_of(first[n].serial))
     refused = [r for r in sent if r.status != 201]
     refused_ids = sorted(r.payload.get("replaces") for r in refused)
-    assert refused_ids == sorted(ids[n] for n in unfound), told
+    assert refused_ids == sorted(ids[n] for n in unfound), answers
     for r in refused:
-        assert r.status == 500, told
-        assert REFUSAL_DETAIL.encode() in r.response_body, told
+        assert r.status == 500, answers
+        assert REFUSAL_DETAIL.encode() in r.response_body, answers
     replaced = sorted(o["replaces"] for o in orders if "replaces" in o)
     wanted = sorted(ids[n] for n in ids if n not in unfound)
-    assert replaced == wanted, told
+    assert replaced == wanted, answers
     # the renewed files: a new certificate, the key type certbot had
     for name, key_marker in ((standalone, b"PRIVATE KEY"), (with_root, b"PRIVATE KEY")):
         out = state / "certificates" / name

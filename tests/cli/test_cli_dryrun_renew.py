@@ -15,7 +15,7 @@ import pytest
 from cli_support import clean_environment, one_json, run_main, stored_serial
 from pebble_quirks import REFUSAL_DETAIL, pebble_refuses_replaces_of
 
-from tests.faults.proxy import FaultProxy, make_proxy
+from tests.faults.proxy import FaultProxy, make_proxy, told
 
 if TYPE_CHECKING:
     from conftest import PebbleFactory
@@ -138,17 +138,17 @@ def test_renew_dry_run_at_the_same_ca_keeps_nothing_and_sends_no_replaces(
     # its replaces is refused with Pebble's 500, and the client orders once more without.
     refused = sorted(n for n, serial in serials.items() if pebble_refuses_replaces_of(serial))
     sent = [r for r in proxy.requests[mark:] if r.method == "POST" and r.path.startswith(NEW_ORDER)]
-    told = [(r.status, r.payload, r.response_body[:300]) for r in sent]
-    assert len(sent) == 2 + len(refused), told
+    answers = told(sent)
+    assert len(sent) == 2 + len(refused), answers
     with_replaces = {_name(r.payload): r for r in sent if "replaces" in r.payload}
-    assert sorted(with_replaces) == [one, two], told
-    assert sorted(n for n, r in with_replaces.items() if r.status != 201) == refused, told
+    assert sorted(with_replaces) == [one, two], answers
+    assert sorted(n for n, r in with_replaces.items() if r.status != 201) == refused, answers
     for name in refused:
-        assert with_replaces[name].status == 500, told
-        assert REFUSAL_DETAIL.encode() in with_replaces[name].response_body, told
+        assert with_replaces[name].status == 500, answers
+        assert REFUSAL_DETAIL.encode() in with_replaces[name].response_body, answers
     without = [r for r in sent if "replaces" not in r.payload]
-    assert sorted(_name(r.payload) for r in without) == refused, told
-    assert all(r.status == 201 for r in without), told
+    assert sorted(_name(r.payload) for r in without) == refused, answers
+    assert all(r.status == 201 for r in without), answers
     assert (_tree(state), _tree(out)) != before
     assert hook_log.read_text() == "deploy\n"
 

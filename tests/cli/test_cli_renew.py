@@ -41,7 +41,7 @@ from waits import within
 from acmecerts.cli import _app, _renew
 from acmecerts.cli._hooks import HOOK_VARIABLES, run_hook
 from acmecerts.storage import FileStorage, KeyLayout
-from tests.faults.proxy import FaultProxy
+from tests.faults.proxy import FaultProxy, told
 
 if TYPE_CHECKING:
     from acmecerts.testing import PebbleServer
@@ -116,10 +116,7 @@ def orders_through(proxy: FaultProxy) -> int:
 
 def orders_told(proxy: FaultProxy) -> str:
     """The new-order requests the proxy saw, with their answers: what a failed count needs."""
-    return "\n".join(
-        f"#{r.connection} {r.status} {r.payload} -> {r.response_body[:400]!r}"
-        for r in proxy.requests_to("/order-plz", "POST")
-    )
+    return told(proxy.requests_to("/order-plz", "POST"))
 
 
 # -- every CA -----------------------------------------------------------------------------------

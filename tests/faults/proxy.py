@@ -59,7 +59,7 @@ import h11
 import httpx
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
     from types import TracebackType
 
     from acmecerts.testing import PebbleServer
@@ -136,6 +136,14 @@ def jws_payload(body: bytes) -> Any:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError):  # binascii.Error is a ValueError
         return None
+
+
+def told(requests: Iterable[RecordedRequest]) -> str:
+    """``requests`` one per line with what was answered: the message of a failed count."""
+    return "\n".join(
+        f"#{r.connection} {r.method} {r.path} {r.status} {r.payload} -> {r.response_body[:400]!r}"
+        for r in requests
+    )
 
 
 @dataclass(frozen=True)
